@@ -1,0 +1,220 @@
+// Package rdmacore is rdmanet's only cgo code: it opens rdma-core (libibverbs.so.1
+// and librdmacm.so.1) with dlopen at first use, declares the part of rdma-core's
+// ABI that rdmanet uses (abi.h), and exposes thin, batched calls over it.
+//
+// Nothing links against rdma-core, so a program that imports rdmanet builds where
+// Go builds and runs where rdma-core is missing; Load then says why RDMA is
+// unavailable. In builds without cgo, or off Linux, every call returns
+// ErrNotSupported. The packages verbs and cm are the idiomatic Go API on top.
+package rdmacore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"syscall"
+	"unsafe"
+)
+
+// ErrNotSupported is returned by every call in a build without cgo or off Linux.
+var ErrNotSupported = errors.New("RDMA not supported in this build (needs linux and cgo)")
+
+// UnavailableError says that rdma-core could not be loaded.
+type UnavailableError struct {
+	Library string // "libibverbs.so.1" or "librdmacm.so.1"
+	Reason  string // dlopen's or dlvsym's message
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("rdma-core unavailable: %s: %s (install Debian's ibverbs-providers and librdmacm1, or rdma-core)", e.Library, e.Reason)
+}
+
+// CallError is a failed call into rdma-core: which function, and the errno.
+type CallError struct {
+	Func  string
+	Errno syscall.Errno
+}
+
+func (e *CallError) Error() string { return e.Func + ": " + e.Errno.Error() }
+func (e *CallError) Unwrap() error { return e.Errno }
+
+func callError(fn string, errno syscall.Errno) error {
+	if errno == 0 {
+		// rdma-core reported failure without an errno; EIO is the honest default.
+		errno = syscall.EIO
+	}
+	return &CallError{Func: fn, Errno: errno}
+}
+
+// Handles to objects that rdma-core allocates. They are only ever passed back.
+type (
+	Context      unsafe.Pointer // struct ibv_context *
+	PD           unsafe.Pointer // struct ibv_pd *
+	MR           unsafe.Pointer // struct ibv_mr *
+	CompChannel  unsafe.Pointer // struct ibv_comp_channel *
+	CQ           unsafe.Pointer // struct ibv_cq *
+	QP           unsafe.Pointer // struct ibv_qp *
+	EventChannel unsafe.Pointer // struct rdma_event_channel *
+	CMID         unsafe.Pointer // struct rdma_cm_id *
+)
+
+// SendReq is one send work request with at most one scatter/gather element.
+// Its layout is mirrored by struct rn_send_req in shim.h.
+type SendReq struct {
+	ID         uint64
+	Addr       uint64 // local address inside a registered region
+	RemoteAddr uint64
+	Length     uint32
+	LKey       uint32
+	RKey       uint32
+	Imm        uint32 // host order; rdma-core gets it big-endian
+	Opcode     uint8
+	Flags      uint8
+	_          [6]byte
+}
+
+// RecvReq is one receive work request (struct rn_recv_req).
+type RecvReq struct {
+	ID     uint64
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// WC is one work completion (struct rn_wc).
+type WC struct {
+	ID        uint64
+	Status    uint32
+	Opcode    uint32
+	ByteLen   uint32
+	Imm       uint32 // host order
+	VendorErr uint32
+	Flags     uint32
+	QPNum     uint32
+	_         uint32
+}
+
+// Work request opcodes, send flags, completion flags and access flags of rdma-core.
+const (
+	OpRDMAWrite        = 0
+	OpRDMAWriteWithImm = 1
+	OpSend             = 2
+	OpSendWithImm      = 3
+
+	SendFence     = 1
+	SendSignaled  = 2
+	SendSolicited = 4
+	SendInline    = 8
+
+	WCWithImm = 2
+
+	AccessLocalWrite  = 1
+	AccessRemoteWrite = 2
+	AccessRemoteRead  = 4
+)
+
+// DeviceInfo describes one RDMA device from ibv_get_device_list.
+type DeviceInfo struct {
+	Name          string
+	GUID          uint64
+	TransportType int
+}
+
+// DeviceAttr is the part of struct ibv_device_attr rdmanet reports.
+type DeviceAttr struct {
+	FirmwareVersion string
+	NodeGUID        uint64
+	MaxMRSize       uint64
+	VendorID        uint32
+	VendorPartID    uint32
+	MaxQP           int
+	MaxQPWR         int
+	MaxSGE          int
+	MaxCQ           int
+	MaxCQE          int
+	MaxMR           int
+	MaxPD           int
+	MaxQPRdAtom     int
+	PhysPortCount   int
+}
+
+// PortAttr is the part of struct ibv_port_attr rdmanet reports.
+type PortAttr struct {
+	State       int
+	MaxMTU      int
+	ActiveMTU   int
+	GIDTableLen int
+	MaxMsgSize  uint32
+	LinkLayer   int
+}
+
+// QPCap is struct ibv_qp_cap: requested, then actual, queue sizes.
+type QPCap struct {
+	MaxSendWR     uint32
+	MaxRecvWR     uint32
+	MaxSendSGE    uint32
+	MaxRecvSGE    uint32
+	MaxInlineData uint32
+}
+
+// ConnParam is the part of struct rdma_conn_param rdmanet sets and reads.
+type ConnParam struct {
+	PrivateData        []byte
+	ResponderResources uint8
+	InitiatorDepth     uint8
+	RetryCount         uint8
+	RNRRetryCount      uint8
+	QPNum              uint32 // read only
+}
+
+// CMEvent is a copy of one struct rdma_cm_event; the original is already acked.
+type CMEvent struct {
+	ID       CMID
+	ListenID CMID
+	Type     int
+	Status   int
+	Param    ConnParam
+}
+
+// Sockaddr is a struct sockaddr_storage as Linux lays it out.
+type Sockaddr [128]byte
+
+const (
+	afInet  = 2
+	afInet6 = 10
+)
+
+// EncodeSockaddr writes ap as a sockaddr_in or sockaddr_in6.
+func EncodeSockaddr(ap netip.AddrPort) Sockaddr {
+	var sa Sockaddr
+	a := ap.Addr()
+	if a.Is4() || a.Is4In6() {
+		binary.NativeEndian.PutUint16(sa[0:], afInet)
+		binary.BigEndian.PutUint16(sa[2:], ap.Port())
+		v4 := a.Unmap().As4()
+		copy(sa[4:8], v4[:])
+		return sa
+	}
+	binary.NativeEndian.PutUint16(sa[0:], afInet6)
+	binary.BigEndian.PutUint16(sa[2:], ap.Port())
+	v6 := a.As16()
+	copy(sa[8:24], v6[:])
+	if z := a.Zone(); z != "" {
+		if ifi, err := interfaceIndex(z); err == nil {
+			binary.NativeEndian.PutUint32(sa[24:], uint32(ifi))
+		}
+	}
+	return sa
+}
+
+// DecodeSockaddr reads a sockaddr_in or sockaddr_in6; anything else is the zero AddrPort.
+func DecodeSockaddr(sa *Sockaddr) netip.AddrPort {
+	switch binary.NativeEndian.Uint16(sa[0:]) {
+	case afInet:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(sa[4:8])), binary.BigEndian.Uint16(sa[2:]))
+	case afInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16([16]byte(sa[8:24])), binary.BigEndian.Uint16(sa[2:]))
+	}
+	return netip.AddrPort{}
+}
