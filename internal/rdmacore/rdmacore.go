@@ -64,9 +64,9 @@ type (
 type SendReq struct {
 	ID         uint64
 	Addr       uint64 // local address inside a registered region
-	RemoteAddr uint64
 	Length     uint32
 	LKey       uint32
+	RemoteAddr uint64
 	RKey       uint32
 	Imm        uint32 // host order; rdma-core gets it big-endian
 	Opcode     uint8

@@ -23,8 +23,11 @@ var (
 	_ [unsafe.Sizeof(C.struct_rn_recv_req{}) - unsafe.Sizeof(RecvReq{})]byte
 	_ [unsafe.Sizeof(WC{}) - unsafe.Sizeof(C.struct_rn_wc{})]byte
 	_ [unsafe.Sizeof(C.struct_rn_wc{}) - unsafe.Sizeof(WC{})]byte
-	_ [unsafe.Offsetof(SendReq{}.Flags) - unsafe.Offsetof(C.struct_rn_send_req{}.flags)]byte
-	_ [unsafe.Offsetof(C.struct_rn_send_req{}.flags) - unsafe.Offsetof(SendReq{}.Flags)]byte
+	_ [unsafe.Offsetof(SendReq{}.RemoteAddr) - unsafe.Offsetof(C.struct_rn_send_req{}.remote_addr)]byte
+	_ [unsafe.Offsetof(C.struct_rn_send_req{}.remote_addr) - unsafe.Offsetof(SendReq{}.RemoteAddr)]byte
+	_ [unsafe.Offsetof(SendReq{}.Opcode) - unsafe.Offsetof(C.struct_rn_send_req{}.opcode)]byte
+	_ [unsafe.Offsetof(C.struct_rn_send_req{}.opcode) - unsafe.Offsetof(SendReq{}.Opcode)]byte
+
 	_ [unsafe.Offsetof(WC{}.QPNum) - unsafe.Offsetof(C.struct_rn_wc{}.qp_num)]byte
 	_ [unsafe.Offsetof(C.struct_rn_wc{}.qp_num) - unsafe.Offsetof(WC{}.QPNum)]byte
 )

@@ -18,9 +18,9 @@
 struct rn_send_req {
 	uint64_t wr_id;
 	uint64_t addr;
-	uint64_t remote_addr;
 	uint32_t length;
 	uint32_t lkey;
+	uint64_t remote_addr;
 	uint32_t rkey;
 	uint32_t imm;       // host order; sent big-endian
 	uint8_t opcode;

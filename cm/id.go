@@ -1,0 +1,364 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/pollfd"
+	"github.com/rdmanet/sdk/internal/rdmacore"
+	"github.com/rdmanet/sdk/verbs"
+)
+
+// liveIDs counts IDs created and not yet closed (each with its event channel).
+var liveIDs atomic.Int64
+
+// LiveIDs returns how many IDs (and so event channels) are open in this process.
+func LiveIDs() int64 { return liveIDs.Load() }
+
+// DefaultResolveTimeout bounds address and route resolution when the context
+// has no earlier deadline. A destination whose route leaves through a netdev
+// without RDMA fails at once with ENODEV; one with no ARP answer takes this long.
+const DefaultResolveTimeout = 2 * time.Second
+
+// ID is an rdma_cm identifier with its own event channel: a listener, or one
+// side of a connection.
+type ID struct {
+	raw  rdmacore.CMID
+	ch   rdmacore.EventChannel
+	poll *pollfd.FD
+
+	mu     sync.RWMutex // read: operations; write: Close
+	closed bool
+	qp     *verbs.QP
+
+	requestMu sync.Mutex // one GetRequest at a time: rdma_migrate_id forbids polling meanwhile
+}
+
+// NewID creates an ID with its own event channel.
+func NewID() (*ID, error) {
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	ch, fd, err := rdmacore.CreateEventChannel()
+	if err != nil {
+		return nil, noDevice(err)
+	}
+	raw, err := rdmacore.CreateID(ch)
+	if err != nil {
+		rdmacore.DestroyEventChannel(ch)
+		return nil, err
+	}
+	return wrapID(raw, ch, fd)
+}
+
+// noDevice marks librdmacm's "no RDMA device at all" (ENODEV from its first
+// call, which opens every device) as verbs.ErrNoDevice.
+func noDevice(err error) error {
+	if e, ok := err.(*rdmacore.CallError); ok && (e.Errno == syscall.ENODEV || e.Errno == syscall.ENOSYS) {
+		return fmt.Errorf("%w: %w", verbs.ErrNoDevice, err)
+	}
+	return err
+}
+
+func wrapID(raw rdmacore.CMID, ch rdmacore.EventChannel, fd int) (*ID, error) {
+	p, err := pollfd.New(fd, "rdma_cm event channel")
+	if err != nil {
+		rdmacore.DestroyID(raw)
+		rdmacore.DestroyEventChannel(ch)
+		return nil, err
+	}
+	liveIDs.Add(1)
+	return &ID{raw: raw, ch: ch, poll: p}, nil
+}
+
+func (id *ID) use() error {
+	id.mu.RLock()
+	if id.closed {
+		id.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (id *ID) done() { id.mu.RUnlock() }
+
+// Close destroys the ID's queue pair (if any), the ID and its channel. Pending
+// waits return ErrClosed. A second Close returns nil.
+func (id *ID) Close() error {
+	id.poll.Close() // wake waiters, which hold the read lock
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.closed {
+		return nil
+	}
+	id.closed = true
+	if id.qp != nil {
+		id.qp.Close()
+	}
+	err := rdmacore.DestroyID(id.raw)
+	rdmacore.DestroyEventChannel(id.ch)
+	liveIDs.Add(-1)
+	return err
+}
+
+// WaitEvent returns the next event on this ID's channel.
+func (id *ID) WaitEvent(ctx context.Context) (Event, error) {
+	if err := id.use(); err != nil {
+		return Event{}, err
+	}
+	defer id.done()
+	ev, err := id.next(ctx)
+	return Event{Type: EventType(ev.Type), Status: ev.Status, Param: connParamOf(ev.Param)}, err
+}
+
+// next takes one raw event; the caller holds the read lock.
+func (id *ID) next(ctx context.Context) (rdmacore.CMEvent, error) {
+	var ev rdmacore.CMEvent
+	err := id.poll.Wait(ctx, func() (bool, error) {
+		e, err := rdmacore.GetCMEvent(id.ch)
+		if err == syscall.EAGAIN {
+			return false, nil
+		}
+		ev = e
+		return err == nil, err
+	})
+	if errors.Is(err, os.ErrClosed) {
+		return ev, ErrClosed
+	}
+	return ev, err
+}
+
+// await runs start, then waits for the event want; any other event becomes
+// an *EventError for op.
+func (id *ID) await(ctx context.Context, op string, want EventType, start func() error) (rdmacore.CMEvent, error) {
+	if err := id.use(); err != nil {
+		return rdmacore.CMEvent{}, err
+	}
+	defer id.done()
+	if err := start(); err != nil {
+		return rdmacore.CMEvent{}, err
+	}
+	ev, err := id.next(ctx)
+	if err != nil {
+		return ev, err
+	}
+	if EventType(ev.Type) != want {
+		return ev, &EventError{Op: op, Event: EventType(ev.Type), Status: ev.Status, PrivateData: ev.Param.PrivateData}
+	}
+	return ev, nil
+}
+
+// resolveTimeoutMs is the smaller of DefaultResolveTimeout and ctx's time left.
+func resolveTimeoutMs(ctx context.Context) int {
+	d := DefaultResolveTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl); left < d {
+			d = left
+		}
+	}
+	if d < time.Millisecond {
+		d = time.Millisecond
+	}
+	return int(d / time.Millisecond)
+}
+
+// Resolve resolves dst to an RDMA device and a route to it. src, when valid,
+// picks the local address (and so device); otherwise the routing table does.
+func (id *ID) Resolve(ctx context.Context, src netip.Addr, dst netip.AddrPort) error {
+	dstSA := rdmacore.EncodeSockaddr(dst)
+	var srcSA *rdmacore.Sockaddr
+	if src.IsValid() {
+		s := rdmacore.EncodeSockaddr(netip.AddrPortFrom(src, 0))
+		srcSA = &s
+	}
+	if _, err := id.await(ctx, "resolve address "+dst.String(), EventAddrResolved, func() error {
+		return rdmacore.ResolveAddr(id.raw, srcSA, &dstSA, resolveTimeoutMs(ctx))
+	}); err != nil {
+		return err
+	}
+	_, err := id.await(ctx, "resolve route to "+dst.String(), EventRouteResolved, func() error {
+		return rdmacore.ResolveRoute(id.raw, resolveTimeoutMs(ctx))
+	})
+	return err
+}
+
+// Connect connects a resolved ID (with its QP created) and returns what the
+// peer sent with its accept. It fails with an *EventError matching ErrRejected
+// or ErrUnreachable, or with ctx's error; after a failed Connect, Close the ID.
+func (id *ID) Connect(ctx context.Context, p ConnParam) (ConnParam, error) {
+	cp := p.core()
+	ev, err := id.await(ctx, "connect", EventEstablished, func() error {
+		return rdmacore.Connect(id.raw, &cp)
+	})
+	return connParamOf(ev.Param), err
+}
+
+// Bind binds the ID to a local address (port 0 picks one). Binding to an
+// address also binds the ID to that address's RDMA device.
+func (id *ID) Bind(addr netip.AddrPort) error {
+	if err := id.use(); err != nil {
+		return err
+	}
+	defer id.done()
+	sa := rdmacore.EncodeSockaddr(addr)
+	return rdmacore.BindAddr(id.raw, &sa)
+}
+
+// Listen starts listening on a bound ID.
+func (id *ID) Listen(backlog int) error {
+	if err := id.use(); err != nil {
+		return err
+	}
+	defer id.done()
+	return rdmacore.Listen(id.raw, backlog)
+}
+
+// Request is a connection request a listener received.
+type Request struct {
+	ID    *ID       // the new connection's ID, on a channel of its own; Accept or Reject it
+	Param ConnParam // what the peer offered, with its private data
+}
+
+// GetRequest waits for the next connection request on a listening ID.
+func (id *ID) GetRequest(ctx context.Context) (*Request, error) {
+	if err := id.use(); err != nil {
+		return nil, err
+	}
+	defer id.done()
+	id.requestMu.Lock()
+	defer id.requestMu.Unlock()
+	for {
+		ev, err := id.next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		switch EventType(ev.Type) {
+		case EventConnectRequest:
+		case EventDeviceRemoval, EventAddrChange:
+			return nil, &EventError{Op: "listen", Event: EventType(ev.Type), Status: ev.Status}
+		default:
+			continue // nothing else concerns a listener
+		}
+		ch, fd, err := rdmacore.CreateEventChannel()
+		if err != nil {
+			rdmacore.Reject(ev.ID, nil)
+			rdmacore.DestroyID(ev.ID)
+			return nil, err
+		}
+		if err := rdmacore.MigrateID(ev.ID, ch); err != nil {
+			rdmacore.Reject(ev.ID, nil)
+			rdmacore.DestroyID(ev.ID)
+			rdmacore.DestroyEventChannel(ch)
+			return nil, err
+		}
+		nid, err := wrapID(ev.ID, ch, fd)
+		if err != nil {
+			return nil, err
+		}
+		return &Request{ID: nid, Param: connParamOf(ev.Param)}, nil
+	}
+}
+
+// Accept accepts a request's ID (with its QP created) and waits until the
+// connection is established.
+func (id *ID) Accept(ctx context.Context, p ConnParam) error {
+	cp := p.core()
+	_, err := id.await(ctx, "accept", EventEstablished, func() error {
+		return rdmacore.Accept(id.raw, &cp)
+	})
+	return err
+}
+
+// Reject refuses a request's ID, sending privateData; Close the ID afterwards.
+func (id *ID) Reject(privateData []byte) error {
+	if err := id.use(); err != nil {
+		return err
+	}
+	defer id.done()
+	return rdmacore.Reject(id.raw, privateData)
+}
+
+// Disconnect starts tearing the connection down; both sides then get
+// EventDisconnected, and outstanding work requests are flushed.
+func (id *ID) Disconnect() error {
+	if err := id.use(); err != nil {
+		return err
+	}
+	defer id.done()
+	return rdmacore.Disconnect(id.raw)
+}
+
+// Context is the device the ID is bound to: set after Resolve, on a request's
+// ID, or after Bind to a device's address; nil before. librdmacm owns it.
+func (id *ID) Context() *verbs.Context {
+	if err := id.use(); err != nil {
+		return nil
+	}
+	defer id.done()
+	raw := rdmacore.IDContext(id.raw)
+	if raw == nil {
+		return nil
+	}
+	return verbs.AdoptContext(raw)
+}
+
+// Port is the device port the ID is bound to.
+func (id *ID) Port() uint8 {
+	if err := id.use(); err != nil {
+		return 0
+	}
+	defer id.done()
+	return rdmacore.IDPortNum(id.raw)
+}
+
+// LocalAddr and RemoteAddr are the ID's addresses as rdma_cm knows them.
+func (id *ID) LocalAddr() netip.AddrPort  { return id.addr(rdmacore.IDLocalAddr) }
+func (id *ID) RemoteAddr() netip.AddrPort { return id.addr(rdmacore.IDPeerAddr) }
+
+func (id *ID) addr(get func(rdmacore.CMID) *rdmacore.Sockaddr) netip.AddrPort {
+	if err := id.use(); err != nil {
+		return netip.AddrPort{}
+	}
+	defer id.done()
+	return rdmacore.DecodeSockaddr(get(id.raw))
+}
+
+// QPConfig sizes a queue pair.
+type QPConfig struct {
+	SendCQ, RecvCQ *verbs.CQ
+	Cap            verbs.QPCap // requested; the QP reports the actual sizes
+	SignalAll      bool        // every send completes with a completion entry
+}
+
+// CreateQP creates the ID's reliable-connected queue pair in pd, which must
+// belong to the ID's device (Context). Close of the ID destroys it too.
+func (id *ID) CreateQP(pd *verbs.PD, cfg QPConfig) (*verbs.QP, error) {
+	if err := id.use(); err != nil {
+		return nil, err
+	}
+	defer id.done()
+	if id.qp != nil {
+		return nil, fmt.Errorf("cm: ID already has a queue pair")
+	}
+	raw, got, err := rdmacore.CreateQP(id.raw, pd.Raw(), cqRaw(cfg.SendCQ), cqRaw(cfg.RecvCQ), cfg.Cap, cfg.SignalAll)
+	if err != nil {
+		return nil, err
+	}
+	idRaw := id.raw
+	id.qp = verbs.AdoptQP(raw, got, func() { rdmacore.DestroyQP(idRaw) })
+	return id.qp, nil
+}
+
+func cqRaw(cq *verbs.CQ) rdmacore.CQ {
+	if cq == nil {
+		return nil
+	}
+	return cq.Raw()
+}

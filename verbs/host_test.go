@@ -1,0 +1,32 @@
+package verbs
+
+import (
+	"errors"
+	"testing"
+)
+
+// On any host: Devices either lists devices or says why it cannot, never panics,
+// and a closed Buffer refuses use.
+func TestDevicesReportsWhy(t *testing.T) {
+	devs, err := Devices()
+	var unavailable *UnavailableError
+	switch {
+	case err == nil:
+		t.Logf("%d RDMA devices: %v", len(devs), devs)
+	case errors.Is(err, ErrNotSupported), errors.As(err, &unavailable):
+		t.Logf("RDMA unavailable, as reported: %v", err)
+	case errors.Is(err, ErrNoDevice):
+		t.Logf("no RDMA device, as reported: %v", err)
+	default:
+		t.Fatalf("Devices error %v (%T) says neither ErrNoDevice nor why RDMA is unavailable", err, err)
+	}
+}
+
+func TestOpenUnknownDevice(t *testing.T) {
+	if Available() != nil {
+		t.Skip("rdma-core not loadable here:", Available())
+	}
+	if _, err := Open("no-such-device"); !errors.Is(err, ErrNoDevice) {
+		t.Fatalf("Open(no-such-device) = %v, want ErrNoDevice", err)
+	}
+}

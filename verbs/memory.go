@@ -1,0 +1,168 @@
+package verbs
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/rdmanet/sdk/internal/rdmacore"
+)
+
+// PD is a protection domain (struct ibv_pd).
+type PD struct {
+	closer
+	raw rdmacore.PD
+	ctx *Context
+}
+
+// AllocPD allocates a protection domain.
+func (c *Context) AllocPD() (*PD, error) {
+	if err := c.use(); err != nil {
+		return nil, err
+	}
+	defer c.done()
+	raw, err := rdmacore.AllocPD(c.raw)
+	if err != nil {
+		return nil, err
+	}
+	live.pds.Add(1)
+	return &PD{raw: raw, ctx: c}, nil
+}
+
+// Context is the device the domain belongs to.
+func (pd *PD) Context() *Context { return pd.ctx }
+
+// Raw is the rdma-core handle, for package cm.
+func (pd *PD) Raw() rdmacore.PD { return pd.raw }
+
+// Close deallocates the domain; its MRs and QPs must be closed first.
+func (pd *PD) Close() error {
+	return pd.close(func() error {
+		if err := rdmacore.DeallocPD(pd.raw); err != nil {
+			return err
+		}
+		live.pds.Add(-1)
+		return nil
+	})
+}
+
+// Access says what a memory region allows (enum ibv_access_flags).
+type Access int
+
+const (
+	AccessLocalWrite  Access = rdmacore.AccessLocalWrite
+	AccessRemoteWrite Access = rdmacore.AccessRemoteWrite
+	AccessRemoteRead  Access = rdmacore.AccessRemoteRead
+)
+
+// Buffer is page-aligned memory outside the Go heap (an anonymous mapping), so
+// the device may keep using it while Go code runs: the GC never moves or frees
+// it. Registered ranges must be whole pages for fork safety (MADV_DONTFORK), and
+// a mapping always is.
+type Buffer struct {
+	closer
+	mem  []byte
+	regs int // live MRs over this buffer, guarded by closer.mu
+}
+
+// NewBuffer maps size bytes, rounded up to whole pages.
+func NewBuffer(size int) (*Buffer, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("verbs: buffer size %d", size)
+	}
+	mem, err := mapMemory(size)
+	if err != nil {
+		return nil, err
+	}
+	live.buffers.Add(1)
+	return &Buffer{mem: mem}, nil
+}
+
+// Bytes is the whole buffer. It stays valid until Close.
+func (b *Buffer) Bytes() []byte { return b.mem }
+
+// Len is the buffer's size in bytes.
+func (b *Buffer) Len() int { return len(b.mem) }
+
+// Close unmaps the buffer. It fails with ErrBusy while memory regions over it
+// are registered.
+func (b *Buffer) Close() error {
+	return b.close(func() error {
+		if b.regs > 0 {
+			return fmt.Errorf("verbs: close buffer with %d registered regions: %w", b.regs, ErrBusy)
+		}
+		if err := unmapMemory(b.mem); err != nil {
+			return err
+		}
+		live.buffers.Add(-1)
+		return nil
+	})
+}
+
+// MR is a registered memory region (struct ibv_mr) over a whole Buffer.
+type MR struct {
+	closer
+	raw        rdmacore.MR
+	buf        *Buffer
+	lkey, rkey uint32
+}
+
+// Register registers buf with the given access rights.
+func (pd *PD) Register(buf *Buffer, access Access) (*MR, error) {
+	if err := pd.use(); err != nil {
+		return nil, err
+	}
+	defer pd.done()
+	buf.mu.Lock()
+	defer buf.mu.Unlock()
+	if buf.closed {
+		return nil, ErrClosed
+	}
+	raw, lkey, rkey, err := rdmacore.RegMR(pd.raw, unsafe.Pointer(unsafe.SliceData(buf.mem)), len(buf.mem), int(access))
+	if err != nil {
+		return nil, err
+	}
+	buf.regs++
+	live.mrs.Add(1)
+	return &MR{raw: raw, buf: buf, lkey: lkey, rkey: rkey}, nil
+}
+
+// LKey is the key local work requests name the region by.
+func (mr *MR) LKey() uint32 { return mr.lkey }
+
+// RKey is the key a peer names the region by in RDMA operations.
+func (mr *MR) RKey() uint32 { return mr.rkey }
+
+// Addr is the region's start address as the device sees it.
+func (mr *MR) Addr() uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mr.buf.mem)))) }
+
+// Bytes is the registered memory.
+func (mr *MR) Bytes() []byte { return mr.buf.mem }
+
+// Slice returns the scatter/gather element for [off, off+n) of the region.
+func (mr *MR) Slice(off, n int) SGE {
+	if off < 0 || n < 0 || off+n > len(mr.buf.mem) {
+		panic(fmt.Sprintf("verbs: MR.Slice(%d, %d) outside a %d-byte region", off, n, len(mr.buf.mem)))
+	}
+	return SGE{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.lkey}
+}
+
+// Close deregisters the region; the buffer stays mapped.
+func (mr *MR) Close() error {
+	return mr.close(func() error {
+		if err := rdmacore.DeregMR(mr.raw); err != nil {
+			return err
+		}
+		mr.buf.mu.Lock()
+		mr.buf.regs--
+		mr.buf.mu.Unlock()
+		live.mrs.Add(-1)
+		return nil
+	})
+}
+
+// SGE is a scatter/gather element: Length bytes at Addr in the region LKey names.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}

@@ -1,0 +1,104 @@
+// Package verbs is a Go API over libibverbs: devices, protection domains,
+// registered memory, completion queues and channels, and queue pairs.
+//
+// rdma-core is opened with dlopen at first use (see Available), so importing
+// this package adds no link-time dependency: on a host without rdma-core, or
+// in a build without cgo, every call returns an error that says why.
+//
+// Waiting for a completion (CompChannel.Wait) parks the goroutine in Go's
+// netpoller. Posting and polling cross into C once per batch of up to 64 work
+// requests or completions. Every object's Close is safe to call twice; using
+// an object after Close returns ErrClosed.
+//
+// Queue pairs are created through rdma_cm: see package cm.
+package verbs
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rdmanet/sdk/internal/rdmacore"
+)
+
+var (
+	// ErrNotSupported: this build cannot use RDMA (no cgo, or not Linux).
+	ErrNotSupported = rdmacore.ErrNotSupported
+	// ErrClosed is returned when an object is used after Close.
+	ErrClosed = errors.New("verbs: object is closed")
+	// ErrNoDevice: rdma-core is there but no RDMA device is.
+	ErrNoDevice = errors.New("verbs: no RDMA device")
+	// ErrBusy: Close of an object that others still use (a Buffer with live MRs).
+	ErrBusy = errors.New("verbs: object still in use")
+)
+
+type (
+	// UnavailableError says that libibverbs or librdmacm could not be loaded.
+	UnavailableError = rdmacore.UnavailableError
+	// CallError is a failed rdma-core call: the function's name and the errno.
+	CallError = rdmacore.CallError
+)
+
+// Available loads rdma-core (once) and reports why RDMA cannot be used, or nil.
+// It does not look for devices: see Devices.
+func Available() error { return rdmacore.Load() }
+
+// live counts every object this package created and has not yet closed, so
+// tests and operators can see leaks (Resources).
+var live struct {
+	contexts, pds, mrs, cqs, channels, qps, buffers atomic.Int64
+}
+
+// ResourceCounts is the number of live objects of each kind.
+type ResourceCounts struct {
+	Contexts, PDs, MRs, CQs, CompChannels, QPs, Buffers int64
+}
+
+// Resources returns how many objects of each kind are open in this process.
+// Contexts that librdmacm owns are not counted.
+func Resources() ResourceCounts {
+	return ResourceCounts{
+		Contexts:     live.contexts.Load(),
+		PDs:          live.pds.Load(),
+		MRs:          live.mrs.Load(),
+		CQs:          live.cqs.Load(),
+		CompChannels: live.channels.Load(),
+		QPs:          live.qps.Load(),
+		Buffers:      live.buffers.Load(),
+	}
+}
+
+// closer serialises an object's use against its Close: operations hold the
+// read side, Close the write side, so a closed handle is never passed to C.
+type closer struct {
+	mu     sync.RWMutex
+	closed bool
+}
+
+// use locks for an operation; it returns ErrClosed (and leaves nothing locked)
+// when the object is closed.
+func (c *closer) use() error {
+	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (c *closer) done() { c.mu.RUnlock() }
+
+// close runs destroy once; later calls return nil. When destroy fails the
+// object stays open so the caller can retry after fixing the cause (EBUSY).
+func (c *closer) close(destroy func() error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	if err := destroy(); err != nil {
+		return err
+	}
+	c.closed = true
+	return nil
+}
