@@ -1,0 +1,7 @@
+package verbs
+
+import "github.com/Mellanox/rdmamap"
+
+func rdmaDeviceForNetdev(netdev string) (string, error) {
+	return rdmamap.GetRdmaDeviceForNetdevice(netdev)
+}

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package verbs
+
+func rdmaDeviceForNetdev(string) (string, error) { return "", ErrNotSupported }
