@@ -1,0 +1,84 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/binary"
+)
+
+// Hello is what an rdmanet peer puts in rdma_cm private data: in the connect
+// request (what the client offers) and in the accept (what the server chose).
+// Valkey ignores connect private data and sends none with its accept, so a
+// peer without a Hello is a Valkey peer and gets exactly Valkey's protocol.
+type Hello struct {
+	Version  uint8
+	Features Features
+	// RecvDepth is how many receives the sender of the Hello keeps posted:
+	// the other side's limit on messages and data writes in flight.
+	RecvDepth uint16
+	// RingSize is the size of the sender's receive ring, in bytes.
+	RingSize uint32
+}
+
+// Features are the extensions a Hello offers or accepts.
+type Features uint32
+
+const (
+	// FeatureRing: the receive buffer is a ring; the sender wraps, and the
+	// receiver returns space and receives continuously with Credit messages
+	// instead of re-registering the buffer once it is full.
+	FeatureRing Features = 1 << iota
+	// FeatureKeepalive: both sides send Keepalive, so both detect a dead peer.
+	FeatureKeepalive
+	// FeatureShutdown: Shutdown messages carry half-close (CloseWrite).
+	FeatureShutdown
+)
+
+// HelloVersion is the version this package speaks.
+const HelloVersion = 1
+
+// helloMagic starts every Hello. It is distinctive enough that private data
+// from another application is not mistaken for a Hello.
+var helloMagic = [8]byte{'r', 'd', 'm', 'a', 'n', 'e', 't', 0}
+
+// HelloSize is a Hello's encoded size. It fits the 56 bytes of private data
+// that rdma_cm allows in an InfiniBand or RoCE connect request.
+const HelloSize = 20
+
+// Encode returns h in wire format.
+func (h Hello) Encode() []byte {
+	b := make([]byte, HelloSize)
+	copy(b, helloMagic[:])
+	b[8] = h.Version
+	be := binary.BigEndian
+	be.PutUint32(b[10:], uint32(h.Features))
+	be.PutUint16(b[14:], h.RecvDepth)
+	be.PutUint32(b[16:], h.RingSize)
+	return b
+}
+
+// DecodeHello reads a Hello from private data. ok is false when the data holds
+// no Hello (a Valkey peer, or none at all); data that starts like a Hello but
+// is malformed is a *ProtocolError. Bytes after the Hello are ignored: the
+// transport pads private data with zeros.
+func DecodeHello(data []byte) (h Hello, ok bool, err error) {
+	if len(data) < len(helloMagic) || !bytes.Equal(data[:len(helloMagic)], helloMagic[:]) {
+		return Hello{}, false, nil
+	}
+	if len(data) < HelloSize {
+		return Hello{}, false, protocolErrorf("hello of %d bytes, want %d", len(data), HelloSize)
+	}
+	be := binary.BigEndian
+	h = Hello{
+		Version:   data[8],
+		Features:  Features(be.Uint32(data[10:])),
+		RecvDepth: be.Uint16(data[14:]),
+		RingSize:  be.Uint32(data[16:]),
+	}
+	if h.Version == 0 {
+		return Hello{}, false, protocolErrorf("hello version 0")
+	}
+	if h.RecvDepth == 0 {
+		return Hello{}, false, protocolErrorf("hello with no receives")
+	}
+	return h, true, nil
+}

@@ -1,0 +1,142 @@
+// Package wire encodes and decodes rdmanet's RDMA wire protocol: Valkey's RDMA
+// transport (32-byte control messages sent with IBV_WR_SEND, data as RDMA
+// writes with immediate), plus rdmanet's extensions, which two rdmanet peers
+// agree on through rdma_cm private data (Hello) and which are never sent to a
+// peer that did not agree. docs/protocol.md describes both.
+//
+// Everything here is pure Go, with no I/O, so it is tested and fuzzed without
+// RDMA. A malformed message is a *ProtocolError, never a panic.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// MessageSize is the size of every control message.
+const MessageSize = 32
+
+// Opcode is a control message's type (bytes 0-1, big-endian).
+type Opcode uint16
+
+// Valkey's opcodes.
+const (
+	OpGetServerFeature   Opcode = 0
+	OpSetClientFeature   Opcode = 1
+	OpKeepalive          Opcode = 2
+	OpRegisterXferMemory Opcode = 3
+)
+
+// rdmanet's extension opcodes, valid only between peers that negotiated them.
+const (
+	// OpCredit returns receive capacity to the sender in ring mode: the total
+	// bytes consumed from the ring so far and the receives reposted so far.
+	OpCredit Opcode = 0x7201
+	// OpShutdown says the sender will send no more data (CloseWrite).
+	OpShutdown Opcode = 0x7202
+)
+
+func (o Opcode) String() string {
+	switch o {
+	case OpGetServerFeature:
+		return "GetServerFeature"
+	case OpSetClientFeature:
+		return "SetClientFeature"
+	case OpKeepalive:
+		return "Keepalive"
+	case OpRegisterXferMemory:
+		return "RegisterXferMemory"
+	case OpCredit:
+		return "Credit"
+	case OpShutdown:
+		return "Shutdown"
+	}
+	return fmt.Sprintf("Opcode(%#x)", uint16(o))
+}
+
+// Message is one decoded control message. Which fields mean something depends
+// on Op; the rest are zero.
+type Message struct {
+	Op Opcode
+
+	// GetServerFeature, SetClientFeature.
+	Select   uint16
+	Features uint64
+
+	// RegisterXferMemory: the sender's receive buffer.
+	Addr   uint64
+	Length uint32
+	RKey   uint32
+
+	// Credit: running totals since the connection began (they wrap).
+	ConsumedBytes uint64
+	Receives      uint32
+}
+
+// ErrProtocol is matched (errors.Is) by every *ProtocolError.
+var ErrProtocol = errors.New("rdmanet: protocol error")
+
+// ProtocolError is a message or event the protocol does not allow. The
+// connection it arrived on cannot continue.
+type ProtocolError struct {
+	Reason string
+}
+
+func (e *ProtocolError) Error() string    { return "rdmanet: protocol error: " + e.Reason }
+func (e *ProtocolError) Is(err error) bool { return err == ErrProtocol }
+
+func protocolErrorf(format string, args ...any) error {
+	return &ProtocolError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Encode writes m into b in wire format; reserved bytes are zero.
+func (m *Message) Encode(b *[MessageSize]byte) {
+	*b = [MessageSize]byte{}
+	be := binary.BigEndian
+	be.PutUint16(b[0:], uint16(m.Op))
+	switch m.Op {
+	case OpGetServerFeature, OpSetClientFeature:
+		be.PutUint16(b[2:], m.Select)
+		be.PutUint64(b[24:], m.Features)
+	case OpRegisterXferMemory:
+		be.PutUint64(b[16:], m.Addr)
+		be.PutUint32(b[24:], m.Length)
+		be.PutUint32(b[28:], m.RKey)
+	case OpCredit:
+		be.PutUint64(b[16:], m.ConsumedBytes)
+		be.PutUint32(b[24:], m.Receives)
+	}
+}
+
+// Decode reads one control message. extended says whether rdmanet's extension
+// opcodes were negotiated; without it they are unknown opcodes, as for Valkey.
+// Reserved bytes are ignored, as Valkey ignores them.
+func Decode(b []byte, extended bool) (Message, error) {
+	if len(b) != MessageSize {
+		return Message{}, protocolErrorf("control message of %d bytes, want %d", len(b), MessageSize)
+	}
+	be := binary.BigEndian
+	m := Message{Op: Opcode(be.Uint16(b[0:]))}
+	switch m.Op {
+	case OpGetServerFeature, OpSetClientFeature:
+		m.Select = be.Uint16(b[2:])
+		m.Features = be.Uint64(b[24:])
+	case OpKeepalive:
+	case OpRegisterXferMemory:
+		m.Addr = be.Uint64(b[16:])
+		m.Length = be.Uint32(b[24:])
+		m.RKey = be.Uint32(b[28:])
+	case OpCredit, OpShutdown:
+		if !extended {
+			return Message{}, protocolErrorf("opcode %v without the rdmanet extension", m.Op)
+		}
+		if m.Op == OpCredit {
+			m.ConsumedBytes = be.Uint64(b[16:])
+			m.Receives = be.Uint32(b[24:])
+		}
+	default:
+		return Message{}, protocolErrorf("unknown opcode %#x", uint16(m.Op))
+	}
+	return m, nil
+}

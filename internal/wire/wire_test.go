@@ -1,0 +1,164 @@
+package wire
+
+import (
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// unhex reads hex with spaces, for byte-exact expectations.
+func unhex(t testing.TB, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Every message, byte for byte as Valkey lays it out (big-endian, reserved zero).
+var exact = []struct {
+	name     string
+	msg      Message
+	extended bool
+	wire     string
+}{
+	{"GetServerFeature", Message{Op: OpGetServerFeature, Select: 0x0102, Features: 0x1122334455667788}, false,
+		"0000 0102 00000000 00000000 00000000 00000000 00000000 1122334455667788"},
+	{"SetClientFeature", Message{Op: OpSetClientFeature, Select: 7, Features: 0}, false,
+		"0001 0007 00000000 00000000 00000000 00000000 00000000 0000000000000000"},
+	{"Keepalive", Message{Op: OpKeepalive}, false,
+		"0002 0000 00000000 00000000 00000000 00000000 00000000 00000000 00000000"},
+	{"RegisterXferMemory", Message{Op: OpRegisterXferMemory, Addr: 0x00007f0012345000, Length: 1 << 20, RKey: 0xdeadbeef}, false,
+		"0003 0000 00000000 00000000 00000000 00007f0012345000 00100000 deadbeef"},
+	{"Credit", Message{Op: OpCredit, ConsumedBytes: 0x0102030405060708, Receives: 99}, true,
+		"7201 0000 00000000 00000000 00000000 0102030405060708 00000063 00000000"},
+	{"Shutdown", Message{Op: OpShutdown}, true,
+		"7202 0000 00000000 00000000 00000000 00000000 00000000 00000000 00000000"},
+}
+
+func TestMessagesByteExact(t *testing.T) {
+	for _, c := range exact {
+		want := unhex(t, c.wire)
+		var b [MessageSize]byte
+		c.msg.Encode(&b)
+		if string(b[:]) != string(want) {
+			t.Errorf("%s encodes as\n% x\nwant\n% x", c.name, b, want)
+		}
+		got, err := Decode(want, c.extended)
+		if err != nil {
+			t.Errorf("%s: decode: %v", c.name, err)
+		}
+		if diff := cmp.Diff(c.msg, got); diff != "" {
+			t.Errorf("%s decodes differently (-want +got):\n%s", c.name, diff)
+		}
+	}
+}
+
+func TestAllZeroIsGetServerFeature(t *testing.T) {
+	m, err := Decode(make([]byte, MessageSize), false)
+	if err != nil || m != (Message{Op: OpGetServerFeature}) {
+		t.Fatalf("all-zero message = %+v, %v; want GetServerFeature", m, err)
+	}
+}
+
+func TestReservedBytesIgnored(t *testing.T) {
+	b := unhex(t, "0003 ffff ffffffff ffffffff ffffffff 0000000000001000 00010000 00000042")
+	m, err := Decode(b, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m != (Message{Op: OpRegisterXferMemory, Addr: 0x1000, Length: 0x10000, RKey: 0x42}) {
+		t.Fatalf("decoded %+v", m)
+	}
+}
+
+func TestMalformedMessages(t *testing.T) {
+	ext := unhex(t, "7201 0000 00000000 00000000 00000000 0000000000000001 00000001 00000000")
+	cases := []struct {
+		name     string
+		b        []byte
+		extended bool
+	}{
+		{"short", make([]byte, 31), true},
+		{"long", make([]byte, 33), true},
+		{"empty", nil, true},
+		{"unknown opcode", unhex(t, "0004 0000 00000000 00000000 00000000 00000000 00000000 00000000 00000000"), true},
+		{"extension opcode in Valkey mode", ext, false},
+	}
+	for _, c := range cases {
+		_, err := Decode(c.b, c.extended)
+		var pe *ProtocolError
+		if !errors.As(err, &pe) || !errors.Is(err, ErrProtocol) {
+			t.Errorf("%s: Decode = %v, want a *ProtocolError", c.name, err)
+		}
+	}
+}
+
+func TestHello(t *testing.T) {
+	h := Hello{Version: HelloVersion, Features: FeatureRing | FeatureShutdown, RecvDepth: 512, RingSize: 1 << 20}
+	b := h.Encode()
+	want := unhex(t, "72646d616e657400 01 00 00000005 0200 00100000")
+	if string(b) != string(want) {
+		t.Fatalf("hello encodes as % x, want % x", b, want)
+	}
+	if len(b) > 56 {
+		t.Fatalf("hello of %d bytes does not fit a connect request's 56", len(b))
+	}
+	// The transport pads private data with zeros; the padding is ignored.
+	got, ok, err := DecodeHello(append(b, make([]byte, 36)...))
+	if err != nil || !ok || got != h {
+		t.Fatalf("DecodeHello = %+v, %v, %v", got, ok, err)
+	}
+}
+
+func TestNoHello(t *testing.T) {
+	for _, data := range [][]byte{nil, make([]byte, 56), []byte("rdmane"), []byte("something else entirely")} {
+		if _, ok, err := DecodeHello(data); ok || err != nil {
+			t.Errorf("DecodeHello(%q) = ok %v, %v; want no hello", data, ok, err)
+		}
+	}
+}
+
+func TestMalformedHello(t *testing.T) {
+	good := Hello{Version: 1, RecvDepth: 1}.Encode()
+	truncated := good[:12]
+	v0 := append([]byte(nil), good...)
+	v0[8] = 0
+	noRecv := Hello{Version: 1}.Encode()
+	for name, data := range map[string][]byte{"truncated": truncated, "version 0": v0, "no receives": noRecv} {
+		if _, ok, err := DecodeHello(data); ok || !errors.Is(err, ErrProtocol) {
+			t.Errorf("%s: DecodeHello = ok %v, %v; want a protocol error", name, ok, err)
+		}
+	}
+}
+
+// FuzzDecode: any bytes decode to a message or a *ProtocolError, never a panic,
+// and whatever decodes re-encodes to a message that decodes the same.
+func FuzzDecode(f *testing.F) {
+	for _, c := range exact {
+		f.Add(unhex(f, c.wire), c.extended)
+	}
+	f.Add(make([]byte, 31), false)
+	f.Fuzz(func(t *testing.T, b []byte, extended bool) {
+		m, err := Decode(b, extended)
+		if err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		var enc [MessageSize]byte
+		m.Encode(&enc)
+		again, err := Decode(enc[:], extended)
+		if err != nil || again != m {
+			t.Fatalf("re-encoded %+v decodes as %+v, %v", m, again, err)
+		}
+		if _, ok, err := DecodeHello(b); ok && err != nil {
+			t.Fatal("DecodeHello returned ok with an error")
+		}
+	})
+}
