@@ -83,7 +83,7 @@ type ProtocolError struct {
 	Reason string
 }
 
-func (e *ProtocolError) Error() string    { return "rdmanet: protocol error: " + e.Reason }
+func (e *ProtocolError) Error() string     { return "rdmanet: protocol error: " + e.Reason }
 func (e *ProtocolError) Is(err error) bool { return err == ErrProtocol }
 
 func protocolErrorf(format string, args ...any) error {
