@@ -27,7 +27,7 @@ type UnavailableError struct {
 }
 
 func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("rdma-core unavailable: %s: %s (install Debian's ibverbs-providers and librdmacm1, or rdma-core)", e.Library, e.Reason)
+	return fmt.Sprintf("rdma-core unavailable: %s: %s (on Debian: apt-get install libibverbs1 librdmacm1 ibverbs-providers)", e.Library, e.Reason)
 }
 
 // CallError is a failed call into rdma-core: which function, and the errno.

@@ -268,24 +268,24 @@ func PostSend(qp QP, reqs []SendReq) (int, error) {
 	if len(reqs) == 0 {
 		return 0, nil
 	}
-	var posted C.int
-	rc := C.rn_post_send((*C.struct_rn_ibv_qp)(qp), (*C.struct_rn_send_req)(unsafe.Pointer(&reqs[0])), C.int(len(reqs)), &posted)
+	r := C.rn_post_send((*C.struct_rn_ibv_qp)(qp), (*C.struct_rn_send_req)(unsafe.Pointer(&reqs[0])), C.int(len(reqs)))
+	posted, rc := int(uint32(r)), syscall.Errno(r>>32)
 	if rc != 0 {
-		return int(posted), callError("ibv_post_send", syscall.Errno(rc))
+		return posted, callError("ibv_post_send", rc)
 	}
-	return int(posted), nil
+	return posted, nil
 }
 
 func PostRecv(qp QP, reqs []RecvReq) (int, error) {
 	if len(reqs) == 0 {
 		return 0, nil
 	}
-	var posted C.int
-	rc := C.rn_post_recv((*C.struct_rn_ibv_qp)(qp), (*C.struct_rn_recv_req)(unsafe.Pointer(&reqs[0])), C.int(len(reqs)), &posted)
+	r := C.rn_post_recv((*C.struct_rn_ibv_qp)(qp), (*C.struct_rn_recv_req)(unsafe.Pointer(&reqs[0])), C.int(len(reqs)))
+	posted, rc := int(uint32(r)), syscall.Errno(r>>32)
 	if rc != 0 {
-		return int(posted), callError("ibv_post_recv", syscall.Errno(rc))
+		return posted, callError("ibv_post_recv", rc)
 	}
-	return int(posted), nil
+	return posted, nil
 }
 
 // ---- rdma_cm ---------------------------------------------------------------

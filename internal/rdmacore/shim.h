@@ -174,16 +174,19 @@ static int rn_list_devices(char *names, uint64_t *guids, int *transport, int max
 	return n;
 }
 
-static int rn_post_send(struct rn_ibv_qp *qp, const struct rn_send_req *req, int n, int *posted) {
+// rn_post_send returns the provider's error (0 or an errno) in the high 32 bits
+// and how many requests were posted in the low 32: an out-parameter would make
+// Go allocate on every call.
+static int64_t rn_post_send(struct rn_ibv_qp *qp, const struct rn_send_req *req, int n) {
+	int posted = 0;
 	struct rn_ibv_send_wr wr[RN_BATCH];
 	struct rn_ibv_sge sge[RN_BATCH];
-	*posted = 0;
-	while (*posted < n) {
-		int m = n - *posted;
+	while (posted < n) {
+		int m = n - posted;
 		if (m > RN_BATCH) m = RN_BATCH;
 		memset(wr, 0, sizeof(wr[0]) * m);
 		for (int i = 0; i < m; i++) {
-			const struct rn_send_req *r = &req[*posted + i];
+			const struct rn_send_req *r = &req[posted + i];
 			sge[i].addr = r->addr;
 			sge[i].length = r->length;
 			sge[i].lkey = r->lkey;
@@ -200,23 +203,26 @@ static int rn_post_send(struct rn_ibv_qp *qp, const struct rn_send_req *req, int
 		struct rn_ibv_send_wr *bad = NULL;
 		int rc = qp->context->ops.post_send(qp, wr, &bad);
 		if (rc) {
-			if (bad) *posted += (int)(bad - wr);
-			return rc;
+			if (bad) posted += (int)(bad - wr);
+			return ((int64_t)rc << 32) | (uint32_t)posted;
 		}
-		*posted += m;
+		posted += m;
 	}
-	return 0;
+	return (uint32_t)posted;
 }
 
-static int rn_post_recv(struct rn_ibv_qp *qp, const struct rn_recv_req *req, int n, int *posted) {
+// rn_post_recv returns the provider's error (0 or an errno) in the high 32 bits
+// and how many requests were posted in the low 32: an out-parameter would make
+// Go allocate on every call.
+static int64_t rn_post_recv(struct rn_ibv_qp *qp, const struct rn_recv_req *req, int n) {
+	int posted = 0;
 	struct rn_ibv_recv_wr wr[RN_BATCH];
 	struct rn_ibv_sge sge[RN_BATCH];
-	*posted = 0;
-	while (*posted < n) {
-		int m = n - *posted;
+	while (posted < n) {
+		int m = n - posted;
 		if (m > RN_BATCH) m = RN_BATCH;
 		for (int i = 0; i < m; i++) {
-			const struct rn_recv_req *r = &req[*posted + i];
+			const struct rn_recv_req *r = &req[posted + i];
 			sge[i].addr = r->addr;
 			sge[i].length = r->length;
 			sge[i].lkey = r->lkey;
@@ -228,12 +234,12 @@ static int rn_post_recv(struct rn_ibv_qp *qp, const struct rn_recv_req *req, int
 		struct rn_ibv_recv_wr *bad = NULL;
 		int rc = qp->context->ops.post_recv(qp, wr, &bad);
 		if (rc) {
-			if (bad) *posted += (int)(bad - wr);
-			return rc;
+			if (bad) posted += (int)(bad - wr);
+			return ((int64_t)rc << 32) | (uint32_t)posted;
 		}
-		*posted += m;
+		posted += m;
 	}
-	return 0;
+	return (uint32_t)posted;
 }
 
 // rn_poll_cq returns the number of completions written to out, or a negative
