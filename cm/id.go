@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rdmanet/sdk/internal/guard"
 	"net/netip"
 	"os"
 	"sync"
@@ -34,9 +35,8 @@ type ID struct {
 	ch   rdmacore.EventChannel
 	poll *pollfd.FD
 
-	mu     sync.RWMutex // read: operations; write: Close
-	closed bool
-	qp     *verbs.QP
+	g  guard.Guard
+	qp *verbs.QP
 
 	requestMu sync.Mutex // one GetRequest at a time: rdma_migrate_id forbids polling meanwhile
 }
@@ -78,42 +78,29 @@ func wrapID(raw rdmacore.CMID, ch rdmacore.EventChannel, fd int) (*ID, error) {
 	return &ID{raw: raw, ch: ch, poll: p}, nil
 }
 
-func (id *ID) use() error {
-	id.mu.RLock()
-	if id.closed {
-		id.mu.RUnlock()
-		return ErrClosed
-	}
-	return nil
-}
-
-func (id *ID) done() { id.mu.RUnlock() }
-
 // Close destroys the ID's queue pair (if any), the ID and its channel. Pending
 // waits return ErrClosed. A second Close returns nil.
 func (id *ID) Close() error {
-	id.poll.Close() // wake waiters, which hold the read lock
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if id.closed {
-		return nil
-	}
-	id.closed = true
-	if id.qp != nil {
-		id.qp.Close()
-	}
-	err := rdmacore.DestroyID(id.raw)
-	rdmacore.DestroyEventChannel(id.ch)
-	liveIDs.Add(-1)
+	id.poll.Close() // wake waiters, which are inside Use
+	var err error
+	id.g.Close(func() error {
+		if id.qp != nil {
+			id.qp.Close()
+		}
+		err = rdmacore.DestroyID(id.raw)
+		rdmacore.DestroyEventChannel(id.ch)
+		liveIDs.Add(-1)
+		return nil // the ID is gone whatever rdma_destroy_id reported
+	})
 	return err
 }
 
 // WaitEvent returns the next event on this ID's channel.
 func (id *ID) WaitEvent(ctx context.Context) (Event, error) {
-	if err := id.use(); err != nil {
-		return Event{}, err
+	if !id.g.Use() {
+		return Event{}, ErrClosed
 	}
-	defer id.done()
+	defer id.g.Done()
 	ev, err := id.next(ctx)
 	return Event{Type: EventType(ev.Type), Status: ev.Status, Param: connParamOf(ev.Param)}, err
 }
@@ -138,10 +125,10 @@ func (id *ID) next(ctx context.Context) (rdmacore.CMEvent, error) {
 // await runs start, then waits for the event want; any other event becomes
 // an *EventError for op.
 func (id *ID) await(ctx context.Context, op string, want EventType, start func() error) (rdmacore.CMEvent, error) {
-	if err := id.use(); err != nil {
-		return rdmacore.CMEvent{}, err
+	if !id.g.Use() {
+		return rdmacore.CMEvent{}, ErrClosed
 	}
-	defer id.done()
+	defer id.g.Done()
 	if err := start(); err != nil {
 		return rdmacore.CMEvent{}, err
 	}
@@ -203,20 +190,20 @@ func (id *ID) Connect(ctx context.Context, p ConnParam) (ConnParam, error) {
 // Bind binds the ID to a local address (port 0 picks one). Binding to an
 // address also binds the ID to that address's RDMA device.
 func (id *ID) Bind(addr netip.AddrPort) error {
-	if err := id.use(); err != nil {
-		return err
+	if !id.g.Use() {
+		return ErrClosed
 	}
-	defer id.done()
+	defer id.g.Done()
 	sa := rdmacore.EncodeSockaddr(addr)
 	return rdmacore.BindAddr(id.raw, &sa)
 }
 
 // Listen starts listening on a bound ID.
 func (id *ID) Listen(backlog int) error {
-	if err := id.use(); err != nil {
-		return err
+	if !id.g.Use() {
+		return ErrClosed
 	}
-	defer id.done()
+	defer id.g.Done()
 	return rdmacore.Listen(id.raw, backlog)
 }
 
@@ -228,10 +215,10 @@ type Request struct {
 
 // GetRequest waits for the next connection request on a listening ID.
 func (id *ID) GetRequest(ctx context.Context) (*Request, error) {
-	if err := id.use(); err != nil {
-		return nil, err
+	if !id.g.Use() {
+		return nil, ErrClosed
 	}
-	defer id.done()
+	defer id.g.Done()
 	id.requestMu.Lock()
 	defer id.requestMu.Unlock()
 	for {
@@ -278,30 +265,32 @@ func (id *ID) Accept(ctx context.Context, p ConnParam) error {
 
 // Reject refuses a request's ID, sending privateData; Close the ID afterwards.
 func (id *ID) Reject(privateData []byte) error {
-	if err := id.use(); err != nil {
-		return err
+	if !id.g.Use() {
+		return ErrClosed
 	}
-	defer id.done()
+	defer id.g.Done()
 	return rdmacore.Reject(id.raw, privateData)
 }
 
-// Disconnect starts tearing the connection down; both sides then get
-// EventDisconnected, and outstanding work requests are flushed.
+// Disconnect starts tearing the connection down and flushes outstanding work
+// requests. The side that gets EventDisconnected first must call Disconnect
+// too: that sends the answer (DREP) the other side's EventDisconnected waits
+// for, which otherwise comes only when the request times out.
 func (id *ID) Disconnect() error {
-	if err := id.use(); err != nil {
-		return err
+	if !id.g.Use() {
+		return ErrClosed
 	}
-	defer id.done()
+	defer id.g.Done()
 	return rdmacore.Disconnect(id.raw)
 }
 
 // Context is the device the ID is bound to: set after Resolve, on a request's
 // ID, or after Bind to a device's address; nil before. librdmacm owns it.
 func (id *ID) Context() *verbs.Context {
-	if err := id.use(); err != nil {
+	if !id.g.Use() {
 		return nil
 	}
-	defer id.done()
+	defer id.g.Done()
 	raw := rdmacore.IDContext(id.raw)
 	if raw == nil {
 		return nil
@@ -311,10 +300,10 @@ func (id *ID) Context() *verbs.Context {
 
 // Port is the device port the ID is bound to.
 func (id *ID) Port() uint8 {
-	if err := id.use(); err != nil {
+	if !id.g.Use() {
 		return 0
 	}
-	defer id.done()
+	defer id.g.Done()
 	return rdmacore.IDPortNum(id.raw)
 }
 
@@ -323,10 +312,10 @@ func (id *ID) LocalAddr() netip.AddrPort  { return id.addr(rdmacore.IDLocalAddr)
 func (id *ID) RemoteAddr() netip.AddrPort { return id.addr(rdmacore.IDPeerAddr) }
 
 func (id *ID) addr(get func(rdmacore.CMID) *rdmacore.Sockaddr) netip.AddrPort {
-	if err := id.use(); err != nil {
+	if !id.g.Use() {
 		return netip.AddrPort{}
 	}
-	defer id.done()
+	defer id.g.Done()
 	return rdmacore.DecodeSockaddr(get(id.raw))
 }
 
@@ -340,10 +329,10 @@ type QPConfig struct {
 // CreateQP creates the ID's reliable-connected queue pair in pd, which must
 // belong to the ID's device (Context). Close of the ID destroys it too.
 func (id *ID) CreateQP(pd *verbs.PD, cfg QPConfig) (*verbs.QP, error) {
-	if err := id.use(); err != nil {
-		return nil, err
+	if !id.g.Use() {
+		return nil, ErrClosed
 	}
-	defer id.done()
+	defer id.g.Done()
 	if id.qp != nil {
 		return nil, fmt.Errorf("cm: ID already has a queue pair")
 	}

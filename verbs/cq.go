@@ -3,6 +3,7 @@ package verbs
 import (
 	"context"
 	"fmt"
+	"github.com/rdmanet/sdk/internal/guard"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -14,7 +15,7 @@ import (
 // CompChannel is a completion channel (struct ibv_comp_channel): a file
 // descriptor that becomes readable when an armed CQ gets a completion.
 type CompChannel struct {
-	closer
+	g    guard.Guard
 	raw  rdmacore.CompChannel
 	poll *pollfd.FD
 
@@ -24,10 +25,10 @@ type CompChannel struct {
 
 // NewCompChannel creates a completion channel whose waits go through Go's netpoller.
 func (c *Context) NewCompChannel() (*CompChannel, error) {
-	if err := c.use(); err != nil {
-		return nil, err
+	if !c.g.Use() {
+		return nil, ErrClosed
 	}
-	defer c.done()
+	defer c.g.Done()
 	raw, fd, err := rdmacore.CreateCompChannel(c.raw)
 	if err != nil {
 		return nil, err
@@ -46,10 +47,10 @@ func (c *Context) NewCompChannel() (*CompChannel, error) {
 // RequestNotify and then polls it until empty, or a completion that arrived
 // between the last poll and the re-arm is never announced.
 func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
-	if err := ch.use(); err != nil {
-		return nil, err
+	if !ch.g.Use() {
+		return nil, ErrClosed
 	}
-	defer ch.done()
+	defer ch.g.Done()
 	var got rdmacore.CQ
 	err := ch.poll.Wait(ctx, func() (bool, error) {
 		cq, err := rdmacore.GetCQEvent(ch.raw)
@@ -77,7 +78,7 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 func (ch *CompChannel) Close() error {
 	// Wake waiters before taking the write lock they hold the read side of.
 	ch.poll.Close()
-	return ch.close(func() error {
+	return ch.g.Close(func() error {
 		if err := rdmacore.DestroyCompChannel(ch.raw); err != nil {
 			return err
 		}
@@ -88,7 +89,7 @@ func (ch *CompChannel) Close() error {
 
 // CQ is a completion queue (struct ibv_cq).
 type CQ struct {
-	closer
+	g       guard.Guard
 	raw     rdmacore.CQ
 	size    int
 	channel *CompChannel
@@ -104,16 +105,16 @@ const ackBatch = 32
 // NewCQ creates a completion queue with room for at least size completions.
 // Events go to ch when it is not nil; vector picks the completion vector.
 func (c *Context) NewCQ(size int, ch *CompChannel, vector int) (*CQ, error) {
-	if err := c.use(); err != nil {
-		return nil, err
+	if !c.g.Use() {
+		return nil, ErrClosed
 	}
-	defer c.done()
+	defer c.g.Done()
 	var rawCh rdmacore.CompChannel
 	if ch != nil {
-		if err := ch.use(); err != nil {
-			return nil, err
+		if !ch.g.Use() {
+			return nil, ErrClosed
 		}
-		defer ch.done()
+		defer ch.g.Done()
 		rawCh = ch.raw
 	}
 	raw, actual, err := rdmacore.CreateCQ(c.raw, size, rawCh, vector)
@@ -149,20 +150,20 @@ func (cq *CQ) noteEvent() {
 // RequestNotify arms the queue: the next completion (or the next solicited
 // one) raises one event on its channel.
 func (cq *CQ) RequestNotify(solicitedOnly bool) error {
-	if err := cq.use(); err != nil {
-		return err
+	if !cq.g.Use() {
+		return ErrClosed
 	}
-	defer cq.done()
+	defer cq.g.Done()
 	return rdmacore.ReqNotifyCQ(cq.raw, solicitedOnly)
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many; 0 means
 // the queue is empty. It does not allocate.
 func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
-	if err := cq.use(); err != nil {
-		return 0, err
+	if !cq.g.Use() {
+		return 0, ErrClosed
 	}
-	defer cq.done()
+	defer cq.g.Done()
 	if len(wcs) == 0 {
 		return 0, nil
 	}
@@ -172,7 +173,7 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 // Close acknowledges outstanding events and destroys the queue. QPs using it
 // must be closed first.
 func (cq *CQ) Close() error {
-	return cq.close(func() error {
+	return cq.g.Close(func() error {
 		cq.pollMu.Lock()
 		if cq.unacked > 0 {
 			rdmacore.AckCQEvents(cq.raw, cq.unacked)

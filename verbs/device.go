@@ -3,6 +3,7 @@ package verbs
 import (
 	"errors"
 	"fmt"
+	"github.com/rdmanet/sdk/internal/guard"
 	"net/netip"
 	"syscall"
 
@@ -72,7 +73,7 @@ func noDevice(err error) error {
 
 // Context is an open device (struct ibv_context).
 type Context struct {
-	closer
+	g     guard.Guard
 	raw   rdmacore.Context
 	name  string
 	owned bool
@@ -103,17 +104,17 @@ func (c *Context) Name() string { return c.name }
 
 // NumCompVectors is how many completion vectors (interrupt queues) the device has.
 func (c *Context) NumCompVectors() int {
-	if err := c.use(); err != nil {
+	if !c.g.Use() {
 		return 0
 	}
-	defer c.done()
+	defer c.g.Done()
 	return rdmacore.NumCompVectors(c.raw)
 }
 
 // Close closes the device (a no-op for contexts librdmacm owns). Objects created
 // from it must be closed first.
 func (c *Context) Close() error {
-	return c.close(func() error {
+	return c.g.Close(func() error {
 		if !c.owned {
 			return nil
 		}
@@ -130,10 +131,10 @@ type DeviceAttr = rdmacore.DeviceAttr
 
 // QueryDevice returns the device's attributes.
 func (c *Context) QueryDevice() (DeviceAttr, error) {
-	if err := c.use(); err != nil {
-		return DeviceAttr{}, err
+	if !c.g.Use() {
+		return DeviceAttr{}, ErrClosed
 	}
-	defer c.done()
+	defer c.g.Done()
 	return rdmacore.QueryDevice(c.raw)
 }
 
@@ -196,10 +197,10 @@ func mtuBytes(m int) int {
 
 // QueryPort returns the attributes of port (ports count from 1).
 func (c *Context) QueryPort(port uint8) (PortAttr, error) {
-	if err := c.use(); err != nil {
-		return PortAttr{}, err
+	if !c.g.Use() {
+		return PortAttr{}, ErrClosed
 	}
-	defer c.done()
+	defer c.g.Done()
 	a, err := rdmacore.QueryPort(c.raw, port)
 	if err != nil {
 		return PortAttr{}, err
@@ -227,10 +228,10 @@ func (g GID) String() string { return netip.AddrFrom16(g).String() }
 
 // QueryGID returns entry index of port's GID table.
 func (c *Context) QueryGID(port uint8, index int) (GID, error) {
-	if err := c.use(); err != nil {
-		return GID{}, err
+	if !c.g.Use() {
+		return GID{}, ErrClosed
 	}
-	defer c.done()
+	defer c.g.Done()
 	g, err := rdmacore.QueryGID(c.raw, port, index)
 	return GID(g), err
 }

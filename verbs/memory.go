@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"fmt"
+	"github.com/rdmanet/sdk/internal/guard"
 	"unsafe"
 
 	"github.com/rdmanet/sdk/internal/rdmacore"
@@ -9,17 +10,17 @@ import (
 
 // PD is a protection domain (struct ibv_pd).
 type PD struct {
-	closer
+	g   guard.Guard
 	raw rdmacore.PD
 	ctx *Context
 }
 
 // AllocPD allocates a protection domain.
 func (c *Context) AllocPD() (*PD, error) {
-	if err := c.use(); err != nil {
-		return nil, err
+	if !c.g.Use() {
+		return nil, ErrClosed
 	}
-	defer c.done()
+	defer c.g.Done()
 	raw, err := rdmacore.AllocPD(c.raw)
 	if err != nil {
 		return nil, err
@@ -36,7 +37,7 @@ func (pd *PD) Raw() rdmacore.PD { return pd.raw }
 
 // Close deallocates the domain; its MRs and QPs must be closed first.
 func (pd *PD) Close() error {
-	return pd.close(func() error {
+	return pd.g.Close(func() error {
 		if err := rdmacore.DeallocPD(pd.raw); err != nil {
 			return err
 		}
@@ -59,9 +60,9 @@ const (
 // it. Registered ranges must be whole pages for fork safety (MADV_DONTFORK), and
 // a mapping always is.
 type Buffer struct {
-	closer
+	g    guard.Guard
 	mem  []byte
-	regs int // live MRs over this buffer, guarded by closer.mu
+	regs int // live MRs over this buffer, guarded by g
 }
 
 // NewBuffer maps size bytes, rounded up to whole pages.
@@ -86,7 +87,7 @@ func (b *Buffer) Len() int { return len(b.mem) }
 // Close unmaps the buffer. It fails with ErrBusy while memory regions over it
 // are registered.
 func (b *Buffer) Close() error {
-	return b.close(func() error {
+	return b.g.Close(func() error {
 		if b.regs > 0 {
 			return fmt.Errorf("verbs: close buffer with %d registered regions: %w", b.regs, ErrBusy)
 		}
@@ -100,7 +101,7 @@ func (b *Buffer) Close() error {
 
 // MR is a registered memory region (struct ibv_mr) over a whole Buffer.
 type MR struct {
-	closer
+	g          guard.Guard
 	raw        rdmacore.MR
 	buf        *Buffer
 	lkey, rkey uint32
@@ -108,13 +109,13 @@ type MR struct {
 
 // Register registers buf with the given access rights.
 func (pd *PD) Register(buf *Buffer, access Access) (*MR, error) {
-	if err := pd.use(); err != nil {
-		return nil, err
+	if !pd.g.Use() {
+		return nil, ErrClosed
 	}
-	defer pd.done()
-	buf.mu.Lock()
-	defer buf.mu.Unlock()
-	if buf.closed {
+	defer pd.g.Done()
+	buf.g.Lock()
+	defer buf.g.Unlock()
+	if buf.g.Closed() {
 		return nil, ErrClosed
 	}
 	raw, lkey, rkey, err := rdmacore.RegMR(pd.raw, unsafe.Pointer(unsafe.SliceData(buf.mem)), len(buf.mem), int(access))
@@ -148,13 +149,13 @@ func (mr *MR) Slice(off, n int) SGE {
 
 // Close deregisters the region; the buffer stays mapped.
 func (mr *MR) Close() error {
-	return mr.close(func() error {
+	return mr.g.Close(func() error {
 		if err := rdmacore.DeregMR(mr.raw); err != nil {
 			return err
 		}
-		mr.buf.mu.Lock()
+		mr.buf.g.Lock()
 		mr.buf.regs--
-		mr.buf.mu.Unlock()
+		mr.buf.g.Unlock()
 		live.mrs.Add(-1)
 		return nil
 	})

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"fmt"
+	"github.com/rdmanet/sdk/internal/guard"
 	"sync"
 	"unsafe"
 
@@ -14,7 +15,7 @@ type QPCap = rdmacore.QPCap
 // QP is a reliable-connected queue pair (struct ibv_qp). Package cm creates
 // them (rdma_create_qp), bound to a connection.
 type QP struct {
-	closer
+	g       guard.Guard
 	raw     rdmacore.QP
 	cap     QPCap
 	destroy func()
@@ -37,7 +38,7 @@ func (qp *QP) Cap() QPCap { return qp.cap }
 
 // Close destroys the queue pair. Its outstanding work requests are flushed.
 func (qp *QP) Close() error {
-	return qp.close(func() error {
+	return qp.g.Close(func() error {
 		qp.destroy()
 		live.qps.Add(-1)
 		return nil
@@ -102,10 +103,10 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	if len(wrs) == 0 {
 		return nil
 	}
-	if err := qp.use(); err != nil {
-		return err
+	if !qp.g.Use() {
+		return ErrClosed
 	}
-	defer qp.done()
+	defer qp.g.Done()
 	qp.sendMu.Lock()
 	n, err := rdmacore.PostSend(qp.raw, unsafe.Slice((*rdmacore.SendReq)(unsafe.Pointer(&wrs[0])), len(wrs)))
 	qp.sendMu.Unlock()
@@ -120,10 +121,10 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 	if len(wrs) == 0 {
 		return nil
 	}
-	if err := qp.use(); err != nil {
-		return err
+	if !qp.g.Use() {
+		return ErrClosed
 	}
-	defer qp.done()
+	defer qp.g.Done()
 	qp.recvMu.Lock()
 	n, err := rdmacore.PostRecv(qp.raw, unsafe.Slice((*rdmacore.RecvReq)(unsafe.Pointer(&wrs[0])), len(wrs)))
 	qp.recvMu.Unlock()

@@ -15,7 +15,6 @@ package verbs
 
 import (
 	"errors"
-	"sync"
 	"sync/atomic"
 
 	"github.com/rdmanet/sdk/internal/rdmacore"
@@ -66,39 +65,4 @@ func Resources() ResourceCounts {
 		QPs:          live.qps.Load(),
 		Buffers:      live.buffers.Load(),
 	}
-}
-
-// closer serialises an object's use against its Close: operations hold the
-// read side, Close the write side, so a closed handle is never passed to C.
-type closer struct {
-	mu     sync.RWMutex
-	closed bool
-}
-
-// use locks for an operation; it returns ErrClosed (and leaves nothing locked)
-// when the object is closed.
-func (c *closer) use() error {
-	c.mu.RLock()
-	if c.closed {
-		c.mu.RUnlock()
-		return ErrClosed
-	}
-	return nil
-}
-
-func (c *closer) done() { c.mu.RUnlock() }
-
-// close runs destroy once; later calls return nil. When destroy fails the
-// object stays open so the caller can retry after fixing the cause (EBUSY).
-func (c *closer) close(destroy func() error) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil
-	}
-	if err := destroy(); err != nil {
-		return err
-	}
-	c.closed = true
-	return nil
 }
