@@ -1,0 +1,236 @@
+//go:build linux
+
+package lab
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/labenv"
+)
+
+// guestModules are loaded in the guest before the network is built.
+// crc32_generic is what rxe computes RoCE checksums with: loaded here, it
+// spares the kernel a module request per crc32 implementation (each a
+// modprobe run, about 0.5 s in all) when the first rxe device is added.
+var guestModules = []string{"rdma_rxe", "rdma_ucm", "ib_uverbs", "veth", "crc32_generic"}
+
+// prefixLen is the prefix length of every lab subnet.
+const prefixLen = 24
+
+// linkEnd is one end of a veth pair.
+type linkEnd struct {
+	dev   string     // interface name
+	addr  netip.Addr // its address, with prefixLen
+	netns string     // its network namespace, or "" for the initial one
+	rxe   string     // the rxe device on it, or "" for none
+}
+
+// where names the interface for messages.
+func (e linkEnd) where() string {
+	if e.netns == "" {
+		return e.dev
+	}
+	return e.dev + " in network namespace " + e.netns
+}
+
+// topology returns the lab's veth pairs. What tests see of them comes from
+// labenv.Default; the near ends of the non-RDMA hosts are the lab's own.
+func topology() [][2]linkEnd {
+	d := labenv.Default
+	return [][2]linkEnd{
+		// A and B: RDMA bound to A goes out on lab-a and comes in on lab-b.
+		// Both ends stay in the initial namespace, the only one where
+		// Debian 6.1's rxe receives.
+		{{dev: "lab-a", addr: d.AddrA, rxe: d.DevA}, {dev: "lab-b", addr: d.AddrB, rxe: d.DevB}},
+		// A host without RDMA: the near end has rxe, so RDMA toward the far
+		// end is sent and never answered.
+		{{dev: "lab-n0", addr: netip.MustParseAddr("198.18.1.1"), rxe: "rxe2"},
+			{dev: "lab-n1", addr: d.NoRDMAHost, netns: d.NoRDMANetns}},
+		// A route through a netdev without RDMA: address resolution fails.
+		{{dev: "lab-p0", addr: netip.MustParseAddr("198.18.2.1")},
+			{dev: "lab-p1", addr: d.PlainHost, netns: d.PlainNetns}},
+	}
+}
+
+// netSetup builds the lab's network with the host's modprobe, ip and rdma.
+type netSetup struct {
+	modprobe, ip, rdma string
+	log                func(format string, args ...any) // set-up steps
+}
+
+func newNetSetup(log func(string, ...any)) (*netSetup, error) {
+	modprobe, err := toolModprobe.find()
+	if err != nil {
+		return nil, err
+	}
+	ip, err := toolIP.find()
+	if err != nil {
+		return nil, err
+	}
+	rdma, err := toolRDMA.find()
+	if err != nil {
+		return nil, err
+	}
+	return &netSetup{modprobe: modprobe, ip: ip, rdma: rdma, log: log}, nil
+}
+
+// batch is one run of a set-up program: argv, then lines on its standard
+// input (ip and rdma read one command per line in batch mode).
+type batch struct {
+	argv  []string
+	lines []string
+}
+
+// build loads the modules and creates the namespaces, links, addresses and
+// rxe devices of topology(). Commands are grouped into one batch per program
+// and namespace, because each program start costs about 0.1 s under TCG.
+func (s *netSetup) build() error {
+	namespaces := []string{""} // "" is the initial one
+	ipCmds := map[string][]string{"": {"link set lo up"}}
+	var rdmaCmds, acceptLocal []string
+	for _, pair := range topology() {
+		near, far := pair[0], pair[1]
+		add := "link add " + near.dev + " type veth peer name " + far.dev
+		if far.netns != "" {
+			namespaces = append(namespaces, far.netns)
+			ipCmds[far.netns] = []string{"link set lo up"}
+			add += " netns " + far.netns
+		} else {
+			// Both ends are this host's: packets between them arrive with
+			// a local source address, which Linux drops as martian unless
+			// accept_local is set. Without it, RDMA bound to one end never
+			// resolves the other: ARP is dropped, and so would RoCE be.
+			acceptLocal = append(acceptLocal, near.dev, far.dev)
+		}
+		ipCmds[""] = append(ipCmds[""], add)
+		for _, e := range pair {
+			ipCmds[e.netns] = append(ipCmds[e.netns],
+				fmt.Sprintf("addr add %s/%d dev %s", e.addr, prefixLen, e.dev),
+				"link set "+e.dev+" up")
+			if e.rxe != "" {
+				rdmaCmds = append(rdmaCmds, "link add "+e.rxe+" type rxe netdev "+e.dev)
+			}
+		}
+	}
+
+	batches := []batch{{argv: append([]string{s.modprobe, "-a"}, guestModules...)}}
+	for _, ns := range namespaces[1:] {
+		batches = append(batches, batch{argv: []string{s.ip, "netns", "add", ns}})
+	}
+	for _, ns := range namespaces {
+		argv := []string{s.ip}
+		if ns != "" {
+			argv = append(argv, "-n", ns)
+		}
+		batches = append(batches, batch{append(argv, "-batch", "-"), ipCmds[ns]})
+	}
+	// rdma spells the option -b: it would read -batch as -b atch.
+	batches = append(batches, batch{[]string{s.rdma, "-b", "-"}, rdmaCmds})
+
+	for _, b := range batches {
+		if err := s.run(b); err != nil {
+			return err
+		}
+	}
+	for _, dev := range acceptLocal {
+		p := filepath.Join("/proc/sys/net/ipv4/conf", dev, "accept_local")
+		s.log("echo 1 > %s", p)
+		if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run runs one batch, logging its commands.
+func (s *netSetup) run(b batch) error {
+	prog := filepath.Base(b.argv[0])
+	if len(b.lines) == 0 {
+		s.log("%s %s", prog, strings.Join(b.argv[1:], " "))
+	}
+	for _, l := range b.lines {
+		s.log("%s %s: %s", prog, strings.Join(b.argv[1:], " "), l)
+	}
+	cmd := exec.Command(b.argv[0], b.argv[1:]...)
+	cmd.Stdin = strings.NewReader(strings.Join(b.lines, "\n") + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %v: %s", prog, strings.Join(b.argv[1:], " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// verifyNetwork checks that the network is usable: every rxe device has an
+// active port, and every interface is up and running with its address.
+// Links come up asynchronously, so it retries for a while.
+func verifyNetwork() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := checkNetwork()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkNetwork checks the network once; see verifyNetwork.
+func checkNetwork() error {
+	for _, pair := range topology() {
+		for _, e := range pair {
+			if e.rxe != "" {
+				state, err := os.ReadFile(filepath.Join("/sys/class/infiniband", e.rxe, "ports/1/state"))
+				if err != nil {
+					return fmt.Errorf("RDMA device %s: %w", e.rxe, err)
+				}
+				if !bytes.Contains(state, []byte("ACTIVE")) {
+					return fmt.Errorf("RDMA device %s: port state %s", e.rxe, bytes.TrimSpace(state))
+				}
+			}
+			check := func() error { return checkInterface(e) }
+			var err error
+			if e.netns == "" {
+				err = check()
+			} else {
+				err = labenv.InNetns(e.netns, check)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkInterface checks, in the current network namespace, that e's
+// interface is up, has carrier and has its address.
+func checkInterface(e linkEnd) error {
+	ifi, err := net.InterfaceByName(e.dev)
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", e.where(), err)
+	}
+	if ifi.Flags&net.FlagRunning == 0 {
+		return fmt.Errorf("interface %s is not running (flags %v)", e.where(), ifi.Flags)
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", e.where(), err)
+	}
+	want := netip.PrefixFrom(e.addr, prefixLen)
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			ones, _ := n.Mask.Size()
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && netip.PrefixFrom(ip.Unmap(), ones) == want {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("interface %s lacks address %v", e.where(), want)
+}

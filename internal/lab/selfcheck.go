@@ -1,0 +1,207 @@
+//go:build linux
+
+package lab
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/labenv"
+)
+
+// Programs the self-check runs, from rdma-core's and perftest's packages.
+var selfCheckTools = []tool{
+	{"ibv_devices", "ibverbs-utils"},
+	{"rping", "rdmacm-utils"},
+	{"ib_write_bw", "perftest"},
+	{"ib_send_lat", "perftest"},
+}
+
+// CheckSelfCheckTools reports the first program of the self-check that is not
+// installed, so that rdmanet-lab -selfcheck fails before booting.
+func CheckSelfCheckTools() error {
+	for _, t := range selfCheckTools {
+		if _, err := t.find(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stepTimeout bounds each self-check step: rdma_cm's own timeouts are long,
+// and a step that hangs must fail rather than stall the lab.
+const stepTimeout = 90 * time.Second
+
+// SelfCheck checks the lab it runs in with the standard RDMA tools, printing
+// each step and each tool's summary to w. It returns an error for the first
+// step that fails.
+func SelfCheck(ctx context.Context, w io.Writer) error {
+	if err := CheckSelfCheckTools(); err != nil {
+		return err
+	}
+	env, err := labenv.FromEnviron(os.LookupEnv)
+	if err != nil {
+		return fmt.Errorf("not in a working lab: %w", err)
+	}
+	a, b := env.AddrA.String(), env.AddrB.String()
+	steps := []struct {
+		title string
+		run   func(context.Context) (string, error)
+	}{
+		{"ibv_devices lists " + env.DevA + " and " + env.DevB, func(ctx context.Context) (string, error) {
+			return devicesStep(ctx, env)
+		}},
+		{fmt.Sprintf("rping %s -> %s, 3 round trips", a, b), func(ctx context.Context) (string, error) {
+			out, err := serverClient(ctx,
+				[]string{"rping", "-s", "-a", b, "-C", "3", "-v"},
+				[]string{"rping", "-c", "-I", a, "-a", b, "-C", "3", "-v"})
+			return grepLines(out, "ping data:"), err
+		}},
+		{fmt.Sprintf("ib_write_bw %s -> %s, 64 KiB x 100", env.DevA, env.DevB), func(ctx context.Context) (string, error) {
+			out, err := serverClient(ctx,
+				[]string{"ib_write_bw", "-F", "-d", env.DevB, "-s", "65536", "-n", "100"},
+				[]string{"ib_write_bw", "-F", "-d", env.DevA, "-s", "65536", "-n", "100", b})
+			return perftestSummary(out), err
+		}},
+		{fmt.Sprintf("ib_send_lat %s -> %s, 64 B x 200", env.DevA, env.DevB), func(ctx context.Context) (string, error) {
+			out, err := serverClient(ctx,
+				[]string{"ib_send_lat", "-F", "-d", env.DevB, "-s", "64", "-n", "200"},
+				[]string{"ib_send_lat", "-F", "-d", env.DevA, "-s", "64", "-n", "200", b})
+			return perftestSummary(out), err
+		}},
+	}
+	for i, st := range steps {
+		fmt.Fprintf(w, "selfcheck %d/%d: %s\n", i+1, len(steps), st.title)
+		start := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		summary, err := st.run(sctx)
+		cancel()
+		if summary != "" {
+			fmt.Fprint(w, indent(summary))
+		}
+		if err != nil {
+			fmt.Fprintf(w, "selfcheck %d/%d: FAILED after %.1fs\n", i+1, len(steps), time.Since(start).Seconds())
+			return fmt.Errorf("selfcheck: %s: %w", st.title, err)
+		}
+		fmt.Fprintf(w, "selfcheck %d/%d: ok (%.1fs)\n", i+1, len(steps), time.Since(start).Seconds())
+	}
+	fmt.Fprintln(w, "selfcheck: all passed")
+	return nil
+}
+
+// devicesStep runs ibv_devices and checks that it lists env's two devices.
+func devicesStep(ctx context.Context, env labenv.Env) (string, error) {
+	out, err := exec.CommandContext(ctx, "ibv_devices").CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("ibv_devices: %v", err)
+	}
+	for _, dev := range []string{env.DevA, env.DevB} {
+		if !hasField(string(out), dev) {
+			return string(out), fmt.Errorf("ibv_devices does not list %s", dev)
+		}
+	}
+	return string(out), nil
+}
+
+// serverClient runs an RDMA tool's server, then its client against it, and
+// returns the client's output; an error quotes both outputs. The server
+// needs a moment before it listens, so a client that fails is retried a few
+// times while the server still runs.
+func serverClient(ctx context.Context, server, client []string) (string, error) {
+	var srvOut bytes.Buffer
+	srv := exec.CommandContext(ctx, server[0], server[1:]...)
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		return "", err
+	}
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Wait() }()
+
+	const attempts = 10
+	var (
+		cliOut []byte
+		cliErr error
+	)
+retry:
+	for attempt := 1; ; attempt++ {
+		cliOut, cliErr = exec.CommandContext(ctx, client[0], client[1:]...).CombinedOutput()
+		if cliErr == nil || ctx.Err() != nil || attempt == attempts {
+			break
+		}
+		select {
+		case err := <-srvDone: // the server gave up: retrying cannot help
+			srvDone <- err
+			break retry
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if cliErr != nil {
+		srv.Process.Kill() // it would wait for a client until the timeout
+	}
+	srvErr := <-srvDone
+	var err error
+	switch {
+	case ctx.Err() != nil:
+		err = ctx.Err()
+	case cliErr != nil:
+		err = fmt.Errorf("client: %v", cliErr)
+	case srvErr != nil:
+		err = fmt.Errorf("server: %v", srvErr)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w\n$ %s\n%s$ %s\n%s", err,
+			strings.Join(client, " "), cliOut, strings.Join(server, " "), srvOut.Bytes())
+	}
+	return string(cliOut), nil
+}
+
+// grepLines returns the lines of out that contain substr.
+func grepLines(out, substr string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, substr) {
+			b.WriteString(strings.TrimSpace(l) + "\n")
+		}
+	}
+	return b.String()
+}
+
+// perftestSummary returns perftest's result table: the "#bytes" header and
+// the line after it.
+func perftestSummary(out string) string {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "#bytes") && i+1 < len(lines) {
+			return strings.TrimSpace(l) + "\n" + strings.TrimSpace(lines[i+1]) + "\n"
+		}
+	}
+	return ""
+}
+
+func hasField(s, field string) bool {
+	for _, f := range strings.Fields(s) {
+		if f == field {
+			return true
+		}
+	}
+	return false
+}
+
+func indent(s string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(s, "\n") {
+		if strings.TrimSpace(l) != "" {
+			b.WriteString("    " + l)
+		}
+	}
+	if !strings.HasSuffix(b.String(), "\n") && b.Len() > 0 {
+		b.WriteString("\n")
+	}
+	return b.String()
+}

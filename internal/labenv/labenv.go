@@ -1,0 +1,171 @@
+// Package labenv tells tests whether they run inside the rdmanet lab (a QEMU
+// VM with Soft-RoCE started by cmd/rdmanet-lab) and describes the lab's hosts.
+//
+// The lab's topology is defined once, in [Default] and the variable table
+// below; rdmanet-lab builds the network from it and passes it to the command it
+// runs as environment variables, which [RequireRDMA] reads back.
+package labenv
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// VarLab is set to "1" in the environment of every command the lab runs.
+const VarLab = "RDMANET_LAB"
+
+// Env describes the lab's network as a test sees it.
+type Env struct {
+	AddrA, AddrB netip.Addr // two addresses on RDMA devices that reach each other
+	DevA, DevB   string     // their RDMA device names
+	NoRDMAHost   netip.Addr // a host without RDMA (TCP works, RDMA gets no answer)
+	NoRDMANetns  string     // the network namespace holding NoRDMAHost
+	PlainHost    netip.Addr // reached through a netdev that has no RDMA device
+	PlainNetns   string     // the network namespace holding PlainHost
+}
+
+// Default is the lab's topology. Every address is in 198.18.0.0/15, the range
+// RFC 2544 reserves for benchmarking, so nothing here can collide with a real
+// network.
+var Default = Env{
+	AddrA:       netip.MustParseAddr("198.18.0.1"),
+	AddrB:       netip.MustParseAddr("198.18.0.2"),
+	DevA:        "rxe0",
+	DevB:        "rxe1",
+	NoRDMAHost:  netip.MustParseAddr("198.18.1.2"),
+	NoRDMANetns: "nordma",
+	PlainHost:   netip.MustParseAddr("198.18.2.2"),
+	PlainNetns:  "plain",
+}
+
+// variables maps each field of Env to its environment variable. field returns
+// a *netip.Addr or a *string pointing into the given Env.
+var variables = []struct {
+	name  string
+	field func(*Env) any
+}{
+	{"RDMANET_LAB_ADDR_A", func(e *Env) any { return &e.AddrA }},
+	{"RDMANET_LAB_ADDR_B", func(e *Env) any { return &e.AddrB }},
+	{"RDMANET_LAB_DEV_A", func(e *Env) any { return &e.DevA }},
+	{"RDMANET_LAB_DEV_B", func(e *Env) any { return &e.DevB }},
+	{"RDMANET_LAB_NORDMA_HOST", func(e *Env) any { return &e.NoRDMAHost }},
+	{"RDMANET_LAB_NORDMA_NETNS", func(e *Env) any { return &e.NoRDMANetns }},
+	{"RDMANET_LAB_PLAIN_HOST", func(e *Env) any { return &e.PlainHost }},
+	{"RDMANET_LAB_PLAIN_NETNS", func(e *Env) any { return &e.PlainNetns }},
+}
+
+// Environ returns e as environment entries ("KEY=VALUE"), VarLab=1 first.
+func (e Env) Environ() []string {
+	out := []string{VarLab + "=1"}
+	for _, v := range variables {
+		var s string
+		switch p := v.field(&e).(type) {
+		case *netip.Addr:
+			s = p.String()
+		case *string:
+			s = *p
+		}
+		out = append(out, v.name+"="+s)
+	}
+	return out
+}
+
+// VarError reports a lab variable that is missing or malformed.
+type VarError struct {
+	Name  string
+	Value string
+	Err   error // nil if the variable is unset
+}
+
+func (e *VarError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("environment variable %s is not set", e.Name)
+	}
+	return fmt.Sprintf("environment variable %s=%q: %v", e.Name, e.Value, e.Err)
+}
+
+func (e *VarError) Unwrap() error { return e.Err }
+
+// FromEnviron reads an Env from the lab's variables through lookup
+// (os.LookupEnv in practice). It does not look at VarLab.
+func FromEnviron(lookup func(string) (string, bool)) (Env, error) {
+	var e Env
+	for _, v := range variables {
+		s, ok := lookup(v.name)
+		if !ok || s == "" {
+			return Env{}, &VarError{Name: v.name}
+		}
+		switch p := v.field(&e).(type) {
+		case *netip.Addr:
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				return Env{}, &VarError{Name: v.name, Value: s, Err: err}
+			}
+			*p = a
+		case *string:
+			*p = s
+		}
+	}
+	return e, nil
+}
+
+// InLab reports whether the process runs inside the rdmanet lab (RDMANET_LAB=1).
+func InLab() bool { return os.Getenv(VarLab) == "1" }
+
+// skipReason tells someone who ran an RDMA test outside the lab how to run it.
+const skipReason = "needs RDMA: not in the rdmanet lab (" + VarLab + " is not 1); " +
+	"run it with `make lab-test`, or `go build -o /tmp/rdmanet-lab ./cmd/rdmanet-lab && " +
+	"go test -exec /tmp/rdmanet-lab ./...`"
+
+// RequireRDMA returns the lab's environment. Outside the lab it calls t.Skip
+// with a reason saying how to run the test in the lab. Inside the lab, if
+// anything is missing (variables, /sys/class/infiniband devices,
+// /dev/infiniband/uverbs*), it calls t.Fatal: an RDMA test must never skip in
+// the lab.
+func RequireRDMA(t testing.TB) Env {
+	t.Helper()
+	return requireRDMA(t, os.LookupEnv, "/")
+}
+
+// requireRDMA is RequireRDMA with the environment and the file system root
+// (where sys/ and dev/ are looked up) as parameters, so it can be tested.
+func requireRDMA(t testing.TB, lookup func(string) (string, bool), root string) Env {
+	t.Helper()
+	if v, _ := lookup(VarLab); v != "1" {
+		t.Skip(skipReason)
+	}
+	e, err := FromEnviron(lookup)
+	if err != nil {
+		t.Fatalf("rdmanet lab is broken: %v", err)
+	}
+	if err := checkDevices(root, e); err != nil {
+		t.Fatalf("rdmanet lab is broken: %v", err)
+	}
+	return e
+}
+
+// checkDevices verifies that the kernel knows e's RDMA devices and that the
+// device files user space opens exist.
+func checkDevices(root string, e Env) error {
+	for _, dev := range []string{e.DevA, e.DevB} {
+		p := filepath.Join(root, "sys/class/infiniband", dev)
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("RDMA device %s: %w", dev, err)
+		}
+	}
+	uverbs, err := filepath.Glob(filepath.Join(root, "dev/infiniband/uverbs*"))
+	if err != nil {
+		return err
+	}
+	if len(uverbs) == 0 {
+		return errors.New("no /dev/infiniband/uverbs* device files")
+	}
+	if _, err := os.Stat(filepath.Join(root, "dev/infiniband/rdma_cm")); err != nil {
+		return fmt.Errorf("RDMA connection manager: %w", err)
+	}
+	return nil
+}
