@@ -1,0 +1,655 @@
+package cm_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/verbs"
+)
+
+// These tests run on Soft-RoCE in the lab (make lab-test); outside it they skip.
+
+// endpoint is one side of a test connection: every verbs object a connection needs.
+type endpoint struct {
+	id  *cm.ID
+	pd  *verbs.PD
+	ch  *verbs.CompChannel
+	cq  *verbs.CQ
+	qp  *verbs.QP
+	buf *verbs.Buffer
+	mr  *verbs.MR
+}
+
+const bufSize = 64 << 10
+
+// newEndpoint builds the verbs objects on id's device and registers their
+// teardown, in the order rdma-core requires, with t.Cleanup.
+func newEndpoint(t *testing.T, id *cm.ID) *endpoint {
+	t.Helper()
+	ctx := id.Context()
+	if ctx == nil {
+		t.Fatal("ID has no device context")
+	}
+	ep := &endpoint{id: id}
+	t.Cleanup(func() { ep.close(t) })
+	var err error
+	must := func(e error) {
+		t.Helper()
+		if e != nil {
+			t.Fatal(e)
+		}
+	}
+	ep.pd, err = ctx.AllocPD()
+	must(err)
+	ep.ch, err = ctx.NewCompChannel()
+	must(err)
+	ep.cq, err = ctx.NewCQ(128, ep.ch, 0)
+	must(err)
+	ep.buf, err = verbs.NewBuffer(bufSize)
+	must(err)
+	ep.mr, err = ep.pd.Register(ep.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	must(err)
+	ep.qp, err = id.CreateQP(ep.pd, cm.QPConfig{
+		SendCQ: ep.cq, RecvCQ: ep.cq,
+		Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64},
+	})
+	must(err)
+	must(ep.cq.RequestNotify(false))
+	return ep
+}
+
+// close tears down in the order rdma-core requires: the ID (and its QP) before
+// the CQ, the CQ before its channel, MRs before their buffer and PD.
+func (ep *endpoint) close(t *testing.T) {
+	check := func(what string, err error) {
+		if err != nil {
+			t.Errorf("close %s: %v", what, err)
+		}
+	}
+	if ep.id != nil {
+		check("ID", ep.id.Close())
+	}
+	if ep.cq != nil {
+		check("CQ", ep.cq.Close())
+	}
+	if ep.ch != nil {
+		check("completion channel", ep.ch.Close())
+	}
+	if ep.mr != nil {
+		check("MR", ep.mr.Close())
+	}
+	if ep.buf != nil {
+		check("buffer", ep.buf.Close())
+	}
+	if ep.pd != nil {
+		check("PD", ep.pd.Close())
+	}
+}
+
+// region is what each side tells the other about its buffer in private data.
+type region struct {
+	addr uint64
+	rkey uint32
+	size uint32
+}
+
+func (r region) encode() []byte {
+	b := make([]byte, 16)
+	binary.BigEndian.PutUint64(b, r.addr)
+	binary.BigEndian.PutUint32(b[8:], r.rkey)
+	binary.BigEndian.PutUint32(b[12:], r.size)
+	return b
+}
+
+func decodeRegion(t *testing.T, b []byte) region {
+	t.Helper()
+	if len(b) < 16 {
+		t.Fatalf("private data %d bytes, want at least 16", len(b))
+	}
+	return region{binary.BigEndian.Uint64(b), binary.BigEndian.Uint32(b[8:]), binary.BigEndian.Uint32(b[12:])}
+}
+
+// await collects n completions, sleeping on the completion channel in between.
+func (ep *endpoint) await(t *testing.T, n int) []verbs.WorkCompletion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []verbs.WorkCompletion
+	wcs := make([]verbs.WorkCompletion, 16)
+	for len(out) < n {
+		k, err := ep.cq.Poll(wcs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k > 0 {
+			out = append(out, wcs[:k]...)
+			continue
+		}
+		cq, err := ep.ch.Wait(ctx)
+		if err != nil {
+			t.Fatalf("waiting for %d completions (have %d): %v", n, len(out), err)
+		}
+		if cq != ep.cq {
+			t.Fatal("event for a foreign CQ")
+		}
+		// Re-arm before the next poll, or a completion landing in between is lost.
+		if err := ep.cq.RequestNotify(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, wc := range out {
+		if err := wc.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func (ep *endpoint) postRecvs(t *testing.T, n int, size int) {
+	t.Helper()
+	wrs := make([]verbs.RecvWR, n)
+	for i := range wrs {
+		wrs[i] = verbs.RecvWR{ID: uint64(1000 + i), Local: ep.mr.Slice(i*size, size)}
+	}
+	if err := ep.qp.PostRecv(wrs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func randomPort() uint16 { return uint16(20000 + rand.IntN(20000)) }
+
+// checkNoLeaks fails the test if any verbs object or cm ID outlives it.
+func checkNoLeaks(t *testing.T) {
+	t.Cleanup(func() {
+		if r := verbs.Resources(); r != (verbs.ResourceCounts{}) {
+			t.Errorf("verbs objects left open: %+v", r)
+		}
+		if n := cm.LiveIDs(); n != 0 {
+			t.Errorf("%d cm IDs left open", n)
+		}
+	})
+}
+
+// listen starts a listener on a random port of env.AddrB, closed at cleanup.
+func listen(t *testing.T, env labenv.Env, backlog int) (*cm.ID, netip.AddrPort) {
+	t.Helper()
+	ln, err := cm.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	addr := netip.AddrPortFrom(env.AddrB, randomPort())
+	if err := ln.Bind(addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := ln.Listen(backlog); err != nil {
+		t.Fatal(err)
+	}
+	return ln, addr
+}
+
+// connectPair connects an endpoint on AddrA to one on AddrB, exchanging
+// region descriptions in the private data of the request and the accept.
+func connectPair(t *testing.T, env labenv.Env, recvs int) (client, server *endpoint, clientSeen, serverSeen region) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ln, addr := listen(t, env, 8)
+
+	type accepted struct {
+		ep   *endpoint
+		seen region
+		err  error
+	}
+	done := make(chan accepted, 1)
+	go func() {
+		req, err := ln.GetRequest(ctx)
+		if err != nil {
+			done <- accepted{err: err}
+			return
+		}
+		var a accepted
+		a.seen = region{}
+		if len(req.Param.PrivateData) >= 16 {
+			a.seen = region{binary.BigEndian.Uint64(req.Param.PrivateData), binary.BigEndian.Uint32(req.Param.PrivateData[8:]), binary.BigEndian.Uint32(req.Param.PrivateData[12:])}
+		}
+		a.ep = newEndpoint(t, req.ID)
+		a.ep.postRecvs(t, recvs, 256)
+		mine := region{a.ep.mr.Addr(), a.ep.mr.RKey(), bufSize}
+		a.err = req.ID.Accept(ctx, cm.ConnParam{PrivateData: mine.encode(), ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7})
+		done <- a
+	}()
+
+	id, err := cm.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := id.Resolve(ctx, env.AddrA, addr); err != nil {
+		id.Close()
+		t.Fatal(err)
+	}
+	client = newEndpoint(t, id)
+	client.postRecvs(t, recvs, 256)
+	mine := region{client.mr.Addr(), client.mr.RKey(), bufSize}
+	peer, err := id.Connect(ctx, cm.ConnParam{PrivateData: mine.encode(), ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7})
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	a := <-done
+	if a.err != nil {
+		t.Fatalf("accept: %v", a.err)
+	}
+	if got := id.RemoteAddr(); got != addr {
+		t.Errorf("client RemoteAddr %v, want %v", got, addr)
+	}
+	if got := a.ep.id.RemoteAddr().Addr(); got != env.AddrA {
+		t.Errorf("server sees peer %v, want %v", got, env.AddrA)
+	}
+	return client, a.ep, decodeRegion(t, peer.PrivateData), a.seen
+}
+
+func TestLabDevices(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	devs, err := verbs.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, d := range devs {
+		names[d.Name] = true
+	}
+	for _, want := range []string{env.DevA, env.DevB} {
+		if !names[want] {
+			t.Fatalf("device %s missing from %v", want, devs)
+		}
+	}
+	ctx, err := verbs.Open(env.DevA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	attr, err := ctx.QueryDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if attr.MaxQPWR <= 0 || attr.PhysPortCount != 1 {
+		t.Errorf("implausible device attributes %+v", attr)
+	}
+	port, err := ctx.QueryPort(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port.State != verbs.PortActive || port.LinkLayer != verbs.LinkLayerEthernet || port.ActiveMTU < 256 {
+		t.Errorf("port 1 of %s: %+v, want ACTIVE Ethernet", env.DevA, port)
+	}
+	found := false
+	for i := 0; i < port.GIDTableLen && !found; i++ {
+		g, err := ctx.QueryGID(1, i)
+		if err != nil {
+			break // entries past the populated ones may fail
+		}
+		found = g.Addr() == env.AddrA
+	}
+	if !found {
+		t.Errorf("no GID of %s holds %v", env.DevA, env.AddrA)
+	}
+	if err := ctx.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := ctx.QueryPort(1); !errors.Is(err, verbs.ErrClosed) {
+		t.Fatalf("QueryPort after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestLabSendRecv(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	client, server, _, seen := connectPair(t, env, 4)
+	if seen.rkey != client.mr.RKey() || seen.addr != client.mr.Addr() {
+		t.Errorf("server saw request private data %+v, want the client's region", seen)
+	}
+	if client.qp.Cap().MaxInlineData < 32 {
+		t.Fatalf("QP allows %d inline bytes, asked for 64", client.qp.Cap().MaxInlineData)
+	}
+	msgs := [][]byte{[]byte("hello over rxe"), bytes.Repeat([]byte{0xa5}, 200), []byte("inline: copied at post time")}
+	var wrs []verbs.SendWR
+	off := 0
+	for i, m := range msgs {
+		copy(client.buf.Bytes()[8192+off:], m)
+		flags := verbs.SendSignaled
+		if i == 2 {
+			flags |= verbs.SendInline
+		}
+		wrs = append(wrs, verbs.SendWR{ID: uint64(i), Local: client.mr.Slice(8192+off, len(m)), Opcode: verbs.OpSend, Flags: flags})
+		off += len(m)
+	}
+	if err := client.qp.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	// An inline send's bytes were copied when it was posted: scribbling on them
+	// now must not change what arrives.
+	copy(client.buf.Bytes()[8192+off-len(msgs[2]):], bytes.Repeat([]byte{'X'}, len(msgs[2])))
+	for _, wc := range client.await(t, len(msgs)) {
+		if wc.Opcode != verbs.WCSend {
+			t.Errorf("client completion %v, want SEND", wc.Opcode)
+		}
+	}
+	got := server.await(t, len(msgs))
+	for i, wc := range got {
+		if wc.Opcode != verbs.WCRecv || int(wc.ByteLen) != len(msgs[i]) || wc.ID != uint64(1000+i) {
+			t.Fatalf("receive %d: %+v", i, wc)
+		}
+		slot := server.buf.Bytes()[i*256 : i*256+int(wc.ByteLen)]
+		if !bytes.Equal(slot, msgs[i]) {
+			t.Fatalf("receive %d carried %q, want %q", i, slot, msgs[i])
+		}
+	}
+}
+
+func TestLabWriteWithImm(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	client, server, peer, _ := connectPair(t, env, 4)
+	payload := make([]byte, 40000)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	copy(client.buf.Bytes(), payload)
+	const at = 4096
+	// As Valkey allows: a plain RDMA write, then a write with immediate that
+	// completes at the receiver, posted as one chain. RC keeps them in order.
+	half := len(payload) / 2
+	err := client.qp.PostSend([]verbs.SendWR{
+		{ID: 6, Local: client.mr.Slice(0, half), Opcode: verbs.OpRDMAWrite, RemoteAddr: peer.addr + at, RKey: peer.rkey},
+		{ID: 7, Local: client.mr.Slice(half, len(payload)-half), Opcode: verbs.OpRDMAWriteWithImm,
+			Flags: verbs.SendSignaled, RemoteAddr: peer.addr + at + uint64(half), RKey: peer.rkey, Imm: 0xC0FFEE01},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.await(t, 1)
+	wc := server.await(t, 1)[0]
+	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
+		t.Fatalf("completion %+v, want RECV_RDMA_WITH_IMM with immediate", wc)
+	}
+	if wc.Imm != 0xC0FFEE01 {
+		t.Errorf("immediate %#x, want 0xc0ffee01", wc.Imm)
+	}
+	if int(wc.ByteLen) != len(payload)-half {
+		t.Errorf("byte_len %d, want %d (the write with immediate's own length)", wc.ByteLen, len(payload)-half)
+	}
+	if !bytes.Equal(server.buf.Bytes()[at:at+len(payload)], payload) {
+		t.Fatal("written bytes differ in the peer's memory")
+	}
+}
+
+func TestLabRejectWithPrivateData(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ln, addr := listen(t, env, 1)
+	go func() {
+		req, err := ln.GetRequest(ctx)
+		if err != nil {
+			return
+		}
+		req.ID.Reject([]byte("go away"))
+		req.ID.Close()
+	}()
+	id, err := cm.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Close()
+	if err := id.Resolve(ctx, env.AddrA, addr); err != nil {
+		t.Fatal(err)
+	}
+	newEndpoint(t, id)
+	_, err = id.Connect(ctx, cm.ConnParam{PrivateData: []byte("hello"), RetryCount: 7, RNRRetryCount: 7})
+	var ee *cm.EventError
+	if !errors.As(err, &ee) || !errors.Is(err, cm.ErrRejected) || ee.NoListener() {
+		t.Fatalf("connect = %v, want a rejection by the application", err)
+	}
+	if ee.Status != cm.RejectConsumer || !bytes.HasPrefix(ee.PrivateData, []byte("go away")) {
+		t.Errorf("reject reason %d, private data %q; want %d and \"go away\"", ee.Status, ee.PrivateData, cm.RejectConsumer)
+	}
+}
+
+// TestLabDataPathDoesNotAllocate: posting and polling cross into C with the
+// caller's slices, with no allocation.
+func TestLabDataPathDoesNotAllocate(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	client, server, peer, _ := connectPair(t, env, 4)
+	wrs := []verbs.SendWR{{Local: client.mr.Slice(0, 8), Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, RemoteAddr: peer.addr, RKey: peer.rkey}}
+	wcs := make([]verbs.WorkCompletion, 8)
+	allocs := testing.AllocsPerRun(50, func() {
+		if err := client.qp.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+		for n := 0; n == 0; {
+			var err error
+			if n, err = client.cq.Poll(wcs); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("PostSend+Poll allocate %v times per run, want 0", allocs)
+	}
+	recv := []verbs.RecvWR{{ID: 1, Local: server.mr.Slice(0, 64)}}
+	if allocs := testing.AllocsPerRun(20, func() {
+		if err := server.qp.PostRecv(recv); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Errorf("PostRecv allocates %v times per run, want 0", allocs)
+	}
+}
+
+func TestLabDisconnect(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	client, server, _, _ := connectPair(t, env, 1)
+	if err := client.id.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// The passive side sees DISCONNECTED and answers by disconnecting too (its
+	// DREP); only then does the active side's DISCONNECTED arrive without waiting
+	// for the DREQ to time out.
+	ev, err := server.id.WaitEvent(ctx)
+	if err != nil || ev.Type != cm.EventDisconnected {
+		t.Fatalf("server after the client's Disconnect: event %v, %v; want DISCONNECTED", ev.Type, err)
+	}
+	if err := server.id.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	ev, err = client.id.WaitEvent(ctx)
+	if err != nil || ev.Type != cm.EventDisconnected {
+		t.Fatalf("client after the server's answer: event %v, %v; want DISCONNECTED", ev.Type, err)
+	}
+	// The server's posted receive is flushed, not lost silently.
+	wcs := make([]verbs.WorkCompletion, 4)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := server.cq.Poll(wcs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			if wcs[0].Status != verbs.WCWRFlushErr {
+				t.Fatalf("posted receive completed %v, want flushed", wcs[0].Status)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("posted receive never flushed after disconnect")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestLabConnectNoListener(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	id, err := cm.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Close()
+	if err := id.Resolve(ctx, env.AddrA, netip.AddrPortFrom(env.AddrB, randomPort())); err != nil {
+		t.Fatal(err)
+	}
+	ep := newEndpoint(t, id)
+	start := time.Now()
+	_, err = ep.id.Connect(ctx, cm.ConnParam{RetryCount: 7, RNRRetryCount: 7, ResponderResources: 1, InitiatorDepth: 1})
+	var ee *cm.EventError
+	if !errors.Is(err, cm.ErrRejected) || !errors.As(err, &ee) || !ee.NoListener() {
+		t.Fatalf("connect to a port with no listener = %v, want a rejection saying nothing listens", err)
+	}
+	t.Logf("rejected after %v: %v", time.Since(start).Round(time.Millisecond), err)
+}
+
+func TestLabRouteWithoutRDMADevice(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	id, err := cm.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Close()
+	err = id.Resolve(ctx, netip.Addr{}, netip.AddrPortFrom(env.PlainHost, 7471))
+	if !errors.Is(err, cm.ErrAddrResolution) || !errors.Is(err, syscall.ENODEV) {
+		t.Fatalf("resolve %v through a netdev without RDMA = %v, want address error ENODEV", env.PlainHost, err)
+	}
+}
+
+func TestLabCancelPendingConnect(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	id, err := cm.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Close()
+	rctx, rcancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer rcancel()
+	// The host without RDMA answers ARP, so resolution succeeds; the connect
+	// request then gets no answer at all.
+	if err := id.Resolve(rctx, netip.Addr{}, netip.AddrPortFrom(env.NoRDMAHost, 7471)); err != nil {
+		t.Fatal(err)
+	}
+	ep := newEndpoint(t, id)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	start := time.Now()
+	_, err = ep.id.Connect(ctx, cm.ConnParam{RetryCount: 7, RNRRetryCount: 7, ResponderResources: 1, InitiatorDepth: 1})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled connect = %v, want context.Canceled", err)
+	}
+	t.Logf("cancelled connect returned after %v", time.Since(start).Round(time.Millisecond))
+}
+
+func TestLabCloseUnblocksGetRequest(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	ln, _ := listen(t, env, 1)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ln.GetRequest(context.Background())
+		errc <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, cm.ErrClosed) {
+			t.Fatalf("GetRequest after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not unblock GetRequest")
+	}
+}
+
+// TestLabKernelSeesNoLeftovers asks the kernel (rdma resource show), not the
+// library's own counts, whether this process still holds QPs, CQs, MRs or PDs
+// after connections are closed.
+func TestLabKernelSeesNoLeftovers(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	t.Run("connect", func(t *testing.T) {
+		checkNoLeaks(t)
+		client, server, peer, _ := connectPair(t, env, 2)
+		copy(client.buf.Bytes(), "x")
+		if err := client.qp.PostSend([]verbs.SendWR{{Local: client.mr.Slice(0, 1), Opcode: verbs.OpRDMAWriteWithImm, Flags: verbs.SendSignaled, RemoteAddr: peer.addr, RKey: peer.rkey, Imm: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		client.await(t, 1)
+		server.await(t, 1)
+		if n := kernelResources(t, "qp"); n < 2 {
+			t.Fatalf("kernel lists %d QPs of this process while 2 are open: the check cannot see them", n)
+		}
+	})
+	for _, kind := range []string{"qp", "cq", "mr", "pd"} {
+		if n := kernelResources(t, kind); n != 0 {
+			t.Errorf("kernel still lists %d %s of this process", n, kind)
+		}
+	}
+}
+
+// kernelResources counts the kernel's RDMA objects of one kind owned by this
+// process. The kernel records the id of the thread that created each object,
+// so any of this process's threads counts.
+func kernelResources(t *testing.T, kind string) int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := map[int]bool{os.Getpid(): true}
+	for _, task := range tasks {
+		if tid, err := strconv.Atoi(task.Name()); err == nil {
+			ours[tid] = true
+		}
+	}
+	out, err := exec.Command("rdma", "-j", "resource", "show", kind).Output()
+	if err != nil {
+		t.Fatalf("rdma resource show %s: %v", kind, err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(out, &rows); err != nil {
+		t.Fatalf("rdma resource show %s: %v\n%s", kind, err, out)
+	}
+	n := 0
+	for _, r := range rows {
+		if pid, ok := r["pid"].(float64); ok && ours[int(pid)] {
+			n++
+		}
+	}
+	return n
+}
