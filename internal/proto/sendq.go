@@ -1,0 +1,126 @@
+package proto
+
+// SendQueue accounts for the send queue and the transmit ring of one
+// connection. Data is copied into the ring and posted as RDMA writes; control
+// messages are posted as sends. Completions are requested (signaled) only on
+// some work requests; since a reliable connection completes work requests in
+// order, a signaled completion also retires every unsignaled one posted before
+// it, and frees the ring bytes they used.
+//
+// The policy keeps the invariant that matters: whenever a writer has to wait
+// for ring space or queue slots, the last work request posted was signaled, so
+// a completion is on its way to wake it.
+type SendQueue struct {
+	depth   int    // send queue slots
+	ring    uint64 // transmit ring size in bytes
+	chunk   uint64 // largest single write, a quarter of the ring
+	posted  uint64 // work requests posted, ever
+	retired uint64 // work requests known complete, ever
+	put     uint64 // ring bytes posted, ever
+	freed   uint64 // ring bytes freed, ever
+	sinceSignal int
+
+	// Signaled work requests not yet completed, oldest first.
+	pending []pendingSignal
+	head    int
+	count   int
+}
+
+type pendingSignal struct {
+	id      uint64 // the work request id
+	posted  uint64 // SendQueue.posted after it
+	put     uint64 // SendQueue.put after it
+	control bool   // a control message (it holds a control slot)
+	slot    int
+}
+
+// NewSendQueue sizes the accounting for a queue of depth slots and a ring of
+// ringSize bytes.
+func NewSendQueue(depth int, ringSize uint64) *SendQueue {
+	return &SendQueue{
+		depth:   depth,
+		ring:    ringSize,
+		chunk:   max(ringSize/4, 1),
+		pending: make([]pendingSignal, depth),
+	}
+}
+
+// RingSpace returns where in the ring the next data write may be copied:
+// offset and length of the contiguous free space, at most one chunk. n is 0
+// when the ring is full or no queue slot is free.
+func (q *SendQueue) RingSpace() (off uint64, n uint64) {
+	if q.SlotsFree() == 0 {
+		return 0, 0
+	}
+	free := q.ring - (q.put - q.freed)
+	off = q.put % q.ring
+	n = min(free, q.ring-off, q.chunk)
+	return off, n
+}
+
+// SlotsFree is how many work requests may be posted now.
+func (q *SendQueue) SlotsFree() int { return q.depth - int(q.posted-q.retired) }
+
+// PostData records a data write of n ring bytes (from RingSpace) and decides
+// whether it is signaled; id is the work request id to use.
+func (q *SendQueue) PostData(n uint64) (id uint64, signaled bool) {
+	q.posted++
+	q.put += n
+	q.sinceSignal++
+	free := q.ring - (q.put - q.freed)
+	// Signal every quarter queue, and whenever space is getting short, so a
+	// writer who finds too little space always has a completion coming.
+	if q.sinceSignal >= max(q.depth/4, 1) || free < q.ring/2 || q.SlotsFree() < q.depth/2 {
+		return q.signal(false, 0), true
+	}
+	return q.posted, false
+}
+
+// PostControl records a control message sent from control slot slot; control
+// messages are always signaled, so their slot comes back.
+func (q *SendQueue) PostControl(slot int) (id uint64) {
+	q.posted++
+	return q.signal(true, slot)
+}
+
+func (q *SendQueue) signal(control bool, slot int) uint64 {
+	q.sinceSignal = 0
+	p := pendingSignal{id: q.posted, posted: q.posted, put: q.put, control: control, slot: slot}
+	q.pending[(q.head+q.count)%len(q.pending)] = p
+	q.count++
+	return p.id
+}
+
+// Complete retires the signaled work request id and all unsignaled ones
+// before it. It returns the control slot it frees (or -1). A completion that is
+// not the oldest signaled request is a broken invariant of the transport and
+// is reported as an error.
+func (q *SendQueue) Complete(id uint64) (controlSlot int, err error) {
+	if q.count == 0 || q.pending[q.head].id != id {
+		return -1, protocolErrorf("completion for work request %d out of order", id)
+	}
+	p := q.pending[q.head]
+	q.head = (q.head + 1) % len(q.pending)
+	q.count--
+	q.retired = p.posted
+	q.freed = p.put
+	if p.control {
+		return p.slot, nil
+	}
+	return -1, nil
+}
+
+// PostMarker records a signaled work request that carries no data (a
+// zero-length write), posted when unsignaled requests must be retired, as
+// before an orderly close.
+func (q *SendQueue) PostMarker() (id uint64) {
+	q.posted++
+	return q.signal(false, 0)
+}
+
+// Idle reports whether every posted work request has completed.
+func (q *SendQueue) Idle() bool { return q.posted == q.retired }
+
+// Unsignaled reports whether work requests were posted after the last
+// signaled one: they complete only when a later signaled request does.
+func (q *SendQueue) Unsignaled() bool { return q.sinceSignal > 0 }
