@@ -11,13 +11,13 @@ package proto
 // for ring space or queue slots, the last work request posted was signaled, so
 // a completion is on its way to wake it.
 type SendQueue struct {
-	depth   int    // send queue slots
-	ring    uint64 // transmit ring size in bytes
-	chunk   uint64 // largest single write, a quarter of the ring
-	posted  uint64 // work requests posted, ever
-	retired uint64 // work requests known complete, ever
-	put     uint64 // ring bytes posted, ever
-	freed   uint64 // ring bytes freed, ever
+	depth       int    // send queue slots
+	ring        uint64 // transmit ring size in bytes
+	chunk       uint64 // largest single write, a quarter of the ring
+	posted      uint64 // work requests posted, ever
+	retired     uint64 // work requests known complete, ever
+	put         uint64 // ring bytes posted, ever
+	freed       uint64 // ring bytes freed, ever
 	sinceSignal int
 
 	// Signaled work requests not yet completed, oldest first.
