@@ -6,6 +6,7 @@ import (
 	"github.com/rdmanet/sdk/internal/guard"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/rdmanet/sdk/internal/pollfd"
@@ -72,6 +73,11 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 	cq.noteEvent()
 	return cq, nil
 }
+
+// SetDeadline sets a deadline for all Waits, as os.File.SetReadDeadline does:
+// a deadline in the past wakes pending Waits with os.ErrDeadlineExceeded.
+// Owners use it to stop a goroutine that waits without a context.
+func (ch *CompChannel) SetDeadline(t time.Time) error { return ch.poll.SetDeadline(t) }
 
 // Close destroys the channel. Its CQs must be closed first; pending Waits
 // return ErrClosed.

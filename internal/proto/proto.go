@@ -87,6 +87,12 @@ func (s *SendWindow) Room() uint32 {
 	return s.size - s.used
 }
 
+// Target is where the window currently ends up: its base address and key,
+// for a zero-length write that only needs a valid destination.
+func (s *SendWindow) Target() (addr uint64, rkey uint32, ok bool) {
+	return s.addr, s.rkey, s.announced
+}
+
 // Take reserves up to n bytes of the window and returns where they go.
 func (s *SendWindow) Take(n uint32) (remoteAddr uint64, rkey uint32, got uint32) {
 	got = min(n, s.Room())

@@ -1,0 +1,59 @@
+package rdmanet
+
+import "fmt"
+
+// Config sizes a connection's registered memory and queues. The zero value
+// means the defaults.
+//
+// A connection registers RecvBuffer + SendBuffer bytes plus 32 bytes per
+// receive and control slot; with the defaults that is 512 KiB + 8.5 KiB, so
+// 1,000 connections lock about 520 MiB (check RLIMIT_MEMLOCK: rdmanet raises
+// the soft limit to the hard limit, and registration fails beyond it).
+type Config struct {
+	// RecvBuffer is the receive buffer the peer writes into, in bytes
+	// (default 256 KiB; Valkey's own is 1 MiB). Rounded up to whole pages.
+	RecvBuffer int
+	// SendBuffer is the transmit ring written data is copied into before it
+	// is sent (default 256 KiB).
+	SendBuffer int
+	// RecvDepth is how many receives are kept posted (default 256): messages
+	// and writes the peer may have in flight before this side's completions
+	// are taken.
+	RecvDepth int
+}
+
+const (
+	defaultBuffer    = 256 << 10
+	defaultRecvDepth = 256
+	// sendQueueDepth is the send queue's size: outstanding RDMA writes and
+	// control messages.
+	sendQueueDepth = 256
+	// controlSlots is how many control messages may be in flight at once.
+	controlSlots = 16
+	// maxInlineRequest is the inline size asked of the device: writes this
+	// small are copied by the post call itself, saving the device a read.
+	maxInlineRequest = 64
+)
+
+func (c Config) withDefaults() (Config, error) {
+	if c.RecvBuffer == 0 {
+		c.RecvBuffer = defaultBuffer
+	}
+	if c.SendBuffer == 0 {
+		c.SendBuffer = defaultBuffer
+	}
+	if c.RecvDepth == 0 {
+		c.RecvDepth = defaultRecvDepth
+	}
+	switch {
+	case c.RecvBuffer < 4096 || c.RecvBuffer > 1<<30:
+		return c, fmt.Errorf("rdmanet: RecvBuffer %d outside 4 KiB to 1 GiB", c.RecvBuffer)
+	case c.SendBuffer < 4096 || c.SendBuffer > 1<<30:
+		return c, fmt.Errorf("rdmanet: SendBuffer %d outside 4 KiB to 1 GiB", c.SendBuffer)
+	case c.RecvDepth < 2 || c.RecvDepth > 16384:
+		return c, fmt.Errorf("rdmanet: RecvDepth %d outside 2 to 16384", c.RecvDepth)
+	}
+	return c, nil
+}
+
+func (c Config) sendDepth() int { return sendQueueDepth }

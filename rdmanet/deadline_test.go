@@ -1,0 +1,42 @@
+package rdmanet
+
+import (
+	"testing"
+	"time"
+)
+
+func TestDeadline(t *testing.T) {
+	d := newDeadline()
+	if isClosed(d.expired()) {
+		t.Fatal("no deadline, yet expired")
+	}
+	d.set(time.Now().Add(-time.Second))
+	if !isClosed(d.expired()) {
+		t.Fatal("past deadline not expired")
+	}
+	d.set(time.Time{})
+	if isClosed(d.expired()) {
+		t.Fatal("cleared deadline still expired")
+	}
+	d.set(time.Now().Add(20 * time.Millisecond))
+	ch := d.expired()
+	if isClosed(ch) {
+		t.Fatal("future deadline expired early")
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("deadline never fired")
+	}
+	// Moving an expired deadline into the future gives a fresh channel.
+	d.set(time.Now().Add(time.Hour))
+	if isClosed(d.expired()) {
+		t.Fatal("extended deadline still expired")
+	}
+	// A waiter on the old channel is woken when the deadline moves into the past.
+	ch = d.expired()
+	d.set(time.Now().Add(-time.Millisecond))
+	if !isClosed(ch) {
+		t.Fatal("moving the deadline into the past did not wake a waiter")
+	}
+}

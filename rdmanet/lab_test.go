@@ -1,0 +1,158 @@
+package rdmanet_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/nettest"
+
+	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/rdmanet"
+	"github.com/rdmanet/sdk/verbs"
+)
+
+// pipe connects a client on env.AddrA to a server on env.AddrB.
+func pipe(t testing.TB, env labenv.Env, cfg rdmanet.Config) (client, server net.Conn, stop func()) {
+	t.Helper()
+	lc := rdmanet.ListenConfig{Config: cfg}
+	ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(env.AddrB, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	accepted := make(chan result, 1)
+	go func() {
+		c, err := ln.Accept()
+		accepted <- result{c, err}
+	}()
+	d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(env.AddrA, 0)}, Timeout: 20 * time.Second, Config: cfg}
+	client, err = d.Dial("rdma", ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	r := <-accepted
+	ln.Close()
+	if r.err != nil {
+		client.Close()
+		t.Fatal(r.err)
+	}
+	return client, r.c, func() { client.Close(); r.c.Close() }
+}
+
+// checkNoLeaks fails the test if a verbs object or cm ID outlives it.
+func checkNoLeaks(t *testing.T) {
+	t.Cleanup(func() {
+		if r := verbs.Resources(); r != (verbs.ResourceCounts{}) {
+			t.Errorf("verbs objects left open: %+v", r)
+		}
+		if n := cm.LiveIDs(); n != 0 {
+			t.Errorf("%d cm IDs left open", n)
+		}
+	})
+}
+
+func TestLabNetConn(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+		c1, c2, stop = pipe(t, env, rdmanet.Config{})
+		return c1, c2, stop, nil
+	})
+}
+
+// stream writes size bytes in random pieces and returns their hash.
+func stream(w io.Writer, size int, seed uint64, maxPiece int) ([32]byte, error) {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	h := sha256.New()
+	buf := make([]byte, maxPiece)
+	for size > 0 {
+		n := min(size, 1+rng.IntN(maxPiece))
+		for i := range buf[:n] {
+			buf[i] = byte(rng.Uint32())
+		}
+		h.Write(buf[:n])
+		if _, err := w.Write(buf[:n]); err != nil {
+			return [32]byte{}, err
+		}
+		size -= n
+	}
+	return [32]byte(h.Sum(nil)), nil
+}
+
+// drain reads size bytes in reads of a random size and returns their hash.
+func drain(r io.Reader, size int) ([32]byte, int64, error) {
+	h := sha256.New()
+	n, err := io.CopyBuffer(h, io.LimitReader(r, int64(size)), make([]byte, 1+rand.IntN(100_000)))
+	return [32]byte(h.Sum(nil)), n, err
+}
+
+// TestLabIntegrity streams in both directions at once with random write sizes
+// and compares hashes; a small window forces writes larger than the window.
+func TestLabIntegrity(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	for _, c := range []struct {
+		name     string
+		cfg      rdmanet.Config
+		size     int
+		maxPiece int
+	}{
+		{"16MiB each way, writes up to 1MiB", rdmanet.Config{}, 16 << 20, 1 << 20},
+		{"many small writes", rdmanet.Config{}, 1 << 20, 64},
+		{"window smaller than a write", rdmanet.Config{RecvBuffer: 8192, SendBuffer: 8192}, 2 << 20, 100_000},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			a, b, stop := pipe(t, env, c.cfg)
+			defer stop()
+			var wg sync.WaitGroup
+			check := func(w, r net.Conn, seed uint64) {
+				defer wg.Done()
+				var sent [32]byte
+				var werr error
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					sent, werr = stream(w, c.size, seed, c.maxPiece)
+				}()
+				got, n, err := drain(r, c.size)
+				<-done
+				if werr != nil || err != nil {
+					t.Errorf("write %v, read %v", werr, err)
+					return
+				}
+				if n != int64(c.size) || got != sent {
+					t.Errorf("received %d bytes (want %d), hash equal: %v", n, c.size, got == sent)
+				}
+			}
+			wg.Add(2)
+			go check(a, b, 1)
+			go check(b, a, 2)
+			wg.Wait()
+		})
+	}
+}
+
+func TestLabDialNoListener(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	start := time.Now()
+	_, err := rdmanet.Dial("rdma", netip.AddrPortFrom(env.AddrB, 1).String())
+	var op *net.OpError
+	if !errors.As(err, &op) || !errors.Is(err, cm.ErrRejected) {
+		t.Fatalf("dial to a port with no listener = %v, want a *net.OpError matching cm.ErrRejected", err)
+	}
+	t.Logf("%v after %v", err, time.Since(start).Round(time.Millisecond))
+}

@@ -1,0 +1,51 @@
+// Package rdmanet gives Go programs RDMA connections as plain net.Conn and
+// net.Listener values.
+//
+// A connection is an RDMA reliable connection set up with rdma_cm and carries
+// a byte stream in registered memory, using Valkey's RDMA transport as its
+// wire protocol, so rdmanet talks to Valkey servers and clients over RDMA.
+// Each Conn keeps the whole net.Conn contract: deadlines (independent for
+// reading and writing, settable while a call is blocked), Close unblocking
+// pending calls, *net.OpError errors, net.ErrClosed after Close and io.EOF
+// after the peer closes.
+//
+//	ln, err := rdmanet.Listen("rdma", "198.18.0.2:7471")
+//	...
+//	c, err := rdmanet.Dial("rdma", "198.18.0.2:7471")
+//
+// Waiting (for data, for room to write, for a connection) parks goroutines
+// in Go's netpoller on the connection's completion and event channels.
+package rdmanet
+
+import (
+	"errors"
+	"net/netip"
+)
+
+// Network is the network name of RDMA connections and addresses.
+const Network = "rdma"
+
+// Addr is the address of an RDMA endpoint: an IP address and an rdma_cm port
+// (a port space separate from TCP's).
+type Addr struct {
+	netip.AddrPort
+}
+
+// Network returns "rdma".
+func (a *Addr) Network() string { return Network }
+
+// String returns the address as host:port.
+func (a *Addr) String() string {
+	if a == nil {
+		return "<nil>"
+	}
+	return a.AddrPort.String()
+}
+
+var (
+	// ErrNotSupported is returned when this build or platform cannot use RDMA.
+	ErrNotSupported = errors.New("rdmanet: RDMA not supported in this build (needs linux and cgo)")
+	// ErrHalfCloseUnsupported: CloseWrite needs a peer that negotiated orderly
+	// half-close; Valkey's protocol has none.
+	ErrHalfCloseUnsupported = errors.New("rdmanet: the peer does not support half-close")
+)

@@ -1,0 +1,128 @@
+package rdmanet
+
+import (
+	"errors"
+
+	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/internal/wire"
+	"github.com/rdmanet/sdk/verbs"
+)
+
+// resources are one connection's verbs objects. The queue pair belongs to the
+// cm ID and goes with it.
+type resources struct {
+	pd  *verbs.PD
+	ch  *verbs.CompChannel
+	cq  *verbs.CQ
+	qp  *verbs.QP
+	rx  *verbs.Buffer // the peer writes here
+	tx  *verbs.Buffer // the transmit ring
+	ctl *verbs.Buffer // receive slots, then control send slots, 32 bytes each
+
+	rxMR, txMR, ctlMR *verbs.MR
+	recvDepth         int
+	maxInline         uint32
+}
+
+func newResources(id *cm.ID, cfg Config) (r *resources, err error) {
+	raiseMemlock()
+	ctx := id.Context()
+	if ctx == nil {
+		return nil, errors.New("rdmanet: connection has no RDMA device")
+	}
+	r = &resources{recvDepth: cfg.RecvDepth}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	if r.pd, err = ctx.AllocPD(); err != nil {
+		return nil, err
+	}
+	if r.ch, err = ctx.NewCompChannel(); err != nil {
+		return nil, err
+	}
+	if r.cq, err = ctx.NewCQ(cfg.sendDepth()+cfg.RecvDepth, r.ch, 0); err != nil {
+		return nil, err
+	}
+	if r.rx, r.rxMR, err = r.register(cfg.RecvBuffer, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, err
+	}
+	if r.tx, r.txMR, err = r.register(cfg.SendBuffer, verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	if r.ctl, r.ctlMR, err = r.register((cfg.RecvDepth+controlSlots)*wire.MessageSize, verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	qpc := cm.QPConfig{SendCQ: r.cq, RecvCQ: r.cq, Cap: verbs.QPCap{
+		MaxSendWR: uint32(cfg.sendDepth()), MaxRecvWR: uint32(cfg.RecvDepth),
+		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: maxInlineRequest,
+	}}
+	if r.qp, err = id.CreateQP(r.pd, qpc); err != nil {
+		// Not every device sends inline; ask again without.
+		qpc.Cap.MaxInlineData = 0
+		if r.qp, err = id.CreateQP(r.pd, qpc); err != nil {
+			return nil, err
+		}
+	}
+	r.maxInline = r.qp.Cap().MaxInlineData
+	return r, nil
+}
+
+func (r *resources) register(size int, access verbs.Access) (*verbs.Buffer, *verbs.MR, error) {
+	b, err := verbs.NewBuffer(size)
+	if err != nil {
+		return nil, nil, err
+	}
+	mr, err := r.pd.Register(b, access)
+	if err != nil {
+		b.Close()
+		return nil, nil, err
+	}
+	return b, mr, nil
+}
+
+func (r *resources) recvSlot(i int) verbs.SGE {
+	return r.ctlMR.Slice(i*wire.MessageSize, wire.MessageSize)
+}
+
+func (r *resources) recvSlotBytes(i int) []byte {
+	return r.ctl.Bytes()[i*wire.MessageSize : (i+1)*wire.MessageSize]
+}
+
+func (r *resources) sendSlot(i int) verbs.SGE { return r.recvSlot(r.recvDepth + i) }
+
+func (r *resources) sendSlotBytes(i int) *[wire.MessageSize]byte {
+	return (*[wire.MessageSize]byte)(r.recvSlotBytes(r.recvDepth + i))
+}
+
+// close releases everything but the queue pair (the cm ID's), in the order
+// rdma-core requires. It is called after the ID is closed.
+func (r *resources) close() error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.cq != nil {
+		add(r.cq.Close())
+	}
+	if r.ch != nil {
+		add(r.ch.Close())
+	}
+	for _, mr := range []*verbs.MR{r.rxMR, r.txMR, r.ctlMR} {
+		if mr != nil {
+			add(mr.Close())
+		}
+	}
+	for _, b := range []*verbs.Buffer{r.rx, r.tx, r.ctl} {
+		if b != nil {
+			add(b.Close())
+		}
+	}
+	if r.pd != nil {
+		add(r.pd.Close())
+	}
+	return errors.Join(errs...)
+}
