@@ -298,6 +298,20 @@ func (id *ID) Context() *verbs.Context {
 	return verbs.AdoptContext(raw)
 }
 
+// SetAckTimeout sets how long the queue pair waits for an acknowledgement
+// before sending a packet again, as 4.096 us * 2^exp (exp 14 is 67 ms); after
+// the connect's RetryCount retries the work request fails. Set it before
+// Connect or Accept. Without it rdma_cm leaves the transport's default, which
+// for some devices (rxe) means a packet is never retried and a dead peer is
+// never noticed.
+func (id *ID) SetAckTimeout(exp uint8) error {
+	if !id.g.Use() {
+		return ErrClosed
+	}
+	defer id.g.Done()
+	return rdmacore.SetAckTimeout(id.raw, exp)
+}
+
 // Port is the device port the ID is bound to.
 func (id *ID) Port() uint8 {
 	if !id.g.Use() {

@@ -1,6 +1,9 @@
 package rdmanet
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Config sizes a connection's registered memory and queues. The zero value
 // means the defaults.
@@ -20,11 +23,18 @@ type Config struct {
 	// and writes the peer may have in flight before this side's completions
 	// are taken.
 	RecvDepth int
+	// KeepAlive is how often an idle connection sends Keepalive (default 3 s,
+	// as Valkey's server; negative disables). A peer that is gone without a
+	// disconnect (its host died, the network broke) is detected when a
+	// keepalive exhausts the transport's retries: within about KeepAlive plus
+	// the retry time (see README), Reads and Writes then fail.
+	KeepAlive time.Duration
 }
 
 const (
 	defaultBuffer    = 256 << 10
 	defaultRecvDepth = 256
+	defaultKeepAlive = 3 * time.Second
 	// sendQueueDepth is the send queue's size: outstanding RDMA writes and
 	// control messages.
 	sendQueueDepth = 256
@@ -33,6 +43,16 @@ const (
 	// maxInlineRequest is the inline size asked of the device: writes this
 	// small are copied by the post call itself, saving the device a read.
 	maxInlineRequest = 64
+	// ackTimeoutExp sets the transport's ACK timeout to 4.096 us * 2^16 =
+	// 268 ms: with transportRetries an unacknowledged packet fails its work
+	// request after about 2 s, which bounds how long a dead peer goes
+	// unnoticed once a keepalive is sent.
+	ackTimeoutExp = 16
+	// transportRetries is how often an unacknowledged packet is sent again.
+	transportRetries = 6
+	// flushGrace is how long a queue pair that went to error may wait for the
+	// disconnect event that explains it before the connection fails on its own.
+	flushGrace = 2 * time.Second
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -44,6 +64,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RecvDepth == 0 {
 		c.RecvDepth = defaultRecvDepth
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = defaultKeepAlive
 	}
 	switch {
 	case c.RecvBuffer < 4096 || c.RecvBuffer > 1<<30:

@@ -41,6 +41,10 @@ type Conn struct {
 	err      error          // why the connection failed, if it did
 	peerGone bool           // the peer disconnected
 	closing  bool           // Close has begun
+	sentData bool           // something was posted since the last keepalive tick
+	flushed  bool           // the queue pair went to error (flushed completions seen)
+
+	keepalive *time.Timer
 
 	readable chan struct{} // a Read may make progress (capacity 1)
 	writable chan struct{} // a Write may make progress (capacity 1)
@@ -100,9 +104,28 @@ func (c *Conn) start() {
 	c.remote = &Addr{c.id.RemoteAddr()}
 	c.mu.Lock()
 	c.sendControl(wire.Message{Op: wire.OpRegisterXferMemory, Addr: c.res.rxMR.Addr(), Length: uint32(c.cfg.RecvBuffer), RKey: c.res.rxMR.RKey()})
+	if c.cfg.KeepAlive > 0 {
+		c.keepalive = time.AfterFunc(c.cfg.KeepAlive, c.tick)
+	}
 	c.mu.Unlock()
 	go c.engine()
 	go c.events()
+}
+
+// tick sends Keepalive if nothing else was sent since the last tick. The
+// message is signaled: to a peer that is gone it fails once the transport's
+// retries run out, and that failure ends the connection.
+func (c *Conn) tick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || c.err != nil || c.peerGone {
+		return
+	}
+	if !c.sentData {
+		c.sendControl(wire.Message{Op: wire.OpKeepalive})
+	}
+	c.sentData = false
+	c.keepalive.Reset(c.cfg.KeepAlive)
 }
 
 // ---- completions -------------------------------------------------------------
@@ -160,9 +183,20 @@ func (c *Conn) sweep(wcs []verbs.WorkCompletion) bool {
 // handle processes one completion; c.mu is held.
 func (c *Conn) handle(wc *verbs.WorkCompletion) {
 	if wc.Status == verbs.WCWRFlushErr {
-		// The queue pair is going down (a disconnect, or Close): flushed
-		// requests carry nothing. What ended the connection is reported by
-		// the event or completion that caused it.
+		// The queue pair is in error: flushed requests carry nothing. After a
+		// disconnect the DISCONNECTED event, which may be taken a moment
+		// later, ends the stream with EOF; if none comes, the queue pair
+		// failed on its own (a local error) and the connection fails.
+		if !c.flushed && !c.closing && !c.peerGone {
+			c.flushed = true
+			time.AfterFunc(flushGrace, func() {
+				c.mu.Lock()
+				if !c.peerGone {
+					c.failLocked(errQueuePairDown)
+				}
+				c.mu.Unlock()
+			})
+		}
 		return
 	}
 	if err := wc.Err(); err != nil {
@@ -420,8 +454,12 @@ func (c *Conn) Write(b []byte) (int, error) {
 			continue
 		}
 		written += int(n)
+		c.sentData = true
 	}
 }
+
+// errQueuePairDown: the queue pair went to error with no disconnect from the peer.
+var errQueuePairDown = errors.New("rdmanet: connection's queue pair failed")
 
 // errPeerClosed is a Write after the peer disconnected (as EPIPE is for TCP).
 var errPeerClosed = errors.New("rdmanet: connection closed by peer")
@@ -450,6 +488,9 @@ func (c *Conn) Close() error {
 	}
 	c.drainLocked()
 	c.closing = true
+	if c.keepalive != nil {
+		c.keepalive.Stop()
+	}
 	c.mu.Unlock()
 	close(c.closed)
 

@@ -84,10 +84,17 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config) (
 		id.Close()
 		return nil, err
 	}
-	// As libvalkey: responder resources and initiator depth 1, and retry
-	// counts of 7 (for RNR: retry forever, so a peer slow to repost receives
-	// delays this side's writes instead of failing them).
-	if _, err := id.Connect(ctx, cm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}); err != nil {
+	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
+		id.Close()
+		c.res.close()
+		return nil, err
+	}
+	// As libvalkey: responder resources and initiator depth 1, and an RNR
+	// retry count of 7 (retry forever: a peer slow to repost receives delays
+	// this side's writes instead of failing them). The transport retry count
+	// is 6, not libvalkey's 7: some devices (rxe) treat 7 as "forever", and
+	// then a dead peer is never noticed. Both sides' queue pairs use it.
+	if _, err := id.Connect(ctx, cm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7}); err != nil {
 		id.Close()
 		c.res.close()
 		return nil, err

@@ -87,6 +87,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 			req.ID.Close()
 			continue
 		}
+		if err := req.ID.SetAckTimeout(ackTimeoutExp); err != nil {
+			req.ID.Reject(nil)
+			req.ID.Close()
+			c.res.close()
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), acceptTimeout)
 		// Retry forever on RNR, as for dials: the peer's writes wait for a
 		// reposted receive instead of failing.

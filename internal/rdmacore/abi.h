@@ -282,5 +282,7 @@ struct rn_rdma_cm_event {             // allocated by librdmacm
 };
 
 #define RN_RDMA_PS_TCP 0x0106
+#define RN_RDMA_OPTION_ID 0
+#define RN_RDMA_OPTION_ID_ACK_TIMEOUT 3
 
 #endif

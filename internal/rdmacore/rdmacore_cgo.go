@@ -435,6 +435,14 @@ func CreateQP(id CMID, pd PD, sendCQ, recvCQ CQ, want QPCap, signalAll bool) (QP
 	return QP((*C.struct_rn_rdma_cm_id)(id).qp), got, nil
 }
 
+// SetAckTimeout sets the queue pair's local ACK timeout, 4.096 us * 2^exp,
+// before connect or accept: how long an unacknowledged packet waits before
+// it is sent again (retry count times, then the work request fails).
+func SetAckTimeout(id CMID, exp uint8) error {
+	rc, err := C.rn_set_ack_timeout((*C.struct_rn_rdma_cm_id)(id), C.uint8_t(exp))
+	return cmCall("rdma_set_option(ACK_TIMEOUT)", rc, err)
+}
+
 // DestroyQP destroys the queue pair created on id by CreateQP.
 func DestroyQP(id CMID) { C.rn_destroy_qp((*C.struct_rn_rdma_cm_id)(id)) }
 

@@ -101,7 +101,8 @@ struct rn_cm_event_out {
 	X(rdma_ack_cm_event, "RDMACM_1.0", int, (struct rn_rdma_cm_event *)) \
 	X(rdma_migrate_id, "RDMACM_1.0", int, (struct rn_rdma_cm_id *, struct rn_rdma_event_channel *)) \
 	X(rdma_create_qp, "RDMACM_1.0", int, (struct rn_rdma_cm_id *, void *, struct rn_ibv_qp_init_attr *)) \
-	X(rdma_destroy_qp, "RDMACM_1.0", void, (struct rn_rdma_cm_id *))
+	X(rdma_destroy_qp, "RDMACM_1.0", void, (struct rn_rdma_cm_id *)) \
+	X(rdma_set_option, "RDMACM_1.0", int, (struct rn_rdma_cm_id *, int, int, void *, size_t))
 
 #define RN_DECLARE(name, version, ret, args) static ret (*p_##name) args;
 RN_VERBS_SYMBOLS(RN_DECLARE)
@@ -352,3 +353,6 @@ static int rn_reject(struct rn_rdma_cm_id *id, const void *pdata, int len) { ret
 static int rn_disconnect(struct rn_rdma_cm_id *id) { return p_rdma_disconnect(id); }
 static int rn_migrate_id(struct rn_rdma_cm_id *id, struct rn_rdma_event_channel *ch) { return p_rdma_migrate_id(id, ch); }
 static void rn_destroy_qp(struct rn_rdma_cm_id *id) { p_rdma_destroy_qp(id); }
+static int rn_set_ack_timeout(struct rn_rdma_cm_id *id, uint8_t t) {
+	return p_rdma_set_option(id, RN_RDMA_OPTION_ID, RN_RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t));
+}

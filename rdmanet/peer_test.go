@@ -1,0 +1,146 @@
+package rdmanet_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/rdmanet"
+)
+
+// peerEnv, when set, turns the test binary into a peer process that dials the
+// address in it and writes until it is killed (see TestMain).
+const peerEnv = "RDMANET_TEST_PEER"
+
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(peerEnv); addr != "" {
+		os.Exit(runPeer(addr))
+	}
+	os.Exit(m.Run())
+}
+
+func runPeer(addr string) int {
+	c, err := rdmanet.Dial("rdma", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "peer:", err)
+		return 1
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := c.Write(buf); err != nil {
+			fmt.Fprintln(os.Stderr, "peer:", err)
+			return 1
+		}
+	}
+}
+
+// readUntilError reads until Read fails and reports how long after start.
+func readUntilError(c net.Conn, start time.Time, limit time.Duration) (time.Duration, error) {
+	c.SetReadDeadline(start.Add(limit))
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := c.Read(buf); err != nil {
+			return time.Since(start), err
+		}
+	}
+}
+
+// TestLabPeerKilled: a peer process killed mid-stream ends the connection on
+// this side: Read returns (EOF or an error) and Write fails, promptly.
+func TestLabPeerKilled(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	ln, err := rdmanet.Listen("rdma", netip.AddrPortFrom(env.AddrB, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), peerEnv+"="+ln.Addr().String())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	c, err := ln.Accept()
+	if err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 1<<20)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatalf("reading from the peer: %v (peer said %q)", err, stderr.String())
+	}
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGKILL)
+	took, err := readUntilError(c, start, 30*time.Second)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read still blocked %v after the peer was killed", took)
+	}
+	t.Logf("Read returned %v %v after SIGKILL", err, took.Round(time.Millisecond))
+	if _, err := c.Write([]byte("anyone there?")); err == nil {
+		t.Fatal("Write to a killed peer succeeded")
+	}
+}
+
+// TestLabPeerUnreachable: when every packet between the two sides is dropped
+// (a dead host, a broken network: no disconnect ever arrives), keepalive
+// notices: Read fails within the documented bound, two keepalive intervals
+// (an idle tick may come just after data was sent) plus the transport's
+// retries (7 tries of 268 ms), here with 2 s to spare for the emulated CPU.
+func TestLabPeerUnreachable(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	const keepAlive = time.Second
+	a, b, stop := pipe(t, env, rdmanet.Config{KeepAlive: keepAlive})
+	defer stop()
+	if _, err := a.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	dropRoCE(t)
+	bound := 2*keepAlive + 7*268*time.Millisecond + 2*time.Second
+	start := time.Now()
+	errs := make(chan string, 2)
+	for name, c := range map[string]net.Conn{"A": a, "B": b} {
+		go func() {
+			took, err := readUntilError(c, start, bound)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				errs <- fmt.Sprintf("%s: Read still blocked after %v", name, took)
+				return
+			}
+			t.Logf("%s: Read failed after %v: %v", name, took.Round(time.Millisecond), err)
+			errs <- ""
+		}()
+	}
+	for range 2 {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
+	}
+}
+
+// dropRoCE drops every packet on the link between the lab's two RDMA
+// addresses until the test ends: to each side the other is simply gone.
+func dropRoCE(t *testing.T) {
+	t.Helper()
+	for _, dev := range []string{"lab-a", "lab-b"} {
+		if out, err := exec.Command("tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", "100%").CombinedOutput(); err != nil {
+			t.Fatalf("tc netem on %s: %v\n%s", dev, err, out)
+		}
+		t.Cleanup(func() { exec.Command("tc", "qdisc", "del", "dev", dev, "root").Run() })
+	}
+}
