@@ -38,6 +38,9 @@ type ID struct {
 	g  guard.Guard
 	qp *verbs.QP
 
+	waitMu sync.Mutex       // one wait at a time (pollfd's rule)
+	ev     rdmacore.CMEvent // the event the last wait took
+
 	requestMu sync.Mutex // one GetRequest at a time: rdma_migrate_id forbids polling meanwhile
 }
 
@@ -68,14 +71,25 @@ func noDevice(err error) error {
 }
 
 func wrapID(raw rdmacore.CMID, ch rdmacore.EventChannel, fd int) (*ID, error) {
-	p, err := pollfd.New(fd, "rdma_cm event channel")
-	if err != nil {
+	id := &ID{raw: raw, ch: ch}
+	var err error
+	if id.poll, err = pollfd.New(fd, "rdma_cm event channel", id.getEvent); err != nil {
 		rdmacore.DestroyID(raw)
 		rdmacore.DestroyEventChannel(ch)
 		return nil, err
 	}
 	liveIDs.Add(1)
-	return &ID{raw: raw, ch: ch, poll: p}, nil
+	return id, nil
+}
+
+// getEvent takes one event if there is one (pollfd's read function).
+func (id *ID) getEvent() (bool, error) {
+	ev, err := rdmacore.GetCMEvent(id.ch)
+	if err == syscall.EAGAIN {
+		return false, nil
+	}
+	id.ev = ev
+	return err == nil, err
 }
 
 // Close destroys the ID's queue pair (if any), the ID and its channel. Pending
@@ -107,15 +121,10 @@ func (id *ID) WaitEvent(ctx context.Context) (Event, error) {
 
 // next takes one raw event; the caller holds the read lock.
 func (id *ID) next(ctx context.Context) (rdmacore.CMEvent, error) {
-	var ev rdmacore.CMEvent
-	err := id.poll.Wait(ctx, func() (bool, error) {
-		e, err := rdmacore.GetCMEvent(id.ch)
-		if err == syscall.EAGAIN {
-			return false, nil
-		}
-		ev = e
-		return err == nil, err
-	})
+	id.waitMu.Lock()
+	err := id.poll.Wait(ctx)
+	ev := id.ev
+	id.waitMu.Unlock()
 	if errors.Is(err, os.ErrClosed) {
 		return ev, ErrClosed
 	}

@@ -35,14 +35,15 @@ type Conn struct {
 	recv     proto.RecvWindow
 	send     proto.SendWindow
 	sq       *proto.SendQueue
-	ctlFree  []int          // free control send slots
-	ctlQueue []wire.Message // control messages waiting for a slot
-	reposts  []verbs.RecvWR // receives to post again, batched per completion sweep
-	err      error          // why the connection failed, if it did
-	peerGone bool           // the peer disconnected
-	closing  bool           // Close has begun
-	sentData bool           // something was posted since the last keepalive tick
-	flushed  bool           // the queue pair went to error (flushed completions seen)
+	ctlFree  []int           // free control send slots
+	ctlQueue []wire.Message  // control messages waiting for a slot
+	reposts  []verbs.RecvWR  // receives to post again, batched per completion sweep
+	post     [1]verbs.SendWR // the request being posted: a field, so posting does not allocate
+	err      error           // why the connection failed, if it did
+	peerGone bool            // the peer disconnected
+	closing  bool            // Close has begun
+	sentData bool            // something was posted since the last keepalive tick
+	flushed  bool            // the queue pair went to error (flushed completions seen)
 
 	keepalive *time.Timer
 
@@ -73,6 +74,7 @@ func newConn(id *cm.ID, cfg Config, server bool) (*Conn, error) {
 		recv:          proto.NewRecvWindow(uint32(cfg.RecvBuffer)),
 		sq:            proto.NewSendQueue(cfg.sendDepth(), uint64(cfg.SendBuffer)),
 		reposts:       make([]verbs.RecvWR, 0, cfg.RecvDepth),
+		ctlQueue:      make([]wire.Message, 0, controlSlots),
 		readable:      make(chan struct{}, 1),
 		writable:      make(chan struct{}, 1),
 		closed:        make(chan struct{}),
@@ -270,11 +272,13 @@ func (c *Conn) flushControl() {
 		slot := c.ctlFree[len(c.ctlFree)-1]
 		c.ctlFree = c.ctlFree[:len(c.ctlFree)-1]
 		m := c.ctlQueue[0]
-		c.ctlQueue = c.ctlQueue[1:]
+		// Pop by shifting, so the queue reuses its array instead of
+		// walking through memory and reallocating.
+		c.ctlQueue = c.ctlQueue[:copy(c.ctlQueue, c.ctlQueue[1:])]
 		m.Encode(c.res.sendSlotBytes(slot))
 		id := c.sq.PostControl(slot)
-		wr := [1]verbs.SendWR{{ID: id, Local: c.res.sendSlot(slot), Opcode: verbs.OpSend, Flags: verbs.SendSignaled}}
-		if err := c.res.qp.PostSend(wr[:]); err != nil {
+		c.post[0] = verbs.SendWR{ID: id, Local: c.res.sendSlot(slot), Opcode: verbs.OpSend, Flags: verbs.SendSignaled}
+		if err := c.res.qp.PostSend(c.post[:]); err != nil {
 			c.failLocked(err)
 			return
 		}
@@ -445,11 +449,11 @@ func (c *Conn) Write(b []byte) (int, error) {
 		if uint32(n) <= c.res.maxInline {
 			flags |= verbs.SendInline
 		}
-		wr := [1]verbs.SendWR{{
+		c.post[0] = verbs.SendWR{
 			ID: id, Local: c.res.txMR.Slice(int(off), int(n)), Opcode: verbs.OpRDMAWriteWithImm,
 			Flags: flags, RemoteAddr: remote, RKey: rkey, Imm: uint32(n),
-		}}
-		if err := c.res.qp.PostSend(wr[:]); err != nil {
+		}
+		if err := c.res.qp.PostSend(c.post[:]); err != nil {
 			c.failLocked(err)
 			continue
 		}
@@ -513,8 +517,8 @@ func (c *Conn) drainLocked() {
 	// zero-length write into the peer's window (data writes imply it exists).
 	if addr, rkey, ok := c.send.Target(); ok && c.sq.Unsignaled() && c.sq.SlotsFree() > 0 {
 		id := c.sq.PostMarker()
-		wr := [1]verbs.SendWR{{ID: id, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, RemoteAddr: addr, RKey: rkey}}
-		if err := c.res.qp.PostSend(wr[:]); err != nil {
+		c.post[0] = verbs.SendWR{ID: id, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, RemoteAddr: addr, RKey: rkey}
+		if err := c.res.qp.PostSend(c.post[:]); err != nil {
 			return
 		}
 	}

@@ -20,6 +20,9 @@ type CompChannel struct {
 	raw  rdmacore.CompChannel
 	poll *pollfd.FD
 
+	waitMu sync.Mutex  // one Wait at a time (pollfd's rule)
+	got    rdmacore.CQ // the CQ of the event the last Wait took
+
 	mu  sync.Mutex
 	cqs map[rdmacore.CQ]*CQ // the CQs reporting to this channel
 }
@@ -34,33 +37,39 @@ func (c *Context) NewCompChannel() (*CompChannel, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := pollfd.New(fd, "ibv_comp_channel")
-	if err != nil {
+	ch := &CompChannel{raw: raw, cqs: make(map[rdmacore.CQ]*CQ)}
+	if ch.poll, err = pollfd.New(fd, "ibv_comp_channel", ch.getEvent); err != nil {
 		rdmacore.DestroyCompChannel(raw)
 		return nil, err
 	}
 	live.channels.Add(1)
-	return &CompChannel{raw: raw, poll: p, cqs: make(map[rdmacore.CQ]*CQ)}, nil
+	return ch, nil
+}
+
+// getEvent takes one event if there is one (pollfd's read function).
+func (ch *CompChannel) getEvent() (bool, error) {
+	cq, err := rdmacore.GetCQEvent(ch.raw)
+	if err == syscall.EAGAIN {
+		return false, nil
+	}
+	ch.got = cq
+	return err == nil, err
 }
 
 // Wait blocks until a CQ attached to the channel has a completion event, and
 // returns that CQ. Events are one-shot: the caller re-arms the CQ with
 // RequestNotify and then polls it until empty, or a completion that arrived
-// between the last poll and the re-arm is never announced.
+// between the last poll and the re-arm is never announced. Concurrent Waits
+// take turns. With a context that cannot be cancelled, Wait does not allocate.
 func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 	if !ch.g.Use() {
 		return nil, ErrClosed
 	}
 	defer ch.g.Done()
-	var got rdmacore.CQ
-	err := ch.poll.Wait(ctx, func() (bool, error) {
-		cq, err := rdmacore.GetCQEvent(ch.raw)
-		if err == syscall.EAGAIN {
-			return false, nil
-		}
-		got = cq
-		return err == nil, err
-	})
+	ch.waitMu.Lock()
+	err := ch.poll.Wait(ctx)
+	got := ch.got
+	ch.waitMu.Unlock()
 	if err != nil {
 		return nil, err
 	}

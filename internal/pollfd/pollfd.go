@@ -26,15 +26,36 @@ type FD struct {
 	file   *os.File
 	raw    syscall.RawConn
 	closed atomic.Bool
+
+	// read is the owner's non-blocking read, given to New; poll is bound to
+	// it once, so a wait allocates nothing. One Wait at a time: the owner
+	// serialises them (readErr is per wait).
+	read    func() (done bool, err error)
+	poll    func(uintptr) bool
+	readErr error
 }
 
-// Wait calls read until it reports done or an error, parking in the netpoller
-// between attempts while read returns done == false (nothing available). It
-// returns ctx.Err() when ctx ends first, and an error wrapping os.ErrClosed
-// after Close. read runs on the waiting goroutine.
-func (p *FD) Wait(ctx context.Context, read func() (done bool, err error)) error {
+func (p *FD) bind(read func() (bool, error)) {
+	p.read = read
+	p.poll = func(uintptr) bool {
+		done, err := p.read()
+		if err != nil {
+			p.readErr = err
+			return true
+		}
+		return done
+	}
+}
+
+// Wait calls the read function given to New until it reports done or an
+// error, parking in the netpoller between attempts while it returns done ==
+// false (nothing available). It returns ctx.Err() when ctx ends first, and
+// os.ErrClosed after Close. The read function runs on the waiting goroutine.
+// Callers must not Wait concurrently; with a context that cannot be cancelled
+// a Wait does not allocate.
+func (p *FD) Wait(ctx context.Context) error {
 	// Fast path: the event may already be there, and no timer is needed.
-	if done, err := read(); done || err != nil {
+	if done, err := p.read(); done || err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -52,15 +73,8 @@ func (p *FD) Wait(ctx context.Context, read func() (done bool, err error)) error
 			}
 		}()
 	}
-	var readErr error
-	err := p.raw.Read(func(uintptr) bool {
-		done, err := read()
-		if err != nil {
-			readErr = err
-			return true
-		}
-		return done
-	})
+	p.readErr = nil
+	err := p.raw.Read(p.poll)
 	if err != nil {
 		if p.closed.Load() {
 			// RawConn reports internal/poll's "use of closed file"; callers match os.ErrClosed.
@@ -71,7 +85,7 @@ func (p *FD) Wait(ctx context.Context, read func() (done bool, err error)) error
 		}
 		return err
 	}
-	return readErr
+	return p.readErr
 }
 
 // SetDeadline sets the deadline for all waits, as os.File.SetReadDeadline does.

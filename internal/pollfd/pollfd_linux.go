@@ -8,8 +8,9 @@ import (
 )
 
 // New makes fd non-blocking (rdma-core's calls on it then return EAGAIN instead
-// of blocking) and registers a duplicate with the netpoller.
-func New(fd int, name string) (*FD, error) {
+// of blocking) and registers a duplicate with the netpoller. read is the
+// owner's non-blocking read: done reports that it took what Wait waits for.
+func New(fd int, name string, read func() (done bool, err error)) (*FD, error) {
 	if err := unix.SetNonblock(fd, true); err != nil {
 		return nil, fmt.Errorf("pollfd: set %s non-blocking: %w", name, err)
 	}
@@ -23,5 +24,7 @@ func New(fd int, name string) (*FD, error) {
 		f.Close()
 		return nil, fmt.Errorf("pollfd: %s: %w", name, err)
 	}
-	return &FD{file: f, raw: raw}, nil
+	p := &FD{file: f, raw: raw}
+	p.bind(read)
+	return p, nil
 }

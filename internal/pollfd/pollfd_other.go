@@ -3,4 +3,6 @@
 package pollfd
 
 // New is not supported off Linux.
-func New(fd int, name string) (*FD, error) { return nil, ErrNotSupported }
+func New(fd int, name string, read func() (bool, error)) (*FD, error) {
+	return nil, ErrNotSupported
+}

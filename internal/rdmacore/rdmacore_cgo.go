@@ -221,8 +221,8 @@ func DestroyCQ(cq CQ) error {
 // GetCQEvent takes one event from a non-blocking channel; syscall.EAGAIN (bare)
 // when there is none.
 func GetCQEvent(ch CompChannel) (CQ, error) {
-	var cq *C.struct_rn_ibv_cq
-	if rc, err := C.rn_get_cq_event((*C.struct_rn_ibv_comp_channel)(ch), &cq); rc != 0 {
+	cq, err := C.rn_get_cq_event((*C.struct_rn_ibv_comp_channel)(ch))
+	if cq == nil {
 		if errnoOf(err) == syscall.EAGAIN {
 			return nil, syscall.EAGAIN
 		}

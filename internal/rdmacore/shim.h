@@ -338,7 +338,13 @@ static struct rn_ibv_comp_channel *rn_create_comp_channel(struct rn_ibv_context 
 static int rn_destroy_comp_channel(struct rn_ibv_comp_channel *ch) { return p_ibv_destroy_comp_channel(ch); }
 static struct rn_ibv_cq *rn_create_cq(struct rn_ibv_context *c, int cqe, struct rn_ibv_comp_channel *ch, int vector) { return p_ibv_create_cq(c, cqe, NULL, ch, vector); }
 static int rn_destroy_cq(struct rn_ibv_cq *cq) { return p_ibv_destroy_cq(cq); }
-static int rn_get_cq_event(struct rn_ibv_comp_channel *ch, struct rn_ibv_cq **cq) { void *ctx; return p_ibv_get_cq_event(ch, cq, &ctx); }
+// rn_get_cq_event returns the CQ (NULL with errno on failure): an out-parameter
+// would make Go allocate on every call.
+static struct rn_ibv_cq *rn_get_cq_event(struct rn_ibv_comp_channel *ch) {
+	struct rn_ibv_cq *cq;
+	void *ctx;
+	return p_ibv_get_cq_event(ch, &cq, &ctx) ? NULL : cq;
+}
 static void rn_ack_cq_events(struct rn_ibv_cq *cq, unsigned int n) { p_ibv_ack_cq_events(cq, n); }
 
 static struct rn_rdma_event_channel *rn_create_event_channel(void) { return p_rdma_create_event_channel(); }
