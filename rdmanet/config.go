@@ -11,7 +11,10 @@ import (
 // A connection registers RecvBuffer + SendBuffer bytes plus 32 bytes per
 // receive and control slot; with the defaults that is 512 KiB + 8.5 KiB, so
 // 1,000 connections lock about 520 MiB (check RLIMIT_MEMLOCK: rdmanet raises
-// the soft limit to the hard limit, and registration fails beyond it).
+// the soft limit to the hard limit, and registration fails beyond it). Each
+// connection also holds 4 file descriptors (its completion and event channels
+// and their netpoller duplicates): 1,000 connections need RLIMIT_NOFILE above
+// 4,000.
 type Config struct {
 	// RecvBuffer is the receive buffer the peer writes into, in bytes
 	// (default 256 KiB; Valkey's own is 1 MiB). Rounded up to whole pages.

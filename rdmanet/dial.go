@@ -1,10 +1,13 @@
 package rdmanet
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/rdmanet/sdk/cm"
@@ -97,7 +100,7 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config) (
 	if _, err := id.Connect(ctx, cm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7}); err != nil {
 		id.Close()
 		c.res.close()
-		return nil, err
+		return nil, withRejectReason(err)
 	}
 	c.start()
 	return c, nil
@@ -161,4 +164,29 @@ func localIP(a net.Addr) (netip.Addr, error) {
 		return ip.Unmap(), nil
 	}
 	return netip.Addr{}, fmt.Errorf("rdmanet: local address of type %T", a)
+}
+
+// ServerRefusedError is a connection an rdmanet server rejected, with the
+// reason it gave (for example, it could not allocate the connection's
+// resources). It matches cm.ErrRejected.
+type ServerRefusedError struct {
+	Reason string
+	Err    error // the *cm.EventError
+}
+
+func (e *ServerRefusedError) Error() string { return "server refused: " + e.Reason }
+func (e *ServerRefusedError) Unwrap() error { return e.Err }
+
+// withRejectReason turns a reject that carries an rdmanet server's reason
+// into a *ServerRefusedError.
+func withRejectReason(err error) error {
+	var ee *cm.EventError
+	if !errors.As(err, &ee) || !errors.Is(err, cm.ErrRejected) {
+		return err
+	}
+	data := string(bytes.TrimRight(ee.PrivateData, "\x00"))
+	if !strings.HasPrefix(data, rejectPrefix) {
+		return err
+	}
+	return &ServerRefusedError{Reason: strings.TrimPrefix(data, rejectPrefix), Err: err}
 }

@@ -4,15 +4,18 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/net/nettest"
+	"golang.org/x/sys/unix"
 
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/internal/labenv"
@@ -155,4 +158,102 @@ func TestLabDialNoListener(t *testing.T) {
 		t.Fatalf("dial to a port with no listener = %v, want a *net.OpError matching cm.ErrRejected", err)
 	}
 	t.Logf("%v after %v", err, time.Since(start).Round(time.Millisecond))
+}
+
+// TestLabManyConnections opens 1,000 connections from one process, moves data
+// on all of them at once, closes them, and checks nothing is left behind:
+// no verbs object, no cm ID, no goroutine.
+func TestLabManyConnections(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	const conns = 1000
+	// Both ends live in this process: 2,000 connection ends of 4 descriptors.
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 1 << 14, Max: 1 << 14}); err != nil {
+		t.Fatalf("raise RLIMIT_NOFILE for 8,000 descriptors: %v", err)
+	}
+	// Small buffers: 1,000 connections with the defaults would lock 520 MiB.
+	cfg := rdmanet.Config{RecvBuffer: 16 << 10, SendBuffer: 16 << 10, RecvDepth: 16}
+	goroutines := runtime.NumGoroutine()
+	lc := rdmanet.ListenConfig{Config: cfg, Backlog: conns}
+	ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(env.AddrB, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server echoes each connection's bytes back.
+	var served sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); served.Wait() })
+	go func() {
+		for {
+			served.Add(1) // before Accept, so it never races the cleanup's Wait
+			c, err := ln.Accept()
+			if err != nil {
+				served.Done()
+				return
+			}
+			go func() {
+				defer served.Done()
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(env.AddrA, 0)}, Timeout: time.Minute, Config: cfg}
+	clients := make([]net.Conn, 0, conns)
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	for i := 0; i < conns; i++ {
+		c, err := d.Dial("rdma", ln.Addr().String())
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		clients = append(clients, c)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg := []byte(fmt.Sprintf("connection %d says hello", i))
+			got := make([]byte, len(msg))
+			for range 3 {
+				if _, err := c.Write(msg); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := io.ReadFull(c, got); err != nil {
+					errs <- err
+					return
+				}
+				if string(got) != string(msg) {
+					errs <- fmt.Errorf("connection %d: echo %q", i, got)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, c := range clients {
+		if err := c.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	}
+	clients = nil
+	ln.Close()
+	served.Wait()
+	// Goroutines of closed connections exit promptly; give them a moment.
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > goroutines {
+		t.Errorf("%d goroutines left, %d before", n, goroutines)
+	}
 }

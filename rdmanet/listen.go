@@ -83,12 +83,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		c, err := newConn(req.ID, l.cfg, true)
 		if err != nil {
-			req.ID.Reject(nil)
+			req.ID.Reject(rejectReason(err))
 			req.ID.Close()
 			continue
 		}
 		if err := req.ID.SetAckTimeout(ackTimeoutExp); err != nil {
-			req.ID.Reject(nil)
+			req.ID.Reject(rejectReason(err))
 			req.ID.Close()
 			c.res.close()
 			continue
@@ -114,3 +114,18 @@ func (l *Listener) Close() error { return l.id.Close() }
 
 // Addr is the listening address (*Addr).
 func (l *Listener) Addr() net.Addr { return l.addr }
+
+// rejectPrefix starts the private data of a reject that says why, so the
+// dialer can report the server's reason instead of a bare "rejected".
+const rejectPrefix = "rdmanet: "
+
+// maxRejectData is what a reject may carry on InfiniBand and RoCE.
+const maxRejectData = 148
+
+func rejectReason(err error) []byte {
+	msg := rejectPrefix + err.Error()
+	if len(msg) > maxRejectData {
+		msg = msg[:maxRejectData]
+	}
+	return []byte(msg)
+}
