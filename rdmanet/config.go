@@ -3,6 +3,8 @@ package rdmanet
 import (
 	"fmt"
 	"time"
+
+	"github.com/rdmanet/sdk/internal/wire"
 )
 
 // Config sizes a connection's registered memory and queues. The zero value
@@ -32,6 +34,27 @@ type Config struct {
 	// keepalive exhausts the transport's retries: within about KeepAlive plus
 	// the retry time (see README), Reads and Writes then fail.
 	KeepAlive time.Duration
+	// ValkeyCompatible makes the connection speak Valkey's protocol only:
+	// a dialer sends no Hello, a listener accepts no extension. Without it,
+	// two rdmanet peers negotiate the ring and half-close (docs/protocol.md),
+	// and a Valkey peer gets Valkey's protocol anyway.
+	ValkeyCompatible bool
+}
+
+// extensions are the features this side offers or accepts.
+func (c Config) extensions() wire.Features {
+	if c.ValkeyCompatible {
+		return 0
+	}
+	return wire.FeatureRing | wire.FeatureShutdown
+}
+
+// hello is what this side puts in connect or accept private data.
+func (c Config) hello(features wire.Features) []byte {
+	if features == 0 {
+		return nil
+	}
+	return wire.Hello{Version: wire.HelloVersion, Features: features, RecvDepth: uint16(c.RecvDepth), RingSize: uint32(c.RecvBuffer)}.Encode()
 }
 
 const (

@@ -31,9 +31,11 @@ type Conn struct {
 	local, remote *Addr
 	server        bool // answers GetServerFeature
 
+	features wire.Features // the extensions both sides agreed on; 0 is Valkey's protocol
+
 	mu       sync.Mutex // guards everything below, and the rings' contents
-	recv     proto.RecvWindow
-	send     proto.SendWindow
+	recv     proto.Receiver
+	send     proto.Sender
 	sq       *proto.SendQueue
 	ctlFree  []int           // free control send slots
 	ctlQueue []wire.Message  // control messages waiting for a slot
@@ -41,6 +43,8 @@ type Conn struct {
 	post     [1]verbs.SendWR // the request being posted: a field, so posting does not allocate
 	err      error           // why the connection failed, if it did
 	peerGone bool            // the peer disconnected
+	peerDone bool            // the peer shut down its sending side (Shutdown)
+	wrDone   bool            // this side shut down its sending side (CloseWrite)
 	closing  bool            // Close has begun
 	sentData bool            // something was posted since the last keepalive tick
 	flushed  bool            // the queue pair went to error (flushed completions seen)
@@ -71,7 +75,6 @@ func newConn(id *cm.ID, cfg Config, server bool) (*Conn, error) {
 		res:           res,
 		cfg:           cfg,
 		server:        server,
-		recv:          proto.NewRecvWindow(uint32(cfg.RecvBuffer)),
 		sq:            proto.NewSendQueue(cfg.sendDepth(), uint64(cfg.SendBuffer)),
 		reposts:       make([]verbs.RecvWR, 0, cfg.RecvDepth),
 		ctlQueue:      make([]wire.Message, 0, controlSlots),
@@ -99,13 +102,21 @@ func newConn(id *cm.ID, cfg Config, server bool) (*Conn, error) {
 	return c, nil
 }
 
-// start runs once the connection is established: it announces the receive
-// buffer and starts the goroutines that take completions and events.
-func (c *Conn) start() {
+// start runs once the connection is established with the extensions both
+// sides agreed on: it announces the receive buffer and starts the goroutines
+// that take completions and events.
+func (c *Conn) start(features wire.Features) {
 	c.local = &Addr{c.id.LocalAddr()}
 	c.remote = &Addr{c.id.RemoteAddr()}
+	c.features = features
+	announce := wire.Message{Op: wire.OpRegisterXferMemory, Addr: c.res.rxMR.Addr(), Length: uint32(c.res.rx.Len()), RKey: c.res.rxMR.RKey()}
+	if features&wire.FeatureRing != 0 {
+		c.recv, c.send = proto.NewRecvRing(announce.Length), &proto.SendRing{}
+	} else {
+		c.recv, c.send = proto.NewRecvWindow(announce), &proto.SendWindow{}
+	}
 	c.mu.Lock()
-	c.sendControl(wire.Message{Op: wire.OpRegisterXferMemory, Addr: c.res.rxMR.Addr(), Length: uint32(c.cfg.RecvBuffer), RKey: c.res.rxMR.RKey()})
+	c.sendControl(announce)
 	if c.cfg.KeepAlive > 0 {
 		c.keepalive = time.AfterFunc(c.cfg.KeepAlive, c.tick)
 	}
@@ -232,7 +243,7 @@ func (c *Conn) handle(wc *verbs.WorkCompletion) {
 			c.failLocked(&wire.ProtocolError{Reason: "control message of the wrong size"})
 			return
 		}
-		m, err := wire.Decode(c.res.recvSlotBytes(slot), false)
+		m, err := wire.Decode(c.res.recvSlotBytes(slot), c.features != 0)
 		if err != nil {
 			c.failLocked(err)
 			return
@@ -252,6 +263,19 @@ func (c *Conn) control(m wire.Message) {
 			return
 		}
 		notify(c.writable)
+	case wire.OpCredit:
+		if err := c.send.Credit(m); err != nil {
+			c.failLocked(err)
+			return
+		}
+		notify(c.writable)
+	case wire.OpShutdown:
+		if c.features&wire.FeatureShutdown == 0 {
+			c.failLocked(&wire.ProtocolError{Reason: "Shutdown without the half-close extension"})
+			return
+		}
+		c.peerDone = true
+		notify(c.readable)
 	case wire.OpGetServerFeature:
 		if c.server {
 			c.sendControl(wire.Message{Op: wire.OpGetServerFeature})
@@ -383,8 +407,8 @@ func (c *Conn) Read(b []byte) (int, error) {
 		}
 		if off, n := c.recv.Readable(); n > 0 {
 			k := copy(b, c.res.rx.Bytes()[off:off+n])
-			if c.recv.Consume(uint32(k)) {
-				c.sendControl(wire.Message{Op: wire.OpRegisterXferMemory, Addr: c.res.rxMR.Addr(), Length: uint32(c.cfg.RecvBuffer), RKey: c.res.rxMR.RKey()})
+			if reply, send := c.recv.Consume(uint32(k)); send {
+				c.sendControl(reply)
 			}
 			if _, more := c.recv.Readable(); more > 0 {
 				notify(c.readable) // pass the wake-up on
@@ -394,7 +418,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 		if c.err != nil {
 			return 0, c.opError("read", c.err)
 		}
-		if c.peerGone {
+		if c.peerGone || c.peerDone {
 			return 0, io.EOF
 		}
 		if err := c.wait(c.readable, &c.readDeadline); err != nil {
@@ -426,6 +450,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 		}
 		if c.peerGone {
 			return written, c.opError("write", errPeerClosed)
+		}
+		if c.wrDone {
+			return written, c.opError("write", errWriteShutdown)
 		}
 		if written == len(b) {
 			return written, nil
@@ -464,6 +491,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 
 // errQueuePairDown: the queue pair went to error with no disconnect from the peer.
 var errQueuePairDown = errors.New("rdmanet: connection's queue pair failed")
+
+// errWriteShutdown is a Write after CloseWrite.
+var errWriteShutdown = errors.New("rdmanet: write after CloseWrite")
 
 // errPeerClosed is a Write after the peer disconnected (as EPIPE is for TCP).
 var errPeerClosed = errors.New("rdmanet: connection closed by peer")
@@ -536,10 +566,50 @@ func (c *Conn) drainLocked() {
 	}
 }
 
-// CloseWrite shuts down the sending side. Valkey's protocol has no half-close,
-// so with a Valkey peer it returns ErrHalfCloseUnsupported.
+// CloseWrite shuts down the sending side: the peer reads what was written,
+// then io.EOF, and may still write to this side. It needs the half-close
+// extension, which two rdmanet peers negotiate; with a Valkey peer (or
+// Config.ValkeyCompatible) it returns ErrHalfCloseUnsupported.
 func (c *Conn) CloseWrite() error {
-	return c.opError("close", ErrHalfCloseUnsupported)
+	if c.features&wire.FeatureShutdown == 0 {
+		return c.opError("close", ErrHalfCloseUnsupported)
+	}
+	c.writeMu.Lock() // after any Write in progress
+	defer c.writeMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closing:
+		return c.opError("close", net.ErrClosed)
+	case c.err != nil:
+		return c.opError("close", c.err)
+	case c.wrDone:
+		return nil
+	}
+	c.wrDone = true
+	// A send after the data writes: the reliable connection delivers it after them.
+	c.sendControl(wire.Message{Op: wire.OpShutdown})
+	return nil
+}
+
+// Protocol names the wire protocol of a connection.
+type Protocol string
+
+const (
+	// ProtocolValkey is Valkey's RDMA transport: the peer is Valkey (or
+	// libvalkey), or one side set Config.ValkeyCompatible.
+	ProtocolValkey Protocol = "valkey"
+	// ProtocolRdmanet is Valkey's transport with rdmanet's extensions (a ring
+	// with continuous credit return, half-close), agreed between two rdmanet peers.
+	ProtocolRdmanet Protocol = "rdmanet"
+)
+
+// Protocol reports which wire protocol the connection speaks.
+func (c *Conn) Protocol() Protocol {
+	if c.features != 0 {
+		return ProtocolRdmanet
+	}
+	return ProtocolValkey
 }
 
 // LocalAddr returns the local address (*Addr).

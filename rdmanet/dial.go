@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/internal/wire"
 )
 
 // Dialer connects to RDMA listeners; its zero value is ready to use. Its
@@ -97,12 +98,25 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config) (
 	// this side's writes instead of failing them). The transport retry count
 	// is 6, not libvalkey's 7: some devices (rxe) treat 7 as "forever", and
 	// then a dead peer is never noticed. Both sides' queue pairs use it.
-	if _, err := id.Connect(ctx, cm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7}); err != nil {
+	offer := cfg.extensions()
+	peer, err := id.Connect(ctx, cm.ConnParam{PrivateData: cfg.hello(offer), ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
+	if err != nil {
 		id.Close()
 		c.res.close()
 		return nil, withRejectReason(err)
 	}
-	c.start()
+	// A Valkey server accepts with no private data: Valkey's protocol.
+	h, ok, err := wire.DecodeHello(peer.PrivateData)
+	if err != nil {
+		id.Close()
+		c.res.close()
+		return nil, err
+	}
+	var agreed wire.Features
+	if ok {
+		agreed = h.Features & offer
+	}
+	c.start(agreed)
 	return c, nil
 }
 

@@ -67,13 +67,116 @@ func checkNoLeaks(t *testing.T) {
 	})
 }
 
+// modes are the two wire protocols: rdmanet's extensions, which two rdmanet
+// peers agree on by default, and Valkey's protocol, forced.
+var modes = []struct {
+	name string
+	cfg  rdmanet.Config
+	want rdmanet.Protocol
+}{
+	{"rdmanet", rdmanet.Config{}, rdmanet.ProtocolRdmanet},
+	{"valkey", rdmanet.Config{ValkeyCompatible: true}, rdmanet.ProtocolValkey},
+}
+
 func TestLabNetConn(t *testing.T) {
 	env := labenv.RequireRDMA(t)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+				c1, c2, stop = pipe(t, env, m.cfg)
+				for _, c := range []net.Conn{c1, c2} {
+					if p := c.(*rdmanet.Conn).Protocol(); p != m.want {
+						t.Fatalf("connection speaks %q, want %q", p, m.want)
+					}
+				}
+				return c1, c2, stop, nil
+			})
+		})
+	}
+}
+
+// TestLabNegotiation: one side that insists on Valkey's protocol is enough
+// for both to speak it, whichever side it is.
+func TestLabNegotiation(t *testing.T) {
+	env := labenv.RequireRDMA(t)
 	checkNoLeaks(t)
-	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
-		c1, c2, stop = pipe(t, env, rdmanet.Config{})
-		return c1, c2, stop, nil
-	})
+	for _, c := range []struct {
+		name           string
+		dialer, server rdmanet.Config
+		want           rdmanet.Protocol
+	}{
+		{"both rdmanet", rdmanet.Config{}, rdmanet.Config{}, rdmanet.ProtocolRdmanet},
+		{"Valkey-compatible dialer", rdmanet.Config{ValkeyCompatible: true}, rdmanet.Config{}, rdmanet.ProtocolValkey},
+		{"Valkey-compatible server", rdmanet.Config{}, rdmanet.Config{ValkeyCompatible: true}, rdmanet.ProtocolValkey},
+	} {
+		lc := rdmanet.ListenConfig{Config: c.server}
+		ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(env.AddrB, 0).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			s, _ := ln.Accept()
+			accepted <- s
+		}()
+		d := rdmanet.Dialer{Config: c.dialer}
+		cl, err := d.Dial("rdma", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := <-accepted
+		ln.Close()
+		if s == nil {
+			t.Fatalf("%s: accept failed", c.name)
+		}
+		for side, conn := range map[string]net.Conn{"dialer": cl, "server": s} {
+			if p := conn.(*rdmanet.Conn).Protocol(); p != c.want {
+				t.Errorf("%s: %s speaks %q, want %q", c.name, side, p, c.want)
+			}
+		}
+		if c.want == rdmanet.ProtocolValkey {
+			if err := cl.(*rdmanet.Conn).CloseWrite(); !errors.Is(err, rdmanet.ErrHalfCloseUnsupported) {
+				t.Errorf("%s: CloseWrite = %v, want ErrHalfCloseUnsupported", c.name, err)
+			}
+		}
+		cl.Close()
+		s.Close()
+	}
+}
+
+// TestLabCloseWrite: after CloseWrite the peer reads everything, then EOF,
+// and can still answer.
+func TestLabCloseWrite(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	checkNoLeaks(t)
+	a, b, stop := pipe(t, env, rdmanet.Config{})
+	defer stop()
+	payload := make([]byte, 3<<20)
+	for i := range payload {
+		payload[i] = byte(i % 251)
+	}
+	go func() {
+		a.Write(payload)
+		a.(*rdmanet.Conn).CloseWrite()
+	}()
+	got, err := io.ReadAll(b)
+	if err != nil {
+		t.Fatalf("ReadAll after the peer's CloseWrite: %v", err)
+	}
+	if len(got) != len(payload) || string(got) != string(payload) {
+		t.Fatalf("read %d bytes, want the %d written", len(got), len(payload))
+	}
+	if _, err := a.Write([]byte("x")); err == nil {
+		t.Error("Write after CloseWrite succeeded")
+	}
+	if _, err := b.Write([]byte("still here")); err != nil {
+		t.Fatalf("the other direction after CloseWrite: %v", err)
+	}
+	buf := make([]byte, 10)
+	if _, err := io.ReadFull(a, buf); err != nil || string(buf) != "still here" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
 }
 
 // stream writes size bytes in random pieces and returns their hash.
@@ -106,16 +209,23 @@ func drain(r io.Reader, size int) ([32]byte, int64, error) {
 // and compares hashes; a small window forces writes larger than the window.
 func TestLabIntegrity(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	for _, c := range []struct {
+	type streamCase struct {
 		name     string
 		cfg      rdmanet.Config
 		size     int
 		maxPiece int
-	}{
-		{"16MiB each way, writes up to 1MiB", rdmanet.Config{}, 16 << 20, 1 << 20},
-		{"many small writes", rdmanet.Config{}, 1 << 20, 64},
-		{"window smaller than a write", rdmanet.Config{RecvBuffer: 8192, SendBuffer: 8192}, 2 << 20, 100_000},
-	} {
+	}
+	var cases []streamCase
+	for _, m := range modes {
+		small := m.cfg
+		small.RecvBuffer, small.SendBuffer = 8192, 8192
+		cases = append(cases,
+			streamCase{m.name + "/16MiB each way, writes up to 1MiB", m.cfg, 16 << 20, 1 << 20},
+			streamCase{m.name + "/many small writes", m.cfg, 1 << 20, 64},
+			streamCase{m.name + "/window smaller than a write", small, 2 << 20, 100_000},
+		)
+	}
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			checkNoLeaks(t)
 			a, b, stop := pipe(t, env, c.cfg)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/internal/wire"
 )
 
 // ListenConfig configures a listener, as net.ListenConfig does.
@@ -81,6 +82,17 @@ func (l *Listener) Accept() (net.Conn, error) {
 			}
 			return nil, &net.OpError{Op: "accept", Net: Network, Addr: l.addr, Err: err}
 		}
+		// A Valkey client sends no private data: Valkey's protocol.
+		h, ok, err := wire.DecodeHello(req.Param.PrivateData)
+		if err != nil {
+			req.ID.Reject(rejectReason(err))
+			req.ID.Close()
+			continue
+		}
+		var agreed wire.Features
+		if ok {
+			agreed = h.Features & l.cfg.extensions()
+		}
 		c, err := newConn(req.ID, l.cfg, true)
 		if err != nil {
 			req.ID.Reject(rejectReason(err))
@@ -96,14 +108,14 @@ func (l *Listener) Accept() (net.Conn, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), acceptTimeout)
 		// Retry forever on RNR, as for dials: the peer's writes wait for a
 		// reposted receive instead of failing.
-		err = req.ID.Accept(ctx, cm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7})
+		err = req.ID.Accept(ctx, cm.ConnParam{PrivateData: l.cfg.hello(agreed), ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7})
 		cancel()
 		if err != nil {
 			req.ID.Close()
 			c.res.close()
 			continue
 		}
-		c.start()
+		c.start(agreed)
 		return c, nil
 	}
 }

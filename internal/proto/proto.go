@@ -17,16 +17,56 @@ func protocolErrorf(format string, args ...any) error {
 	return &wire.ProtocolError{Reason: fmt.Sprintf(format, args...)}
 }
 
+// Receiver is the receive side of a wire mode: where the peer's writes land
+// and what Read may take.
+type Receiver interface {
+	// Arrived records n bytes the peer wrote (a write-with-immediate's
+	// immediate); writing outside what the peer was given is a protocol error.
+	Arrived(n uint32) error
+	// Readable returns the offset and length of contiguous unread bytes.
+	Readable() (off, n uint32)
+	// Consume marks n readable bytes read and returns the control message
+	// that gives the space back to the peer, when one is due.
+	Consume(n uint32) (reply wire.Message, send bool)
+}
+
+// Sender is the send side of a wire mode: the peer's buffer as this side
+// writes into it.
+type Sender interface {
+	// Announce takes the peer's RegisterXferMemory.
+	Announce(m wire.Message) error
+	// Credit takes the peer's Credit.
+	Credit(m wire.Message) error
+	// Room is how many bytes may be written now, contiguously.
+	Room() uint32
+	// Take reserves up to n bytes and returns where they go.
+	Take(n uint32) (remoteAddr uint64, rkey uint32, got uint32)
+	// Target is a valid destination for a zero-length write.
+	Target() (addr uint64, rkey uint32, ok bool)
+}
+
+var (
+	_ Receiver = (*RecvWindow)(nil)
+	_ Receiver = (*RecvRing)(nil)
+	_ Sender   = (*SendWindow)(nil)
+	_ Sender   = (*SendRing)(nil)
+)
+
 // RecvWindow is this side's receive buffer in Valkey's protocol: the peer
 // writes contiguously from 0; when the reader has consumed the whole buffer,
 // both positions go back to 0 and the buffer is announced again
 // (RegisterXferMemory).
 type RecvWindow struct {
 	size, written, read uint32
+	announce            wire.Message
 }
 
-// NewRecvWindow returns a window over a buffer of size bytes.
-func NewRecvWindow(size uint32) RecvWindow { return RecvWindow{size: size} }
+// NewRecvWindow returns the window over the buffer that announce (a
+// RegisterXferMemory) describes; Consume returns announce again each time the
+// buffer has been read through.
+func NewRecvWindow(announce wire.Message) *RecvWindow {
+	return &RecvWindow{size: announce.Length, announce: announce}
+}
 
 // Arrived records n bytes written by the peer (a write-with-immediate's
 // immediate). Writing past the buffer is a protocol error: the bytes would
@@ -43,19 +83,19 @@ func (w *RecvWindow) Arrived(n uint32) error {
 // not yet consumed.
 func (w *RecvWindow) Readable() (off, n uint32) { return w.read, w.written - w.read }
 
-// Consume marks n readable bytes as read. It reports true when the buffer is
-// now wholly consumed: the positions are reset and the caller must announce
-// the buffer again.
-func (w *RecvWindow) Consume(n uint32) (reannounce bool) {
+// Consume marks n readable bytes as read. When the buffer is now wholly
+// consumed, the positions are reset and it returns the announcement to send
+// again.
+func (w *RecvWindow) Consume(n uint32) (reply wire.Message, send bool) {
 	if n > w.written-w.read {
 		panic("proto: Consume beyond what arrived")
 	}
 	w.read += n
 	if w.read == w.size {
 		w.read, w.written = 0, 0
-		return true
+		return w.announce, true
 	}
-	return false
+	return wire.Message{}, false
 }
 
 // SendWindow is the peer's receive buffer as this side writes into it.
@@ -77,6 +117,11 @@ func (s *SendWindow) Announce(m wire.Message) error {
 	}
 	*s = SendWindow{addr: m.Addr, size: m.Length, rkey: m.RKey, announced: true}
 	return nil
+}
+
+// Credit is not part of Valkey's protocol.
+func (s *SendWindow) Credit(wire.Message) error {
+	return protocolErrorf("credit message without the ring extension")
 }
 
 // Room is how many bytes may be written before the peer announces again.

@@ -9,14 +9,15 @@ import (
 )
 
 func TestRecvWindowValkeyCycle(t *testing.T) {
-	w := NewRecvWindow(100)
+	ann := wire.Message{Op: wire.OpRegisterXferMemory, Addr: 0x1000, Length: 100, RKey: 5}
+	w := NewRecvWindow(ann)
 	if err := w.Arrived(60); err != nil {
 		t.Fatal(err)
 	}
 	if off, n := w.Readable(); off != 0 || n != 60 {
 		t.Fatalf("Readable = %d,%d", off, n)
 	}
-	if w.Consume(60) {
+	if _, send := w.Consume(60); send {
 		t.Fatal("re-announce before the buffer was full")
 	}
 	if err := w.Arrived(40); err != nil {
@@ -25,11 +26,11 @@ func TestRecvWindowValkeyCycle(t *testing.T) {
 	if off, n := w.Readable(); off != 60 || n != 40 {
 		t.Fatalf("Readable = %d,%d", off, n)
 	}
-	if w.Consume(39) {
+	if _, send := w.Consume(39); send {
 		t.Fatal("re-announce with a byte left")
 	}
-	if !w.Consume(1) {
-		t.Fatal("no re-announce after the whole buffer was read")
+	if m, send := w.Consume(1); !send || m != ann {
+		t.Fatalf("after the whole buffer was read: %+v, %v; want the announcement again", m, send)
 	}
 	if off, n := w.Readable(); off != 0 || n != 0 {
 		t.Fatalf("after reset Readable = %d,%d", off, n)
@@ -37,7 +38,7 @@ func TestRecvWindowValkeyCycle(t *testing.T) {
 }
 
 func TestRecvWindowOverrun(t *testing.T) {
-	w := NewRecvWindow(100)
+	w := NewRecvWindow(wire.Message{Length: 100})
 	w.Arrived(90)
 	err := w.Arrived(11)
 	if !errors.Is(err, wire.ErrProtocol) {
@@ -157,7 +158,7 @@ func FuzzRecvWindow(f *testing.F) {
 		if size == 0 {
 			return
 		}
-		w := NewRecvWindow(size)
+		w := NewRecvWindow(wire.Message{Length: size})
 		for i, op := range ops {
 			if i%2 == 0 {
 				w.Arrived(uint32(op) * (size/256 + 1))

@@ -27,8 +27,6 @@ const (
 	// receiver returns space and receives continuously with Credit messages
 	// instead of re-registering the buffer once it is full.
 	FeatureRing Features = 1 << iota
-	// FeatureKeepalive: both sides send Keepalive, so both detect a dead peer.
-	FeatureKeepalive
 	// FeatureShutdown: Shutdown messages carry half-close (CloseWrite).
 	FeatureShutdown
 )

@@ -1,0 +1,114 @@
+package proto
+
+import "github.com/rdmanet/sdk/internal/wire"
+
+// The ring mode that two rdmanet peers negotiate (wire.FeatureRing): the
+// receive buffer is a ring written continuously. The sender writes at its
+// running total modulo the ring's size, splitting writes at the ring's end,
+// and never gets further ahead of what the receiver has consumed than the
+// ring's size. The receiver returns space with Credit messages carrying its
+// running total of consumed bytes, a quarter of the ring at a time, so the
+// sender never stalls once per buffer as in Valkey's mode.
+
+// RecvRing is this side's receive ring.
+type RecvRing struct {
+	size          uint64
+	written, read uint64 // running totals
+	credited      uint64 // read, as last told to the peer
+	creditEvery   uint64
+}
+
+// NewRecvRing returns the state of a ring of size bytes.
+func NewRecvRing(size uint32) *RecvRing {
+	return &RecvRing{size: uint64(size), creditEvery: max(uint64(size)/4, 1)}
+}
+
+// Arrived records n bytes written by the peer at the ring's write position.
+// A write that overruns the space the peer was given, or crosses the ring's
+// end, is a protocol error.
+func (r *RecvRing) Arrived(n uint32) error {
+	if uint64(n) > r.size-(r.written-r.read) {
+		return protocolErrorf("peer wrote %d bytes into a ring with %d free", n, r.size-(r.written-r.read))
+	}
+	if off := r.written % r.size; off+uint64(n) > r.size {
+		return protocolErrorf("peer write of %d bytes at ring offset %d crosses the ring's end", n, off)
+	}
+	r.written += uint64(n)
+	return nil
+}
+
+// Readable returns the contiguous unread bytes: ring offset and length.
+func (r *RecvRing) Readable() (off, n uint32) {
+	o := r.read % r.size
+	return uint32(o), uint32(min(r.written-r.read, r.size-o))
+}
+
+// Consume marks n readable bytes as read and returns the Credit message to
+// send, if enough was consumed since the last one.
+func (r *RecvRing) Consume(n uint32) (credit wire.Message, send bool) {
+	if uint64(n) > r.written-r.read {
+		panic("proto: Consume beyond what arrived")
+	}
+	r.read += uint64(n)
+	if r.read-r.credited < r.creditEvery {
+		return wire.Message{}, false
+	}
+	r.credited = r.read
+	return wire.Message{Op: wire.OpCredit, ConsumedBytes: r.read}, true
+}
+
+// SendRing is the peer's receive ring as this side writes into it.
+type SendRing struct {
+	addr           uint64
+	size           uint64
+	rkey           uint32
+	announced      bool
+	sent, peerRead uint64 // running totals
+}
+
+// Announce takes the peer's RegisterXferMemory, which in ring mode comes
+// once, at the start.
+func (s *SendRing) Announce(m wire.Message) error {
+	if s.announced {
+		return protocolErrorf("ring announced twice")
+	}
+	if m.Length == 0 || m.Addr+uint64(m.Length) < m.Addr {
+		return protocolErrorf("peer announced an unusable ring (%d bytes at %#x)", m.Length, m.Addr)
+	}
+	s.addr, s.size, s.rkey, s.announced = m.Addr, uint64(m.Length), m.RKey, true
+	return nil
+}
+
+// Credit takes the peer's running total of consumed bytes.
+func (s *SendRing) Credit(m wire.Message) error {
+	if !s.announced {
+		return protocolErrorf("credit before the ring was announced")
+	}
+	if m.ConsumedBytes < s.peerRead || m.ConsumedBytes > s.sent {
+		return protocolErrorf("credit for %d bytes consumed; %d were sent and %d already credited", m.ConsumedBytes, s.sent, s.peerRead)
+	}
+	s.peerRead = m.ConsumedBytes
+	return nil
+}
+
+// Room is how many bytes may be written now, contiguously up to the ring's end.
+func (s *SendRing) Room() uint32 {
+	if !s.announced {
+		return 0
+	}
+	off := s.sent % s.size
+	return uint32(min(s.size-(s.sent-s.peerRead), s.size-off))
+}
+
+// Take reserves up to n bytes and returns where they go.
+func (s *SendRing) Take(n uint32) (remoteAddr uint64, rkey uint32, got uint32) {
+	got = min(n, s.Room())
+	remoteAddr = s.addr + s.sent%s.size
+	s.sent += uint64(got)
+	return remoteAddr, s.rkey, got
+}
+
+// Target is the ring's base address and key, for a zero-length write.
+func (s *SendRing) Target() (addr uint64, rkey uint32, ok bool) {
+	return s.addr, s.rkey, s.announced
+}
