@@ -19,7 +19,8 @@ type Hello struct {
 	RingSize uint32
 }
 
-// Features are the extensions a Hello offers or accepts.
+// Features are the extensions a Hello offers or accepts. The values are
+// on the wire: never renumber them.
 type Features uint32
 
 const (

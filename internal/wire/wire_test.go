@@ -101,7 +101,11 @@ func TestMalformedMessages(t *testing.T) {
 func TestHello(t *testing.T) {
 	h := Hello{Version: HelloVersion, Features: FeatureRing | FeatureShutdown, RecvDepth: 512, RingSize: 1 << 20}
 	b := h.Encode()
-	want := unhex(t, "72646d616e657400 01 00 00000005 0200 00100000")
+	// Feature bits are wire values, documented in docs/protocol.md.
+	if FeatureRing != 1 || FeatureShutdown != 2 {
+		t.Fatalf("feature bits moved: ring %d, half-close %d", FeatureRing, FeatureShutdown)
+	}
+	want := unhex(t, "72646d616e657400 01 00 00000003 0200 00100000")
 	if string(b) != string(want) {
 		t.Fatalf("hello encodes as % x, want % x", b, want)
 	}
