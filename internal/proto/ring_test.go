@@ -91,3 +91,27 @@ func TestRingProtocolErrors(t *testing.T) {
 		t.Errorf("credit going backwards: %v", err)
 	}
 }
+
+// FuzzRecvRing: any arrivals and reads keep the readable bytes inside the
+// ring, and anything that would leave it is refused, never a panic.
+func FuzzRecvRing(f *testing.F) {
+	f.Add(uint32(100), []byte{10, 200, 30, 5, 90})
+	f.Fuzz(func(t *testing.T, size uint32, ops []byte) {
+		if size == 0 {
+			return
+		}
+		r := NewRecvRing(size)
+		for i, op := range ops {
+			if i%2 == 0 {
+				r.Arrived(uint32(op) * (size/256 + 1))
+			} else {
+				_, n := r.Readable()
+				r.Consume(min(n, uint32(op)))
+			}
+			off, n := r.Readable()
+			if uint64(off)+uint64(n) > uint64(size) {
+				t.Fatalf("readable [%d,+%d) outside a %d-byte ring", off, n, size)
+			}
+		}
+	})
+}
