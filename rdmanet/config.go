@@ -34,6 +34,12 @@ type Config struct {
 	// keepalive exhausts the transport's retries: within about KeepAlive plus
 	// the retry time (see README), Reads and Writes then fail.
 	KeepAlive time.Duration
+	// BusyPoll, when positive, makes a busy connection poll its completion
+	// queue for up to this long before it sleeps in the netpoller, trading CPU
+	// for latency (rsockets spins about 10 us). It is adaptive: a connection
+	// whose last sleep lasted more than 10 x BusyPoll is taken to be idle
+	// and sleeps at once. Default 0: always sleep. See BENCHMARKS.md.
+	BusyPoll time.Duration
 	// ValkeyCompatible makes the connection speak Valkey's protocol only:
 	// a dialer sends no Hello, a listener accepts no extension. Without it,
 	// two rdmanet peers negotiate the ring and half-close (docs/protocol.md),

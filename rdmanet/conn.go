@@ -150,8 +150,12 @@ func (c *Conn) tick() {
 func (c *Conn) engine() {
 	defer close(c.engineDone)
 	wcs := make([]verbs.WorkCompletion, 32)
+	busy := false // the last sleep was short: worth polling before the next
 	for {
 		if c.sweep(wcs) {
+			continue
+		}
+		if busy && c.spin(wcs) {
 			continue
 		}
 		if err := c.res.cq.RequestNotify(false); err != nil {
@@ -161,11 +165,23 @@ func (c *Conn) engine() {
 		if c.sweep(wcs) {
 			continue
 		}
+		slept := time.Now()
 		if _, err := c.res.ch.Wait(context.Background()); err != nil {
 			// Close sets the channel's deadline to wake this goroutine.
 			return
 		}
+		busy = c.cfg.BusyPoll > 0 && time.Since(slept) < 10*c.cfg.BusyPoll
 	}
+}
+
+// spin polls for up to Config.BusyPoll and reports whether completions came.
+func (c *Conn) spin(wcs []verbs.WorkCompletion) bool {
+	for end := time.Now().Add(c.cfg.BusyPoll); time.Now().Before(end); {
+		if c.sweep(wcs) {
+			return true
+		}
+	}
+	return false
 }
 
 // sweep polls one batch of completions and handles them; it reports whether

@@ -80,7 +80,9 @@ var modes = []struct {
 
 func TestLabNetConn(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	for _, m := range modes {
+	busyPoll := modes[0]
+	busyPoll.name, busyPoll.cfg.BusyPoll = "rdmanet busy-polling", 50*time.Microsecond
+	for _, m := range append(modes, busyPoll) {
 		t.Run(m.name, func(t *testing.T) {
 			checkNoLeaks(t)
 			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
