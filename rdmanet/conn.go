@@ -41,13 +41,17 @@ type Conn struct {
 	ctlQueue []wire.Message  // control messages waiting for a slot
 	reposts  []verbs.RecvWR  // receives to post again, batched per completion sweep
 	post     [1]verbs.SendWR // the request being posted: a field, so posting does not allocate
-	err      error           // why the connection failed, if it did
-	peerGone bool            // the peer disconnected
-	peerDone bool            // the peer shut down its sending side (Shutdown)
-	wrDone   bool            // this side shut down its sending side (CloseWrite)
-	closing  bool            // Close has begun
-	sentData bool            // something was posted since the last keepalive tick
-	flushed  bool            // the queue pair went to error (flushed completions seen)
+
+	// Completions a blocked Read or Write polls for itself with BusyPoll
+	// (one array per direction: a Read and a Write may wait at once).
+	readSpin, writeSpin [8]verbs.WorkCompletion
+	err                 error // why the connection failed, if it did
+	peerGone            bool  // the peer disconnected
+	peerDone            bool  // the peer shut down its sending side (Shutdown)
+	wrDone              bool  // this side shut down its sending side (CloseWrite)
+	closing             bool  // Close has begun
+	sentData            bool  // something was posted since the last keepalive tick
+	flushed             bool  // the queue pair went to error (flushed completions seen)
 
 	keepalive *time.Timer
 
@@ -383,11 +387,31 @@ func notify(ch chan struct{}) {
 
 // wait releases c.mu until ready fires, the deadline passes or the connection
 // closes; it returns the error that ends the wait, if any. c.mu is held on
-// entry and on return.
+// entry and on return. With Config.BusyPoll the waiter first polls the
+// completion queue itself for that long, so what it waits for can be taken
+// without waking the engine and then this goroutine in turn.
 func (c *Conn) wait(ready chan struct{}, dl *deadline) error {
 	expired := dl.expired()
 	c.mu.Unlock()
 	defer c.mu.Lock()
+	if c.cfg.BusyPoll > 0 {
+		spin := c.readSpin[:]
+		if ready == c.writable {
+			spin = c.writeSpin[:]
+		}
+		for end := time.Now().Add(c.cfg.BusyPoll); time.Now().Before(end); {
+			select {
+			case <-ready:
+				return nil
+			case <-expired:
+				return os.ErrDeadlineExceeded
+			case <-c.closed:
+				return net.ErrClosed
+			default:
+			}
+			c.sweep(spin)
+		}
+	}
 	select {
 	case <-ready:
 		return nil
