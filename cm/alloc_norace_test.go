@@ -7,6 +7,7 @@ package cm_test
 
 import (
 	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/verbs"
 	"testing"
 )
@@ -15,7 +16,7 @@ import (
 // caller's slices, with no allocation.
 func TestLabDataPathDoesNotAllocate(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	client, server, peer, _ := connectPair(t, env, 4)
 	wrs := []verbs.SendWR{{Local: client.mr.Slice(0, 8), Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, RemoteAddr: peer.addr, RKey: peer.rkey}}
 	wcs := make([]verbs.WorkCompletion, 8)

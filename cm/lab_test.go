@@ -17,6 +17,7 @@ import (
 
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/verbs"
 )
 
@@ -171,18 +172,6 @@ func (ep *endpoint) postRecvs(t *testing.T, n int, size int) {
 
 func randomPort() uint16 { return uint16(20000 + rand.IntN(20000)) }
 
-// checkNoLeaks fails the test if any verbs object or cm ID outlives it.
-func checkNoLeaks(t *testing.T) {
-	t.Cleanup(func() {
-		if r := verbs.Resources(); r != (verbs.ResourceCounts{}) {
-			t.Errorf("verbs objects left open: %+v", r)
-		}
-		if n := cm.LiveIDs(); n != 0 {
-			t.Errorf("%d cm IDs left open", n)
-		}
-	})
-}
-
 // listen starts a listener on a random port of env.AddrB, closed at cleanup.
 func listen(t *testing.T, env labenv.Env, backlog int) (*cm.ID, netip.AddrPort) {
 	t.Helper()
@@ -261,9 +250,23 @@ func connectPair(t *testing.T, env labenv.Env, recvs int) (client, server *endpo
 	return client, a.ep, decodeRegion(t, peer.PrivateData), a.seen
 }
 
+// resolvedID returns a new ID resolved from src (zero: any) to dst, closed at cleanup.
+func resolvedID(t *testing.T, ctx context.Context, src netip.Addr, dst netip.AddrPort) *cm.ID {
+	t.Helper()
+	id, err := cm.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { id.Close() })
+	if err := id.Resolve(ctx, src, dst); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 func TestLabDevices(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	devs, err := verbs.Devices()
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +323,7 @@ func TestLabDevices(t *testing.T) {
 
 func TestLabSendRecv(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	client, server, _, seen := connectPair(t, env, 4)
 	if seen.rkey != client.mr.RKey() || seen.addr != client.mr.Addr() {
 		t.Errorf("server saw request private data %+v, want the client's region", seen)
@@ -365,7 +368,7 @@ func TestLabSendRecv(t *testing.T) {
 
 func TestLabWriteWithImm(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	client, server, peer, _ := connectPair(t, env, 4)
 	payload := make([]byte, 40000)
 	for i := range payload {
@@ -402,7 +405,7 @@ func TestLabWriteWithImm(t *testing.T) {
 
 func TestLabRejectWithPrivateData(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ln, addr := listen(t, env, 1)
@@ -414,16 +417,9 @@ func TestLabRejectWithPrivateData(t *testing.T) {
 		req.ID.Reject([]byte("go away"))
 		req.ID.Close()
 	}()
-	id, err := cm.NewID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer id.Close()
-	if err := id.Resolve(ctx, env.AddrA, addr); err != nil {
-		t.Fatal(err)
-	}
+	id := resolvedID(t, ctx, env.AddrA, addr)
 	newEndpoint(t, id)
-	_, err = id.Connect(ctx, cm.ConnParam{PrivateData: []byte("hello"), RetryCount: 7, RNRRetryCount: 7})
+	_, err := id.Connect(ctx, cm.ConnParam{PrivateData: []byte("hello"), RetryCount: 7, RNRRetryCount: 7})
 	var ee *cm.EventError
 	if !errors.As(err, &ee) || !errors.Is(err, cm.ErrRejected) || ee.NoListener() {
 		t.Fatalf("connect = %v, want a rejection by the application", err)
@@ -435,7 +431,7 @@ func TestLabRejectWithPrivateData(t *testing.T) {
 
 func TestLabDisconnect(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	client, server, _, _ := connectPair(t, env, 1)
 	if err := client.id.Disconnect(); err != nil {
 		t.Fatal(err)
@@ -479,20 +475,12 @@ func TestLabDisconnect(t *testing.T) {
 
 func TestLabConnectNoListener(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	id, err := cm.NewID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer id.Close()
-	if err := id.Resolve(ctx, env.AddrA, netip.AddrPortFrom(env.AddrB, randomPort())); err != nil {
-		t.Fatal(err)
-	}
-	ep := newEndpoint(t, id)
+	ep := newEndpoint(t, resolvedID(t, ctx, env.AddrA, netip.AddrPortFrom(env.AddrB, randomPort())))
 	start := time.Now()
-	_, err = ep.id.Connect(ctx, cm.ConnParam{RetryCount: 7, RNRRetryCount: 7, ResponderResources: 1, InitiatorDepth: 1})
+	_, err := ep.id.Connect(ctx, cm.ConnParam{RetryCount: 7, RNRRetryCount: 7, ResponderResources: 1, InitiatorDepth: 1})
 	var ee *cm.EventError
 	if !errors.Is(err, cm.ErrRejected) || !errors.As(err, &ee) || !ee.NoListener() {
 		t.Fatalf("connect to a port with no listener = %v, want a rejection saying nothing listens", err)
@@ -502,7 +490,7 @@ func TestLabConnectNoListener(t *testing.T) {
 
 func TestLabRouteWithoutRDMADevice(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	id, err := cm.NewID()
@@ -518,7 +506,7 @@ func TestLabRouteWithoutRDMADevice(t *testing.T) {
 
 func TestLabCancelPendingConnect(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	id, err := cm.NewID()
 	if err != nil {
 		t.Fatal(err)
@@ -544,7 +532,7 @@ func TestLabCancelPendingConnect(t *testing.T) {
 
 func TestLabCloseUnblocksGetRequest(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	ln, _ := listen(t, env, 1)
 	errc := make(chan error, 1)
 	go func() {
@@ -571,7 +559,7 @@ func TestLabCloseUnblocksGetRequest(t *testing.T) {
 func TestLabKernelSeesNoLeftovers(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	t.Run("connect", func(t *testing.T) {
-		checkNoLeaks(t)
+		leakcheck.Check(t)
 		client, server, peer, _ := connectPair(t, env, 2)
 		copy(client.buf.Bytes(), "x")
 		if err := client.qp.PostSend([]verbs.SendWR{{Local: client.mr.Slice(0, 1), Opcode: verbs.OpRDMAWriteWithImm, Flags: verbs.SendSignaled, RemoteAddr: peer.addr, RKey: peer.rkey, Imm: 1}}); err != nil {

@@ -7,6 +7,7 @@ package rdmanet_test
 
 import (
 	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 	"io"
 	"testing"
@@ -16,7 +17,7 @@ import (
 // takes its bytes allocate nothing.
 func TestLabNoAllocationsPerReadWrite(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	a, b, stop := pipe(t, env, rdmanet.Config{KeepAlive: -1})
 	defer stop()
 	msg := make([]byte, 4096)

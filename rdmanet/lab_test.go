@@ -19,8 +19,8 @@ import (
 
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
-	"github.com/rdmanet/sdk/verbs"
 )
 
 // pipe connects a client on env.AddrA to a server on env.AddrB.
@@ -55,18 +55,6 @@ func pipe(t testing.TB, env labenv.Env, cfg rdmanet.Config) (client, server net.
 	return client, r.c, func() { client.Close(); r.c.Close() }
 }
 
-// checkNoLeaks fails the test if a verbs object or cm ID outlives it.
-func checkNoLeaks(t *testing.T) {
-	t.Cleanup(func() {
-		if r := verbs.Resources(); r != (verbs.ResourceCounts{}) {
-			t.Errorf("verbs objects left open: %+v", r)
-		}
-		if n := cm.LiveIDs(); n != 0 {
-			t.Errorf("%d cm IDs left open", n)
-		}
-	})
-}
-
 // modes are the two wire protocols: rdmanet's extensions, which two rdmanet
 // peers agree on by default, and Valkey's protocol, forced.
 var modes = []struct {
@@ -84,7 +72,7 @@ func TestLabNetConn(t *testing.T) {
 	busyPoll.name, busyPoll.cfg.BusyPoll = "rdmanet busy-polling", 50*time.Microsecond
 	for _, m := range append(modes, busyPoll) {
 		t.Run(m.name, func(t *testing.T) {
-			checkNoLeaks(t)
+			leakcheck.Check(t)
 			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 				c1, c2, stop = pipe(t, env, m.cfg)
 				for _, c := range []net.Conn{c1, c2} {
@@ -102,7 +90,7 @@ func TestLabNetConn(t *testing.T) {
 // for both to speak it, whichever side it is.
 func TestLabNegotiation(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	for _, c := range []struct {
 		name           string
 		dialer, server rdmanet.Config
@@ -151,7 +139,7 @@ func TestLabNegotiation(t *testing.T) {
 // and can still answer.
 func TestLabCloseWrite(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	a, b, stop := pipe(t, env, rdmanet.Config{})
 	defer stop()
 	payload := make([]byte, 3<<20)
@@ -231,7 +219,7 @@ func TestLabIntegrity(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			checkNoLeaks(t)
+			leakcheck.Check(t)
 			a, b, stop := pipe(t, env, c.cfg)
 			defer stop()
 			var wg sync.WaitGroup
@@ -264,7 +252,7 @@ func TestLabIntegrity(t *testing.T) {
 
 func TestLabDialNoListener(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	start := time.Now()
 	_, err := rdmanet.Dial("rdma", netip.AddrPortFrom(env.AddrB, 1).String())
 	var op *net.OpError
@@ -279,7 +267,7 @@ func TestLabDialNoListener(t *testing.T) {
 // no verbs object, no cm ID, no goroutine.
 func TestLabManyConnections(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	const conns = 1000
 	// Both ends live in this process: 2,000 connection ends of 4 descriptors.
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 1 << 14, Max: 1 << 14}); err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 )
 
@@ -58,7 +59,7 @@ func readUntilError(c net.Conn, start time.Time, limit time.Duration) (time.Dura
 // this side: Read returns (EOF or an error) and Write fails, promptly.
 func TestLabPeerKilled(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	ln, err := rdmanet.Listen("rdma", netip.AddrPortFrom(env.AddrB, 0).String())
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +102,7 @@ func TestLabPeerKilled(t *testing.T) {
 // retries (7 tries of 268 ms), here with 2 s to spare for the emulated CPU.
 func TestLabPeerUnreachable(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	checkNoLeaks(t)
+	leakcheck.Check(t)
 	const keepAlive = time.Second
 	a, b, stop := pipe(t, env, rdmanet.Config{KeepAlive: keepAlive})
 	defer stop()
