@@ -189,17 +189,21 @@ func (c *Conn) spin(wcs []verbs.WorkCompletion) bool {
 }
 
 // sweep polls one batch of completions and handles them; it reports whether
-// there were any.
+// there were any. The engine, the events goroutine and (with BusyPoll) a
+// blocked Read or Write may all sweep: polling under c.mu makes them take
+// and handle batches one at a time, in the queue's order, which the send
+// queue's accounting and the stream (a Shutdown after its data) rely on.
 func (c *Conn) sweep(wcs []verbs.WorkCompletion) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	n, err := c.res.cq.Poll(wcs)
 	if err != nil {
-		c.fail(err)
+		c.failLocked(err)
 		return false
 	}
 	if n == 0 {
 		return false
 	}
-	c.mu.Lock()
 	for i := range wcs[:n] {
 		c.handle(&wcs[i])
 	}
@@ -209,7 +213,6 @@ func (c *Conn) sweep(wcs []verbs.WorkCompletion) bool {
 		}
 	}
 	c.reposts = c.reposts[:0]
-	c.mu.Unlock()
 	return true
 }
 
