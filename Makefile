@@ -44,6 +44,30 @@ lab-test: $(LAB)
 
 test: deps vet host-test nocgo-test no-rdma-core-test lab-test
 
+# The benchmark comparison, BENCHMARKS.md: one run in the lab of rdmanet, Go's
+# TCP, rsockets, kernel TCP and perftest on the same rxe pair (see
+# internal/cmd/labbench). Not part of `make test`. The report replaces
+# BENCHMARKS.md only if the run completed and the report ends with labbench's
+# end marker.
+LABBENCH := bin/labbench
+.PHONY: bench
+
+$(LABBENCH): FORCE
+	@mkdir -p bin
+	$(GO) build -o $@ ./internal/cmd/labbench
+
+bench: $(LAB) $(LABBENCH)
+	@start=$$(date +%s); tmp=bin/BENCHMARKS.md.tmp; \
+	rev=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown); \
+	git diff --quiet HEAD 2>/dev/null || rev="$$rev with uncommitted changes"; \
+	host="$$(nproc) CPUs, load average $$(cut -d' ' -f1-3 /proc/loadavg) as the run started"; \
+	if ! $(LAB) -timeout 20m $(LABBENCH) -rev "$$rev" -host "$$host" > $$tmp; then \
+		echo "bench: the run failed; BENCHMARKS.md unchanged (output so far: $$tmp)" >&2; exit 1; fi; \
+	if [ "$$(tail -n 1 $$tmp)" != '<!-- labbench: end of report -->' ]; then \
+		echo "bench: the report is incomplete; BENCHMARKS.md unchanged (output: $$tmp)" >&2; exit 1; fi; \
+	mv $$tmp BENCHMARKS.md; cat BENCHMARKS.md; \
+	echo "bench: wrote BENCHMARKS.md in $$(( $$(date +%s) - start ))s"
+
 # The demo: for now the lab's self-check (ibv_devices, rping, perftest on rxe).
 demo: deps selfcheck
 

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/benchkit"
+)
+
+// pipeDialer makes net.Pipe pairs (which honour deadlines).
+var pipeDialer = dialer{how: "net.Pipe", pair: func(context.Context) (net.Conn, net.Conn, error) {
+	c, s := net.Pipe()
+	return c, s, nil
+}}
+
+func TestInProcess(t *testing.T) {
+	b := newBench(noEnv, options{scale: 1, rounds: 1, timeout: 10 * time.Second}, io.Discard)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f := b.goPingPong(ctx, pipeDialer, 64, 50)
+	if !f.ok() || !f.hasPct || f.p50 <= 0 || f.p99 < f.p50 || f.how != "net.Pipe" {
+		t.Errorf("ping-pong over a pipe: %+v", f)
+	}
+	f = b.goStream(ctx, pipeDialer, 4096, 1<<20)
+	if !f.ok() || f.mbps <= 0 {
+		t.Errorf("stream over a pipe: %+v", f)
+	}
+
+	failing := dialer{how: "nothing", pair: func(context.Context) (net.Conn, net.Conn, error) {
+		return nil, nil, errors.New("no route")
+	}}
+	if f := b.goStream(ctx, failing, 64, 100); f.ok() || !strings.Contains(f.missing, "connecting: no route") {
+		t.Errorf("failed connection: %+v", f)
+	}
+}
+
+// A measurement that stalls ends with the connections' deadlines and is
+// reported with the error.
+func TestInProcessDeadline(t *testing.T) {
+	b := newBench(noEnv, options{scale: 1, rounds: 1}, io.Discard)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	f := b.inProcess(ctx, pipeDialer, func(client, server net.Conn) (figure, error) {
+		_, err := benchkit.Stream(io.Discard, server, 64, 100) // nobody writes
+		return figure{}, err
+	})
+	if f.ok() || !strings.Contains(f.missing, "i/o timeout") {
+		t.Errorf("stalled stream: %+v", f)
+	}
+}
+
+// A measurement that ignores its deadlines is reported as hung, with the
+// goroutines involved.
+func TestInProcessHung(t *testing.T) {
+	defer func(g time.Duration) { hangGrace = g }(hangGrace)
+	hangGrace = 100 * time.Millisecond
+	b := newBench(noEnv, options{scale: 1, rounds: 1, timeout: 100 * time.Millisecond}, io.Discard)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	stuck := make(chan struct{})
+	defer close(stuck)
+	f := b.inProcess(ctx, pipeDialer, func(client, server net.Conn) (figure, error) {
+		<-stuck
+		return figure{}, nil
+	})
+	if f.ok() || !strings.HasPrefix(f.missing, "HUNG") || !strings.Contains(f.raw, "goroutine") || b.hungGo != 1 {
+		t.Errorf("hung measurement: %+v", f)
+	}
+}
+
+// noEnv is an empty lab description: these tests need no lab (and do not
+// import labenv, which would make scripts/lab-test run them in the lab).
+var noEnv = (&bench{}).env
+
+func TestRunOutsideLab(t *testing.T) {
+	t.Setenv("RDMANET_LAB", "")
+	var out, errs strings.Builder
+	if got := run(nil, &out, &errs); got != 2 || out.Len() != 0 || !strings.Contains(errs.String(), "not in the rdmanet lab") {
+		t.Errorf("run outside the lab: status %d, stdout %q, stderr %q", got, out.String(), errs.String())
+	}
+	errs.Reset()
+	if got := run([]string{"-rounds", "0"}, &out, &errs); got != 2 || !strings.Contains(errs.String(), "usage:") {
+		t.Errorf("-rounds 0: status %d, stderr %q", got, errs.String())
+	}
+}
