@@ -1,4 +1,4 @@
-//go:build !race
+//go:build linux && !race
 
 // Allocation counts mean nothing under the race detector, which allocates
 // itself; scripts/lab-test runs these in a pass without it.
