@@ -9,7 +9,7 @@
 // internal/benchkit.Modes) and Go's TCP in this process, and for rsockets
 // (rstream), kernel TCP (rstream -T s) and perftest (ib_write_bw,
 // ib_send_lat) as subprocesses. It makes every measurement in a few rounds
-// (-rounds) and prints the medians, rdmanet's ratios to perftest and
+// (-rounds) and prints the best of each, rdmanet's ratios to perftest and
 // rsockets, and whether issue 3's targets are met. Progress goes to standard
 // error. A measurement that fails, hangs or whose output cannot be parsed is
 // reported with the reason and the raw output, and a figure none of whose
@@ -60,8 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var o options
 	fs.Float64Var(&o.scale, "scale", 1, "multiply every amount (bytes streamed, round trips) by `f`, for quick trial runs")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "bound each measurement")
-	fs.DurationVar(&o.budget, "budget", 8*time.Minute, "skip measurements that would start after this much of the run")
-	fs.IntVar(&o.rounds, "rounds", 3, "make every measurement `n` times (the figures are the medians)")
+	fs.DurationVar(&o.budget, "budget", 8*time.Minute, "start no round that would end after this much of the run (the first one always runs, its measurements until then)")
+	fs.IntVar(&o.rounds, "rounds", 3, "make every measurement in `n` rounds (each figure is the best of its rounds)")
 	fs.StringVar(&o.host, "host", "", "describe the host running the lab (CPUs, load) in the report")
 	fs.StringVar(&o.rev, "rev", "", "rdmanet's `revision` to name in the report (default: the build's VCS stamp, if any)")
 	fs.StringVar(&o.impls, "only", "", "run only these comma-separated implementations (IDs: "+strings.Join(implIDs(), ", ")+")")
@@ -138,7 +138,7 @@ func streamBytes(size int) int64 {
 }
 
 // roundTrips is how many round trips one round-trip measurement makes.
-const roundTrips = 5000
+const roundTrips = 2000
 
 // figure is one measured result, or why there is none.
 type figure struct {
@@ -206,7 +206,7 @@ type bench struct {
 	res    map[key][]figure // one per round
 	ports  int              // the next port offset for the tools' servers
 	hungGo int              // in-process measurements that hung (their goroutines remain)
-	cut    int              // measurements of later rounds skipped for the budget
+	done   int              // rounds made
 }
 
 func newBench(env labenv.Env, o options, log io.Writer) *bench {
@@ -293,8 +293,9 @@ func (b *bench) scaled(n int64) int64 { return max(1, int64(math.Round(float64(n
 
 // runAll measures everything, in rounds. Within a round it goes one size at
 // a time across the implementations, so that a slow spell of the host hits
-// one size's figures alike; the rounds' medians (see combine) take out what
-// hits a single measurement.
+// one size's figures alike; taking the best of the rounds (see combine)
+// takes out what hits a single measurement. A round that would not end
+// within the budget (judged by the longest round so far) is not started.
 func (b *bench) runAll() {
 	type step struct {
 		kind kind
@@ -316,19 +317,21 @@ func (b *bench) runAll() {
 			}
 		}
 	}
+	var longest time.Duration
 	for round := 1; round <= b.opt.rounds; round++ {
+		if round > 1 && time.Since(b.start)+longest > b.opt.budget {
+			fmt.Fprintf(b.log, "labbench: no round %d: it would end after the run's budget (-budget %v)\n", round, b.opt.budget)
+			break
+		}
+		start := time.Now()
+		b.done = round
 		for i, st := range steps {
 			prefix := fmt.Sprintf("labbench: round %d/%d, %d/%d: %s %s, %s:", round, b.opt.rounds, i+1, len(steps),
 				st.kind, benchkit.SizeName(st.size), st.im.labelFor(st.kind))
 			k := key{st.im.id, st.kind, st.size}
-			if time.Since(b.start) > b.opt.budget {
-				// The first round must leave a figure or a reason for each;
-				// later rounds only make the figures more robust.
-				if round == 1 {
-					b.res[k] = append(b.res[k], figure{missing: fmt.Sprintf("skipped: the run's budget (-budget %v) was used up", b.opt.budget)})
-				} else {
-					b.cut++
-				}
+			if round == 1 && time.Since(b.start) > b.opt.budget {
+				// The first round leaves a figure or a reason for each.
+				b.res[k] = append(b.res[k], figure{missing: fmt.Sprintf("skipped: the run's budget (-budget %v) was used up", b.opt.budget)})
 				fmt.Fprintln(b.log, prefix, "skipped (budget used up)")
 				continue
 			}
@@ -353,6 +356,7 @@ func (b *bench) runAll() {
 				}
 			}
 		}
+		longest = max(longest, time.Since(start))
 	}
 }
 
@@ -656,10 +660,10 @@ type setting struct {
 	revision   string // rdmanet's commit, "(unknown)" if the build has none
 	tools      string // package versions
 	hungGo     int
-	cut        int // measurements of later rounds skipped for the budget
 	scale      float64
 	roundTrips int
-	rounds     int
+	rounds     int // made
+	asked      int // asked for with -rounds
 	host       string
 }
 
@@ -667,8 +671,8 @@ func (b *bench) setting() setting {
 	s := setting{
 		when: b.start.UTC(), took: time.Since(b.start), env: b.env,
 		kernel: "Linux " + readTrim("/proc/sys/kernel/osrelease"), cpus: runtime.NumCPU(),
-		goVersion: runtime.Version(), revision: "(unknown)", hungGo: b.hungGo, cut: b.cut,
-		scale: b.opt.scale, roundTrips: int(b.scaled(roundTrips)), rounds: b.opt.rounds, host: b.opt.host,
+		goVersion: runtime.Version(), revision: "(unknown)", hungGo: b.hungGo,
+		scale: b.opt.scale, roundTrips: int(b.scaled(roundTrips)), rounds: b.done, asked: b.opt.rounds, host: b.opt.host,
 	}
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, l := range strings.Split(string(data), "\n") {

@@ -88,3 +88,28 @@ func TestRunOutsideLab(t *testing.T) {
 		t.Errorf("-rounds 0: status %d, stderr %q", got, errs.String())
 	}
 }
+
+// runAll makes whole rounds: one that would end after the budget is not
+// started, so every figure has as many rounds.
+func TestRunAllRounds(t *testing.T) {
+	fake := impl{id: "fake", label: "fake", stream: func(ctx context.Context, size int, total int64) figure {
+		time.Sleep(50 * time.Millisecond)
+		return figure{mbps: 1}
+	}}
+	for _, c := range []struct {
+		budget time.Duration
+		want   int
+	}{{10 * time.Second, 3}, {300 * time.Millisecond, 1}} {
+		b := newBench(noEnv, options{scale: 1, rounds: 3, timeout: time.Second, budget: c.budget}, io.Discard)
+		b.impls = []impl{fake}
+		b.runAll()
+		if b.done != c.want {
+			t.Errorf("budget %v: %d rounds, want %d", c.budget, b.done, c.want)
+		}
+		for _, size := range benchkit.StreamSizes {
+			if got := len(b.res[key{"fake", stream, size}]); got != c.want {
+				t.Errorf("budget %v: %d rounds of size %d, want %d", c.budget, got, size, c.want)
+			}
+		}
+	}
+}

@@ -34,10 +34,10 @@ func (b *bench) report() report {
 // rounds above which the report points the spread out.
 const noisy = 1.5
 
-// combine makes one figure of a measurement's rounds: the median of each
-// value over the rounds that succeeded (the mean of the middle two for an
-// even count). It is missing only if every round failed, and doubtful if any
-// round was.
+// combine makes one figure of a measurement's rounds: the best of each value
+// over the rounds that succeeded (the highest throughput, the lowest round
+// trip), as other processes on the host only ever slow a measurement down.
+// It is missing only if every round failed, and doubtful if any round was.
 func combine(rounds []figure) figure {
 	var oks []figure
 	for _, f := range rounds {
@@ -58,19 +58,20 @@ func combine(rounds []figure) figure {
 		return figure{how: how, missing: fmt.Sprintf("all %d rounds failed", len(rounds))}
 	}
 	c := figure{hasPct: oks[0].hasPct, how: how}
-	med := func(get func(figure) float64) float64 {
+	best := func(get func(figure) float64, higher bool) float64 {
 		v := make([]float64, len(oks))
 		for i, f := range oks {
 			v[i] = get(f)
 		}
-		slices.Sort(v)
-		n := len(v)
-		return (v[(n-1)/2] + v[n/2]) / 2
+		if higher {
+			return slices.Max(v)
+		}
+		return slices.Min(v)
 	}
-	c.mbps = med(func(f figure) float64 { return f.mbps })
-	c.p50 = med(func(f figure) float64 { return f.p50 })
-	c.p99 = med(func(f figure) float64 { return f.p99 })
-	c.mean = med(func(f figure) float64 { return f.mean })
+	c.mbps = best(func(f figure) float64 { return f.mbps }, true)
+	c.p50 = best(func(f figure) float64 { return f.p50 }, false)
+	c.p99 = best(func(f figure) float64 { return f.p99 }, false)
+	c.mean = best(func(f figure) float64 { return f.mean }, false)
 	for _, f := range oks {
 		if f.doubt != "" {
 			c.doubt = f.doubt
@@ -192,8 +193,8 @@ func (r report) markdown() string {
 	}
 	p(". Every client is on %s (%s) and every server on %s (%s), in the one VM: "+
 		"RDMA goes through rxe's loopback path, TCP through the kernel's loopback. "+
-		"rdmanet %s, Go %s, %s. Each figure is the median of %d rounds of its measurement; "+
-		"the run took %s.\n\n",
+		"rdmanet %s, Go %s, %s. Each figure is the best of %d rounds of its measurement "+
+		"(other processes on the host only ever slow a measurement down); the run took %s.\n\n",
 		s.env.AddrA, s.env.DevA, s.env.AddrB, s.env.DevB,
 		s.revision, strings.TrimPrefix(s.goVersion, "go"), orUnknown(s.tools, "tool versions unknown"),
 		s.rounds, s.took.Round(time.Second))
@@ -519,8 +520,8 @@ func (r report) problems(w *strings.Builder) {
 	if r.set.hungGo > 0 {
 		fmt.Fprintf(&b, "- %d in-process measurements hung; their goroutines were left running, which may have slowed what followed.\n", r.set.hungGo)
 	}
-	if r.set.cut > 0 {
-		fmt.Fprintf(&b, "- %d measurements of later rounds were skipped: the run's budget was used up.\n", r.set.cut)
+	if r.set.rounds < r.set.asked {
+		fmt.Fprintf(&b, "- %d rounds of the %d asked for: another would have ended after the run's budget.\n", r.set.rounds, r.set.asked)
 	}
 	if b.Len() == 0 {
 		return
