@@ -3,6 +3,8 @@ package rdmanet
 import (
 	"testing"
 	"time"
+
+	"github.com/rdmanet/sdk/verbs"
 )
 
 func TestDeadline(t *testing.T) {
@@ -38,5 +40,13 @@ func TestDeadline(t *testing.T) {
 	d.set(time.Now().Add(-time.Millisecond))
 	if !isClosed(ch) {
 		t.Fatal("moving the deadline into the past did not wake a waiter")
+	}
+}
+
+// TestNotSupportedIsOneError: a build without RDMA reports one sentinel,
+// whichever package the caller matches it with.
+func TestNotSupportedIsOneError(t *testing.T) {
+	if ErrNotSupported != verbs.ErrNotSupported {
+		t.Fatal("rdmanet.ErrNotSupported is not verbs.ErrNotSupported")
 	}
 }

@@ -20,6 +20,8 @@ package rdmanet
 import (
 	"errors"
 	"net/netip"
+
+	"github.com/rdmanet/sdk/verbs"
 )
 
 // Network is the network name of RDMA connections and addresses.
@@ -43,8 +45,9 @@ func (a *Addr) String() string {
 }
 
 var (
-	// ErrNotSupported is returned when this build or platform cannot use RDMA.
-	ErrNotSupported = errors.New("rdmanet: RDMA not supported in this build (needs linux and cgo)")
+	// ErrNotSupported is returned when this build or platform cannot use RDMA
+	// (the same error as verbs.ErrNotSupported and cm.ErrNotSupported).
+	ErrNotSupported = verbs.ErrNotSupported
 	// ErrHalfCloseUnsupported: CloseWrite needs a peer that negotiated orderly
 	// half-close; Valkey's protocol has none.
 	ErrHalfCloseUnsupported = errors.New("rdmanet: the peer does not support half-close")
