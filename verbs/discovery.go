@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -14,7 +15,8 @@ type AddrDevice struct {
 }
 
 // DeviceForAddr maps a local IP address to its netdev and that netdev's RDMA
-// device (found through sysfs, by rdmamap). It returns an error wrapping
+// device (through the kernel's RDMA netlink interface, as `rdma link`; a
+// VLAN or bond netdev maps to the device under it). It returns an error wrapping
 // ErrNoDevice when the netdev has no RDMA device, with the netdev filled in.
 func DeviceForAddr(a netip.Addr) (AddrDevice, error) {
 	a = a.Unmap()
@@ -33,7 +35,7 @@ func DeviceForAddr(a netip.Addr) (AddrDevice, error) {
 				continue
 			}
 			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == a {
-				dev, err := rdmaDeviceForNetdev(ifi.Name)
+				dev, err := deviceForNetdev(ifi.Name)
 				if err != nil {
 					return AddrDevice{Netdev: ifi.Name}, fmt.Errorf("verbs: %v is on %s, which has no RDMA device: %w", a, ifi.Name, ErrNoDevice)
 				}
@@ -42,4 +44,42 @@ func DeviceForAddr(a netip.Addr) (AddrDevice, error) {
 		}
 	}
 	return AddrDevice{}, fmt.Errorf("verbs: %v is not an address of this host", a)
+}
+
+// Link is one RDMA port and the network interface it runs over (RoCE and
+// iWARP ports have one; InfiniBand ports have none), as `rdma link` shows.
+type Link struct {
+	Device      string // e.g. "mlx5_0", "rxe0"
+	Port        uint8
+	State       PortState
+	Netdev      string // "" when the port has no netdev
+	NetdevIndex int
+}
+
+// Links lists every RDMA port with its netdev. It asks the kernel directly
+// (no rdma-core, no cgo), so it answers even where RDMA cannot be used; a
+// kernel without RDMA support gives an error wrapping ErrNoDevice.
+func Links() ([]Link, error) {
+	ls, err := links()
+	if err != nil && !errors.Is(err, ErrNotSupported) {
+		err = fmt.Errorf("%w: %w", ErrNoDevice, err)
+	}
+	return ls, err
+}
+
+// deviceForNetdev finds the RDMA device whose port runs over netdev or
+// over a netdev under it.
+func deviceForNetdev(netdev string) (string, error) {
+	ls, err := links()
+	if err != nil {
+		return "", err
+	}
+	for _, name := range append([]string{netdev}, lowerNetdevs(netdev)...) {
+		for _, l := range ls {
+			if l.Netdev == name {
+				return l.Device, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("verbs: no RDMA port on %s", netdev)
 }

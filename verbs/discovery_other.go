@@ -2,4 +2,5 @@
 
 package verbs
 
-func rdmaDeviceForNetdev(string) (string, error) { return "", ErrNotSupported }
+func links() ([]Link, error)       { return nil, ErrNotSupported }
+func lowerNetdevs(string) []string { return nil }

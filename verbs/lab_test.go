@@ -37,3 +37,33 @@ func TestDeviceForAddrNotLocal(t *testing.T) {
 		t.Fatal("DeviceForAddr of a foreign address succeeded")
 	}
 }
+
+func TestLabLinks(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	ls, err := verbs.Links()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("links: %+v", ls)
+	for _, c := range []struct {
+		addr netip.Addr
+		dev  string
+	}{{env.AddrA, env.DevA}, {env.AddrB, env.DevB}} {
+		ad, err := verbs.DeviceForAddr(c.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, l := range ls {
+			if l.Device == c.dev {
+				found = true
+				if l.Netdev != ad.Netdev || l.NetdevIndex == 0 || l.Port != 1 || l.State != verbs.PortActive {
+					t.Errorf("link %+v, want port 1 of %s on %s, active", l, c.dev, ad.Netdev)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("Links has no %s: %+v", c.dev, ls)
+		}
+	}
+}

@@ -17,7 +17,7 @@ import (
 // instead of skipping it.
 const RequireEnv = "RDMANET_REQUIRE_RDMA_HEADERS"
 
-var headers = []string{"infiniband/verbs.h", "rdma/rdma_cma.h"}
+var headers = []string{"infiniband/verbs.h", "rdma/rdma_cma.h", "rdma/rdma_netlink.h"}
 
 // Compiler returns the C compiler to check with, after making sure rdma-core's
 // headers are there. Without them the test skips, or fails under RequireEnv.

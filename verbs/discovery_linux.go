@@ -1,7 +1,0 @@
-package verbs
-
-import "github.com/Mellanox/rdmamap"
-
-func rdmaDeviceForNetdev(netdev string) (string, error) {
-	return rdmamap.GetRdmaDeviceForNetdevice(netdev)
-}

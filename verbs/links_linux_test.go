@@ -1,0 +1,54 @@
+package verbs
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/rdmanet/sdk/internal/cabi"
+)
+
+func TestNetlinkConstantsMatchHeaders(t *testing.T) {
+	want := map[string]int64{
+		"RDMA_NL_NLDEV": rdmaNLNldev, "RDMA_NLDEV_CMD_GET": rdmaNldevGet, "RDMA_NLDEV_CMD_PORT_GET": rdmaNldevPortGet,
+		"RDMA_NLDEV_ATTR_DEV_INDEX": rdmaNldevDevIndex,
+		"RDMA_NLDEV_ATTR_DEV_NAME":  rdmaNldevDevName, "RDMA_NLDEV_ATTR_PORT_INDEX": rdmaNldevPortIndex,
+		"RDMA_NLDEV_ATTR_PORT_STATE": rdmaNldevPortState, "RDMA_NLDEV_ATTR_NDEV_INDEX": rdmaNldevNdevIndex,
+		"RDMA_NLDEV_ATTR_NDEV_NAME": rdmaNldevNdevName,
+	}
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	got := cabi.Constants(t, names)
+	for n, w := range want {
+		if got[n] != w {
+			t.Errorf("%s = %d in the kernel's header, %d here", n, got[n], w)
+		}
+	}
+}
+
+func TestParseLink(t *testing.T) {
+	u32 := func(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
+	var b []byte
+	b = append(b, netlinkAttr(rdmaNldevDevName, []byte("rxe0\x00"))...)
+	b = append(b, netlinkAttr(rdmaNldevPortIndex, u32(1))...)
+	b = append(b, netlinkAttr(rdmaNldevPortState, []byte{4})...)
+	b = append(b, netlinkAttr(rdmaNldevNdevIndex, u32(7))...)
+	b = append(b, netlinkAttr(rdmaNldevNdevName, []byte("lab-a\x00"))...)
+	want := Link{Device: "rxe0", Port: 1, State: PortActive, Netdev: "lab-a", NetdevIndex: 7}
+	if got := parseLink(b); got != want {
+		t.Errorf("parseLink = %+v, want %+v", got, want)
+	}
+	// Truncated and lying lengths end parsing; they never read out of bounds.
+	for i := range b {
+		parseLink(b[:i])
+	}
+	bad := netlinkAttr(rdmaNldevDevName, []byte("x"))
+	binary.NativeEndian.PutUint16(bad, 200)
+	if got := parseLink(bad); got != (Link{}) {
+		t.Errorf("an attribute longer than its message was read: %+v", got)
+	}
+	if _, err := parseNetlink([]byte{255, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}); err == nil {
+		t.Error("a message longer than its datagram was accepted")
+	}
+}
