@@ -2,32 +2,55 @@ package rdmanet
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
-// Dialer connects to RDMA listeners; its zero value is ready to use. Its
-// fields mirror net.Dialer's where they make sense for RDMA.
+// Dialer connects to RDMA listeners, falling back to TCP where its network
+// and policy allow; its zero value is ready to use. Its fields mirror
+// net.Dialer's where they make sense.
 type Dialer struct {
-	// Timeout bounds the whole dial: address and route resolution and the
-	// connection handshake. Zero means no limit beyond the context's.
+	// Timeout bounds the whole dial: address and route resolution, the RDMA
+	// attempt and, after a fallback, the TCP connect. Zero means no limit
+	// beyond the context's.
 	Timeout time.Duration
 	// LocalAddr, if set, picks the local address and so the RDMA device:
 	// an *Addr, a *net.TCPAddr or a *net.IPAddr (only the IP is used).
 	LocalAddr net.Addr
 	// Config sizes the connection's buffers and queues.
 	Config Config
+	// Policy chooses the transports of a dial on a "tcp" network (default
+	// fallback.Auto: RDMA when it works, TCP otherwise). The environment
+	// variable fallback.EnvPolicy overrides it. "rdma" networks never fall back.
+	Policy fallback.Policy
+	// RDMATimeout bounds, in a dial that may fall back, the wait for the
+	// peer's answer to the RDMA connection request (default 1 s): a peer
+	// whose host has no RDMA never answers, and the dial falls back to TCP
+	// after this long. The failure is then remembered for a minute, so later
+	// dials to that address go straight to TCP (see ForgetFailures).
+	RDMATimeout time.Duration
 }
 
-// Dial connects to address ("host:port") on network "rdma", "rdma4" or "rdma6".
+// defaultRDMATimeout is Dialer.RDMATimeout's default: far above an RDMA
+// connection's set-up (under a millisecond on hardware, tens of milliseconds
+// in the lab's emulated CPU), so that a fallback means the peer's host did
+// not answer.
+const defaultRDMATimeout = time.Second
+
+// Dial connects to address ("host:port"). On network "tcp", "tcp4" or
+// "tcp6" it uses RDMA when it can and TCP otherwise (see Dialer.DialContext);
+// on "rdma", "rdma4" or "rdma6" it uses RDMA only.
 func Dial(network, address string) (net.Conn, error) {
 	var d Dialer
 	return d.DialContext(context.Background(), network, address)
@@ -38,13 +61,33 @@ func (d *Dialer) Dial(network, address string) (net.Conn, error) {
 	return d.DialContext(context.Background(), network, address)
 }
 
-// DialContext connects to address on network "rdma", "rdma4" or "rdma6".
-// The context bounds the whole dial; cancelling it abandons the handshake.
-// Errors are *net.OpError; a peer with nothing listening gives one that
-// matches cm.ErrRejected.
+// DialContext connects to address ("host:port").
+//
+// On network "rdma", "rdma4" or "rdma6" the connection is RDMA (a *Conn) or
+// the dial fails. On "tcp", "tcp4" or "tcp6" it is RDMA when RDMA works and
+// TCP (a *TCPConn) when it does not, as Policy and fallback.EnvPolicy
+// allow; TransportOf tells which and why. Nothing is sent to a TCP peer
+// that a plain TCP client would not send: RDMA is tried first, over rdma_cm,
+// and the TCP connection is made only after it failed.
+//
+// The context bounds the whole dial; when it ends, the dial fails rather
+// than fall back. Errors are *net.OpError. When RDMA was required and
+// could not be used, the error wraps a *fallback.Error, so errors.Is
+// matches its reason (fallback.ReasonNoDevice, ...) and the set-up error
+// (cm.ErrRejected, ...).
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	opErr := func(addr net.Addr, err error) error {
 		return &net.OpError{Op: "dial", Net: network, Source: d.LocalAddr, Addr: addr, Err: err}
+	}
+	family, rdmaNetwork, err := parseNetwork(network)
+	if err != nil {
+		return nil, opErr(nil, err)
+	}
+	policy := fallback.RDMAOnly
+	if !rdmaNetwork {
+		if policy, err = fallback.Effective(d.Policy); err != nil {
+			return nil, opErr(nil, err)
+		}
 	}
 	cfg, err := d.Config.withDefaults()
 	if err != nil {
@@ -55,23 +98,72 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	dst, err := resolveAddr(ctx, network, address)
+	dst, err := resolveAddr(ctx, family, address)
 	if err != nil {
 		return nil, opErr(nil, err)
 	}
-	raddr := &Addr{dst}
+	raddr := net.Addr(&Addr{dst})
+	if !rdmaNetwork {
+		raddr = net.TCPAddrFromAddrPort(dst)
+	}
 	src, err := localIP(d.LocalAddr)
 	if err != nil {
 		return nil, opErr(raddr, err)
 	}
-	c, err := dial(ctx, src, dst, cfg)
-	if err != nil {
-		return nil, opErr(raddr, err)
+
+	var why *fallback.Error
+	switch {
+	case policy == fallback.TCPOnly:
+		why = &fallback.Error{Reason: fallback.ReasonPolicy}
+	case policy == fallback.Auto:
+		why = failures.Recall(dst)
 	}
-	return c, nil
+	if why == nil {
+		why = fallback.Check(dst, src)
+	}
+	if why == nil {
+		var answerWait time.Duration
+		if policy == fallback.Auto {
+			answerWait = cmp.Or(d.RDMATimeout, defaultRDMATimeout)
+		}
+		c, err := dial(ctx, src, dst, cfg, answerWait)
+		if err == nil {
+			failures.Forget(dst)
+			counters.Dialed(fallback.RDMA)
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			// The caller's context ended: that is the dial's outcome.
+			return nil, opErr(raddr, err)
+		}
+		// Only the answer's wait has a deadline of its own: a deadline
+		// error with the caller's context alive is the peer's silence.
+		why = &fallback.Error{Reason: fallback.Classify(err), Err: err}
+		failures.Remember(dst, why)
+	}
+	counters.FellBack(why.Reason)
+	if policy == fallback.RDMAOnly {
+		return nil, opErr(raddr, why)
+	}
+	slog.Debug("rdmanet: dialing over TCP", "addr", dst, "reason", string(why.Reason), "remembered", why.Remembered, "err", why.Err)
+	td := net.Dialer{}
+	if src.IsValid() {
+		td.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
+	}
+	tc, err := td.DialContext(ctx, "tcp", dst.String())
+	if err != nil {
+		return nil, err // already a *net.OpError
+	}
+	counters.Dialed(fallback.TCP)
+	return &TCPConn{TCPConn: tc.(*net.TCPConn), why: why}, nil
 }
 
-func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config) (*Conn, error) {
+// dial makes an RDMA connection. answerWait, if positive, bounds the wait
+// for the peer's answer to the connection request (the rest is bounded by
+// ctx): a host without RDMA never answers, while address and route
+// resolution, and the first use of rdma_cm in a process, take their own
+// time whatever the peer.
+func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, answerWait time.Duration) (_ *Conn, err error) {
 	if err := cm.Available(); err != nil {
 		return nil, err
 	}
@@ -79,18 +171,22 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config) (
 	if err != nil {
 		return nil, err
 	}
+	var c *Conn
+	defer func() {
+		if err != nil {
+			id.Close()
+			if c != nil {
+				c.res.close()
+			}
+		}
+	}()
 	if err := id.Resolve(ctx, src, dst); err != nil {
-		id.Close()
 		return nil, err
 	}
-	c, err := newConn(id, cfg, false)
-	if err != nil {
-		id.Close()
+	if c, err = newConn(id, cfg, false); err != nil {
 		return nil, err
 	}
 	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
-		id.Close()
-		c.res.close()
 		return nil, err
 	}
 	// As libvalkey: responder resources and initiator depth 1, and an RNR
@@ -99,17 +195,19 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config) (
 	// is 6, not libvalkey's 7: some devices (rxe) treat 7 as "forever", and
 	// then a dead peer is never noticed. Both sides' queue pairs use it.
 	offer := cfg.extensions()
-	peer, err := id.Connect(ctx, cm.ConnParam{PrivateData: cfg.hello(offer), ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
+	connectCtx := ctx
+	if answerWait > 0 {
+		var cancel context.CancelFunc
+		connectCtx, cancel = context.WithTimeout(ctx, answerWait)
+		defer cancel()
+	}
+	peer, err := id.Connect(connectCtx, cm.ConnParam{PrivateData: cfg.hello(offer), ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
 	if err != nil {
-		id.Close()
-		c.res.close()
 		return nil, withRejectReason(err)
 	}
 	// A Valkey server accepts with no private data: Valkey's protocol.
 	h, ok, err := wire.DecodeHello(peer.PrivateData)
 	if err != nil {
-		id.Close()
-		c.res.close()
 		return nil, err
 	}
 	var agreed wire.Features
@@ -120,19 +218,24 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config) (
 	return c, nil
 }
 
-// resolveAddr turns "host:port" into one address of the network's family.
-func resolveAddr(ctx context.Context, network, address string) (netip.AddrPort, error) {
-	family := ""
+// parseNetwork gives a network's address family ("ip", "ip4" or "ip6") and
+// whether it names RDMA (and so never falls back).
+func parseNetwork(network string) (family string, rdmaNetwork bool, err error) {
 	switch network {
-	case "rdma":
+	case "rdma", "tcp":
 		family = "ip"
-	case "rdma4":
+	case "rdma4", "tcp4":
 		family = "ip4"
-	case "rdma6":
+	case "rdma6", "tcp6":
 		family = "ip6"
 	default:
-		return netip.AddrPort{}, net.UnknownNetworkError(network)
+		return "", false, net.UnknownNetworkError(network)
 	}
+	return family, strings.HasPrefix(network, "rdma"), nil
+}
+
+// resolveAddr turns "host:port" into one address of family ("ip", "ip4" or "ip6").
+func resolveAddr(ctx context.Context, family, address string) (netip.AddrPort, error) {
 	host, portStr, err := net.SplitHostPort(address)
 	if err != nil {
 		return netip.AddrPort{}, err
@@ -149,7 +252,7 @@ func resolveAddr(ctx context.Context, network, address string) (netip.AddrPort, 
 	}
 	if ip, err := netip.ParseAddr(host); err == nil {
 		if (family == "ip4" && !ip.Unmap().Is4()) || (family == "ip6" && ip.Is4()) {
-			return netip.AddrPort{}, &net.AddrError{Err: "address of the wrong family for " + network, Addr: host}
+			return netip.AddrPort{}, &net.AddrError{Err: "address of the wrong family for " + family, Addr: host}
 		}
 		return netip.AddrPortFrom(ip.Unmap(), uint16(port)), nil
 	}

@@ -1,0 +1,195 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/verbs"
+)
+
+func TestParsePolicy(t *testing.T) {
+	for in, want := range map[string]Policy{
+		"auto": Auto, "": Auto, " AUTO ": Auto,
+		"rdma": RDMAOnly, "rdma-only": RDMAOnly, "RdmaOnly": RDMAOnly,
+		"tcp": TCPOnly, "TCP-only": TCPOnly,
+	} {
+		got, err := ParsePolicy(in)
+		if err != nil || got != want {
+			t.Errorf("ParsePolicy(%q) = %v, %v; want %v", in, got, err, want)
+		}
+		if again, _ := ParsePolicy(got.String()); again != got {
+			t.Errorf("ParsePolicy(%v.String()) = %v", got, again)
+		}
+	}
+	var pe *PolicyError
+	if _, err := ParsePolicy("fast"); !errors.As(err, &pe) || pe.Value != "fast" {
+		t.Errorf("ParsePolicy(fast) error = %v, want a *PolicyError", err)
+	}
+}
+
+func TestEffective(t *testing.T) {
+	t.Setenv(EnvPolicy, "")
+	if p, err := Effective(RDMAOnly); p != RDMAOnly || err != nil {
+		t.Errorf("empty %s: %v, %v; want the field's policy", EnvPolicy, p, err)
+	}
+	t.Setenv(EnvPolicy, "tcp")
+	if p, err := Effective(RDMAOnly); p != TCPOnly || err != nil {
+		t.Errorf("%s=tcp: %v, %v; want tcp", EnvPolicy, p, err)
+	}
+	t.Setenv(EnvPolicy, "maybe")
+	var pe *PolicyError
+	if _, err := Effective(Auto); !errors.As(err, &pe) || pe.Source != EnvPolicy {
+		t.Errorf("%s=maybe: %v, want a *PolicyError naming the variable", EnvPolicy, err)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	noCgo := ReasonNoCgo
+	if runtime.GOOS != "linux" {
+		noCgo = ReasonUnsupportedOS
+	}
+	for _, tc := range []struct {
+		err  error
+		want Reason
+	}{
+		{fmt.Errorf("x: %w", verbs.ErrNotSupported), noCgo},
+		{&verbs.UnavailableError{}, ReasonNoLibrary},
+		{fmt.Errorf("verbs: %w: ENOSYS", verbs.ErrNoDevice), ReasonNoDevice},
+		{&cm.EventError{Op: "connect", Event: cm.EventRejected, Status: cm.RejectInvalidServiceID}, ReasonRejected},
+		{&cm.EventError{Op: "connect", Event: cm.EventRejected, Status: cm.RejectConsumer}, ReasonRejected},
+		{context.DeadlineExceeded, ReasonTimeout},
+		{&cm.EventError{Op: "connect", Event: cm.EventUnreachable, Status: -int(syscall.ETIMEDOUT)}, ReasonTimeout},
+		{&cm.EventError{Op: "resolve address", Event: cm.EventAddrError, Status: -int(syscall.ENODEV)}, ReasonUnreachable},
+		{&cm.EventError{Op: "resolve route", Event: cm.EventRouteError}, ReasonUnreachable},
+		{&verbs.CallError{Func: "ibv_reg_mr", Errno: syscall.ENOMEM}, ReasonResources},
+		{&verbs.CallError{Func: "ibv_reg_mr", Errno: syscall.EPERM}, ReasonResources},
+		{&verbs.CallError{Func: "ibv_create_qp", Errno: syscall.EPERM}, ReasonRDMAError},
+		{&verbs.CallError{Func: "rdma_create_event_channel", Errno: syscall.EMFILE}, ReasonResources},
+		{errors.New("something else"), ReasonRDMAError},
+	} {
+		if got := Classify(tc.err); got != tc.want {
+			t.Errorf("Classify(%v) = %s, want %s", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestErrorMatches(t *testing.T) {
+	setup := &cm.EventError{Op: "connect", Event: cm.EventRejected, Status: cm.RejectInvalidServiceID}
+	var err error = fmt.Errorf("dial: %w", &Error{Reason: ReasonRejected, Err: setup})
+	if !errors.Is(err, ReasonRejected) || errors.Is(err, ReasonTimeout) {
+		t.Errorf("errors.Is by reason is wrong for %v", err)
+	}
+	if !errors.Is(err, cm.ErrRejected) {
+		t.Errorf("%v does not match the set-up error's sentinel", err)
+	}
+	var ee *cm.EventError
+	if !errors.As(err, &ee) || ee != setup {
+		t.Errorf("errors.As does not find the set-up error in %v", err)
+	}
+	if !errors.Is(&Error{Reason: ReasonPolicy}, ReasonPolicy) {
+		t.Error("an Error without a set-up error does not match its reason")
+	}
+	for _, r := range AllReasons() {
+		if r.Describe() == string(r) || r.Describe() == "" {
+			t.Errorf("reason %s has no description", r)
+		}
+	}
+}
+
+func TestMemory(t *testing.T) {
+	now := time.Unix(1000, 0)
+	m := NewMemory(time.Minute, 2)
+	m.now = func() time.Time { return now }
+	a := netip.MustParseAddrPort("198.18.1.2:6379")
+	b := netip.MustParseAddrPort("198.18.1.3:6379")
+	c := netip.MustParseAddrPort("198.18.1.4:6379")
+
+	m.Remember(a, &Error{Reason: ReasonResources})
+	if m.Recall(a) != nil {
+		t.Error("a resource failure (this host's, not the destination's) was remembered")
+	}
+	m.Remember(a, &Error{Reason: ReasonTimeout})
+	got := m.Recall(a)
+	if got == nil || got.Reason != ReasonTimeout || !got.Remembered {
+		t.Fatalf("Recall = %+v, want a remembered timeout", got)
+	}
+	if again := m.Recall(a); again == got {
+		t.Error("Recall returned its own entry, which a caller could change")
+	}
+	if m.Recall(b) != nil {
+		t.Error("Recall of an unknown destination returned a failure")
+	}
+
+	now = now.Add(10 * time.Second)
+	m.Remember(b, &Error{Reason: ReasonRejected})
+	m.Remember(c, &Error{Reason: ReasonUnreachable}) // full: a, which expires first, goes
+	if m.Len() != 2 || m.Recall(a) != nil || m.Recall(b) == nil || m.Recall(c) == nil {
+		t.Errorf("after filling past max: %d entries, a=%v b=%v c=%v", m.Len(), m.Recall(a), m.Recall(b), m.Recall(c))
+	}
+	now = now.Add(time.Minute)
+	if m.Recall(b) != nil {
+		t.Error("an entry outlived its TTL")
+	}
+	m.Remember(a, &Error{Reason: ReasonTimeout})
+	m.Forget(a)
+	if m.Recall(a) != nil {
+		t.Error("Forget did not forget")
+	}
+	m.Remember(a, &Error{Reason: ReasonTimeout})
+	m.Clear()
+	if m.Len() != 0 {
+		t.Error("Clear left entries")
+	}
+}
+
+func TestCounters(t *testing.T) {
+	var c Counters
+	c.Dialed(RDMA)
+	c.Dialed(TCP)
+	c.Dialed(TCP)
+	c.Accepted(RDMA)
+	c.FellBack(ReasonRejected)
+	c.FellBack(ReasonRejected)
+	c.FellBack(ReasonNoDevice)
+	s := c.Snapshot()
+	if s.Dialed[RDMA] != 1 || s.Dialed[TCP] != 2 || s.Accepted[RDMA] != 1 || s.Accepted[TCP] != 0 {
+		t.Errorf("connections: %+v", s)
+	}
+	if s.Fallbacks[ReasonRejected] != 2 || s.Fallbacks[ReasonNoDevice] != 1 || s.Fallbacks[ReasonTimeout] != 0 || len(s.Fallbacks) != len(AllReasons()) {
+		t.Errorf("fallbacks: %v", s.Fallbacks)
+	}
+}
+
+func TestSourceFor(t *testing.T) {
+	src, err := SourceFor(netip.MustParseAddrPort("127.0.0.1:0"))
+	if err != nil || src != netip.MustParseAddr("127.0.0.1") {
+		t.Errorf("SourceFor(127.0.0.1) = %v, %v", src, err)
+	}
+	if _, err := SourceFor(netip.MustParseAddrPort("0.0.0.0:80")); err == nil {
+		t.Error("SourceFor(0.0.0.0) found a source")
+	}
+}
+
+func TestDiagnoseStopsAtTheFirstFailure(t *testing.T) {
+	steps := Diagnose(netip.MustParseAddrPort("127.0.0.1:1"), netip.Addr{})
+	last := steps[len(steps)-1]
+	if last.Err == nil {
+		t.Fatalf("Diagnose found RDMA usable over loopback: %+v", steps)
+	}
+	for _, s := range steps[:len(steps)-1] {
+		if s.Err != nil {
+			t.Errorf("step %q failed but Diagnose went on", s.Name)
+		}
+	}
+	if Check(netip.MustParseAddrPort("127.0.0.1:1"), netip.Addr{}).Reason != last.Err.Reason {
+		t.Error("Check disagrees with Diagnose")
+	}
+	t.Logf("%+v", steps)
+}

@@ -1,0 +1,5 @@
+//go:build cgo
+
+package rdmanet_test
+
+const cgoEnabled = true

@@ -1,0 +1,283 @@
+//go:build linux
+
+package rdmanet_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/rdmanet"
+)
+
+// The fallback in the lab: every reason a peer or a route can cause, the
+// memory of failures, the policies and a listener on both transports.
+
+// dialerA dials from the lab's address A, where an RDMA device is.
+func dialerA(env labenv.Env) rdmanet.Dialer {
+	return rdmanet.Dialer{LocalAddr: &net.TCPAddr{IP: env.AddrA.AsSlice()}, Timeout: 30 * time.Second}
+}
+
+// plainIn starts a plain TCP server on host inside netns ("" for the
+// initial namespace).
+func plainIn(t *testing.T, netns string, host netip.Addr) *plainServer {
+	t.Helper()
+	var ln net.Listener
+	listen := func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(host, 0).String())
+		return err
+	}
+	var err error
+	if netns == "" {
+		err = listen()
+	} else {
+		err = labenv.InNetns(netns, listen)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return servePlain(t, ln)
+}
+
+// dialFallback dials addr on "tcp" with d, checks that it fell back to TCP
+// for want, and that the server receives exactly what is written.
+func dialFallback(t *testing.T, d rdmanet.Dialer, srv *plainServer, want fallback.Reason) (why *fallback.Error, took time.Duration) {
+	t.Helper()
+	start := time.Now()
+	c, err := d.Dial("tcp", srv.ln.Addr().String())
+	took = time.Since(start)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	tr, reason := rdmanet.TransportOf(c)
+	if tr != fallback.TCP || !errors.As(reason, &why) || why.Reason != want {
+		c.Close()
+		t.Fatalf("TransportOf = %q, %v; want tcp, %s", tr, reason, want)
+	}
+	msg := []byte("*1\r\n$4\r\nPING\r\n")
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if got := <-srv.conns; !bytes.Equal(got, msg) {
+		t.Fatalf("the plain server received %q, want exactly %q", got, msg)
+	}
+	t.Logf("%s in %v: %v", tr, took.Round(time.Millisecond), why)
+	return why, took
+}
+
+func TestLabFallbackRejected(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	rdmanet.ForgetFailures()
+	srv := plainIn(t, "", env.AddrB) // B has RDMA, but no RDMA listener on that port
+	why, _ := dialFallback(t, dialerA(env), srv, fallback.ReasonRejected)
+	if why.Remembered || why.Err == nil {
+		t.Errorf("first dial: %+v, want a fresh failure with its set-up error", why)
+	}
+	why, _ = dialFallback(t, dialerA(env), srv, fallback.ReasonRejected)
+	if !why.Remembered {
+		t.Errorf("second dial tried RDMA again: %+v", why)
+	}
+}
+
+func TestLabFallbackPeerWithoutRDMA(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	rdmanet.ForgetFailures()
+	srv := plainIn(t, env.NoRDMANetns, env.NoRDMAHost)
+	// No LocalAddr: the route to the host leaves through its own link, which
+	// has an RDMA device; the host behind it has none.
+	d := rdmanet.Dialer{Timeout: 30 * time.Second, RDMATimeout: 500 * time.Millisecond}
+	why, took := dialFallback(t, d, srv, fallback.ReasonTimeout)
+	if why.Remembered {
+		t.Error("first dial: the failure was remembered before any dial")
+	}
+	// The documented bound (README): RDMATimeout plus set-up's local work,
+	// address resolution and, the first time in a process, loading
+	// rdma-core and opening the devices: milliseconds on hardware, up to
+	// seconds under the lab's emulated CPU, hence the slack.
+	if bound := d.RDMATimeout + 5*time.Second; took > bound {
+		t.Errorf("the first dial took %v, beyond the bound %v", took, bound)
+	}
+	why, took = dialFallback(t, d, srv, fallback.ReasonTimeout)
+	if !why.Remembered {
+		t.Errorf("second dial: %+v, want the remembered failure without a new attempt", why)
+	}
+	if took > d.RDMATimeout {
+		t.Errorf("the second dial took %v: it waited for RDMA again", took)
+	}
+}
+
+func TestLabFallbackRouteWithoutRDMA(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	srv := plainIn(t, env.PlainNetns, env.PlainHost)
+	var d rdmanet.Dialer // no LocalAddr: the route picks the plain interface
+	why, _ := dialFallback(t, d, srv, fallback.ReasonRouteNoRDMA)
+	if why.Err == nil {
+		t.Error("the reason does not say which interface")
+	}
+}
+
+func TestLabFallbackRDMAOnly(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	rdmanet.ForgetFailures()
+	srv := plainIn(t, "", env.AddrB)
+	for _, d := range []struct {
+		name    string
+		network string
+		policy  fallback.Policy
+		env     string
+	}{
+		{"rdma network", "rdma", fallback.Auto, ""},
+		{"RDMAOnly policy", "tcp", fallback.RDMAOnly, ""},
+		{"environment", "tcp", fallback.Auto, "rdma"},
+	} {
+		t.Run(d.name, func(t *testing.T) {
+			if d.env != "" {
+				t.Setenv(fallback.EnvPolicy, d.env)
+			}
+			dl := dialerA(env)
+			dl.Policy = d.policy
+			c, err := dl.Dial(d.network, srv.ln.Addr().String())
+			if err == nil {
+				c.Close()
+				t.Fatal("Dial succeeded; RDMA was required and nothing listens over RDMA")
+			}
+			if !errors.Is(err, fallback.ReasonRejected) {
+				t.Fatalf("Dial: %v, want a rejection", err)
+			}
+		})
+	}
+	srv.expectNoConnection(t, 200*time.Millisecond)
+}
+
+// listenBoth listens on network "tcp" on the lab's address B, which serves
+// RDMA and TCP.
+func listenBoth(t *testing.T, env labenv.Env) *rdmanet.Listener {
+	t.Helper()
+	ln, err := rdmanet.Listen("tcp", netip.AddrPortFrom(env.AddrB, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	if got := ln.Transports(); !slices.Equal(got, []fallback.Transport{fallback.RDMA, fallback.TCP}) || ln.RDMAError() != nil {
+		t.Fatalf("Transports = %v (RDMAError %v), want both", got, ln.RDMAError())
+	}
+	return ln
+}
+
+// echoAll echoes what each accepted connection sends, n connections, and
+// reports their transports.
+func echoAll(t *testing.T, ln net.Listener, n int) <-chan fallback.Transport {
+	kinds := make(chan fallback.Transport, n)
+	for range n {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Error(err)
+			close(kinds)
+			return kinds
+		}
+		tr, _ := rdmanet.TransportOf(c)
+		kinds <- tr
+		go func() {
+			defer c.Close()
+			io.Copy(c, c)
+		}()
+	}
+	close(kinds)
+	return kinds
+}
+
+func roundTrip(t *testing.T, c net.Conn) {
+	t.Helper()
+	msg := []byte("over " + c.LocalAddr().Network())
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("echo: %q, %v", got, err)
+	}
+}
+
+func TestLabListenBoth(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	rdmanet.ForgetFailures()
+	ln := listenBoth(t, env)
+	before := rdmanet.Stats()
+	done := make(chan (<-chan fallback.Transport), 1)
+	go func() { done <- echoAll(t, ln, 2) }()
+
+	d := dialerA(env)
+	overRDMA, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer overRDMA.Close()
+	if _, ok := overRDMA.(*rdmanet.Conn); !ok {
+		t.Fatalf("Dial to a listener serving RDMA returned a %T", overRDMA)
+	}
+	overTCP, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer overTCP.Close()
+	roundTrip(t, overRDMA)
+	roundTrip(t, overTCP)
+
+	var kinds []fallback.Transport
+	for k := range <-done {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	if !slices.Equal(kinds, []fallback.Transport{fallback.RDMA, fallback.TCP}) {
+		t.Errorf("accepted %v, want one of each", kinds)
+	}
+	after := rdmanet.Stats()
+	if after.Dialed[fallback.RDMA]-before.Dialed[fallback.RDMA] != 1 ||
+		after.Accepted[fallback.RDMA]-before.Accepted[fallback.RDMA] != 1 ||
+		after.Accepted[fallback.TCP]-before.Accepted[fallback.TCP] != 1 {
+		t.Errorf("Stats before %+v, after %+v", before, after)
+	}
+}
+
+func TestLabFallbackEnvironment(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	ln := listenBoth(t, env)
+	done := make(chan (<-chan fallback.Transport), 1)
+	go func() { done <- echoAll(t, ln, 1) }()
+	t.Setenv(fallback.EnvPolicy, "tcp")
+	d := dialerA(env)
+	c, err := d.DialContext(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if tr, why := rdmanet.TransportOf(c); tr != fallback.TCP || !errors.Is(why, fallback.ReasonPolicy) {
+		t.Fatalf("TransportOf = %q, %v; want tcp by policy", tr, why)
+	}
+	roundTrip(t, c)
+	if k := <-<-done; k != fallback.TCP {
+		t.Errorf("the server accepted %q", k)
+	}
+}
+
+func TestLabListenAddressWithoutRDMA(t *testing.T) {
+	labenv.RequireRDMA(t)
+	ln, err := rdmanet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if !errors.Is(ln.RDMAError(), fallback.ReasonRouteNoRDMA) || !slices.Equal(ln.Transports(), []fallback.Transport{fallback.TCP}) {
+		t.Errorf("listener on loopback: %v, %v; want TCP only, route without RDMA", ln.Transports(), ln.RDMAError())
+	}
+}
