@@ -26,7 +26,7 @@ vet:
 # Host tests with the race detector; ABI checks may not skip here (the headers
 # are installed by deps).
 host-test:
-	RDMANET_REQUIRE_RDMA_HEADERS=1 $(GO) test -race -count=1 ./...
+	RDMANET_REQUIRE_RDMA_HEADERS=1 RDMANET_REQUIRE_TOOLS=1 $(GO) test -race -count=1 ./...
 
 # The module must build and pass its host tests without cgo.
 nocgo-test:
