@@ -102,7 +102,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		}
 		l.rdmaWhy = why
 		counters.FellBack(why.Reason)
-		slog.Info("rdmanet: listening on TCP only", "addr", l.tcp.Addr(), "reason", string(why.Reason), "err", why.Err)
+		slog.Debug("rdmanet: listening on TCP only", "addr", l.tcp.Addr(), "reason", string(why.Reason), "err", why.Err)
 		break
 	}
 	if l.rdma != nil {
