@@ -69,7 +69,10 @@ bench: $(LAB) $(LABBENCH)
 	echo "bench: wrote BENCHMARKS.md in $$(( $$(date +%s) - start ))s"
 
 # The demo: for now the lab's self-check (ibv_devices, rping, perftest on rxe).
+# The main demo: the lab's self-check (rxe devices, rping, perftest), then
+# the examples over RDMA in the lab and over TCP fallback on this host.
 demo: deps selfcheck
+	scripts/demo
 
 selfcheck: $(LAB)
 	$(LAB) -selfcheck

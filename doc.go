@@ -1,8 +1,14 @@
 // Module github.com/rdmanet/sdk gives Go programs RDMA connections as plain
 // net.Conn and net.Listener values, with automatic, explained fallback to TCP.
 //
-// The module's packages, from the edge inwards:
+// The module's packages, from the API inwards:
 //
+//   - rdmanet: Dial and Listen, drop-ins for net.Dial and net.Listen: RDMA
+//     where it works (Valkey's RDMA wire protocol, extended between rdmanet
+//     peers), TCP where it does not, and the reason visible on every
+//     connection.
+//   - fallback: the transport policy, the reasons for using TCP, and the
+//     checks, memory and counters behind the choice.
 //   - verbs: Go over libibverbs (devices, protection domains, registered
 //     memory, completion queues and channels, queue pairs).
 //   - cm: Go over librdmacm (address and route resolution, listen, connect,
@@ -10,6 +16,8 @@
 //   - internal/rdmacore: the only cgo code; opens rdma-core with dlopen at first
 //     use, so programs build and run on hosts without it and learn why RDMA is
 //     unavailable (verbs.Available).
+//   - examples/echo, examples/kv: an echo server and client, and a
+//     Redis-protocol KV server, over RDMA and TCP.
 //   - cmd/rdmanet-lab: boots a QEMU VM with Soft-RoCE (rdma_rxe) and runs any
 //     command or `go test -exec` inside, so RDMA code is tested on real verbs
 //     on machines without RDMA hardware.

@@ -9,9 +9,17 @@
 // pending calls, *net.OpError errors, net.ErrClosed after Close and io.EOF
 // after the peer closes.
 //
-//	ln, err := rdmanet.Listen("rdma", "198.18.0.2:7471")
+//	ln, err := rdmanet.Listen("tcp", ":7471")          // RDMA and TCP on one port
 //	...
-//	c, err := rdmanet.Dial("rdma", "198.18.0.2:7471")
+//	c, err := rdmanet.Dial("tcp", "198.18.0.2:7471")   // RDMA if it can, else TCP
+//	transport, why := rdmanet.TransportOf(c)           // and why not RDMA
+//
+// On networks "tcp", "tcp4" and "tcp6", a dial falls back to TCP when RDMA
+// cannot be used (no cgo, no rdma-core, no device, a route without RDMA, no
+// RDMA listener at the peer, no answer from the peer's host, a resource
+// limit), and says why with a *fallback.Error; networks "rdma", "rdma4" and
+// "rdma6" never fall back. Package fallback holds the policy (and the
+// RDMANET_TRANSPORT environment variable that overrides it) and the reasons.
 //
 // Waiting (for data, for room to write, for a connection) parks goroutines
 // in Go's netpoller on the connection's completion and event channels.
