@@ -6,10 +6,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,10 +30,9 @@ func dialerA(env labenv.Env) rdmanet.Dialer {
 	return rdmanet.Dialer{LocalAddr: &net.TCPAddr{IP: env.AddrA.AsSlice()}, Timeout: 30 * time.Second}
 }
 
-// plainIn starts a plain TCP server on host inside netns ("" for the
-// initial namespace).
-func plainIn(t *testing.T, netns string, host netip.Addr) *plainServer {
-	t.Helper()
+// listenIn listens on TCP on host inside netns ("" for the initial namespace).
+func listenIn(tb testing.TB, netns string, host netip.Addr) net.Listener {
+	tb.Helper()
 	var ln net.Listener
 	listen := func() (err error) {
 		ln, err = net.Listen("tcp", netip.AddrPortFrom(host, 0).String())
@@ -42,9 +45,15 @@ func plainIn(t *testing.T, netns string, host netip.Addr) *plainServer {
 		err = labenv.InNetns(netns, listen)
 	}
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	return servePlain(t, ln)
+	return ln
+}
+
+// plainIn starts a plain TCP server on host inside netns.
+func plainIn(t *testing.T, netns string, host netip.Addr) *plainServer {
+	t.Helper()
+	return servePlain(t, listenIn(t, netns, host))
 }
 
 // dialFallback dials addr on "tcp" with d, checks that it fell back to TCP
@@ -279,5 +288,128 @@ func TestLabListenAddressWithoutRDMA(t *testing.T) {
 	defer ln.Close()
 	if !errors.Is(ln.RDMAError(), fallback.ReasonRouteNoRDMA) || !slices.Equal(ln.Transports(), []fallback.Transport{fallback.TCP}) {
 		t.Errorf("listener on loopback: %v, %v; want TCP only, route without RDMA", ln.Transports(), ln.RDMAError())
+	}
+}
+
+// BenchmarkLabFallbackDial is the extra time a dial spends before it falls
+// back, against each kind of peer without RDMA; compare with net.Dial's. Run:
+//
+//	go test -exec $PWD/bin/rdmanet-lab -run '^$' -bench LabFallbackDial -benchtime 5x ./rdmanet/
+func BenchmarkLabFallbackDial(b *testing.B) {
+	env := labenv.RequireRDMA(b)
+	servers := map[string]net.Listener{}
+	for name, where := range map[string]struct {
+		netns string
+		host  netip.Addr
+	}{
+		"rejected":           {"", env.AddrB},
+		"timeout":            {env.NoRDMANetns, env.NoRDMAHost},
+		"route-without-rdma": {env.PlainNetns, env.PlainHost},
+	} {
+		ln := listenIn(b, where.netns, where.host)
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		servers[name] = ln
+	}
+	// Warm up: the first RDMA use in a process loads rdma-core and opens
+	// the devices, once.
+	if c, err := rdmanet.Dial("tcp", servers["rejected"].Addr().String()); err == nil {
+		c.Close()
+	}
+	for _, name := range []string{"rejected", "timeout", "route-without-rdma"} {
+		addr := servers[name].Addr().String()
+		b.Run(name+"/net.Dial", func(b *testing.B) {
+			for range b.N {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			}
+		})
+		b.Run(name+"/first", func(b *testing.B) {
+			for range b.N {
+				rdmanet.ForgetFailures()
+				c, err := rdmanet.Dial("tcp", addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, why := rdmanet.TransportOf(c); !errors.Is(why, fallback.Reason(name)) {
+					b.Fatalf("fell back for %v, want %s", why, name)
+				}
+				c.Close()
+			}
+		})
+		b.Run(name+"/remembered", func(b *testing.B) {
+			for range b.N {
+				c, err := rdmanet.Dial("tcp", addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			}
+		})
+	}
+}
+
+// limitedDialEnv, when set to "LOCALIP ADDR", turns the test binary into a
+// process that dials ADDR on "tcp" from LOCALIP and prints the transport
+// and the fallback reason (see TestMain).
+const limitedDialEnv = "RDMANET_TEST_LIMITED_DIAL"
+
+func runLimitedDial(args string) int {
+	local, addr, _ := strings.Cut(args, " ")
+	d := rdmanet.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 30 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		fmt.Println("dial failed:", err)
+		return 1
+	}
+	defer c.Close()
+	tr, why := rdmanet.TransportOf(c)
+	var fe *fallback.Error
+	if errors.As(why, &fe) {
+		fmt.Printf("%s %s %v\n", tr, fe.Reason, fe.Err)
+	} else {
+		fmt.Printf("%s\n", tr)
+	}
+	return 0
+}
+
+// TestLabFallbackResources: a process whose locked memory is limited (and
+// which lacks CAP_IPC_LOCK, which would lift the limit) cannot register a
+// connection's buffers, and falls back to TCP for "resources".
+func TestLabFallbackResources(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	ln := listenBoth(t, env)
+	go echoAll(t, ln, 1)
+	for _, tool := range []string{"prlimit", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s (util-linux) is needed: %v", tool, err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 64 KiB locked at most; a connection registers about 520 KiB.
+	cmd := exec.Command("prlimit", "--memlock=65536:65536", "--",
+		"setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "--", self)
+	cmd.Env = append(os.Environ(), limitedDialEnv+"="+env.AddrA.String()+" "+ln.Addr().String())
+	out, err := cmd.CombinedOutput()
+	t.Logf("limited process: %s", out)
+	if err != nil {
+		t.Fatalf("limited process: %v", err)
+	}
+	if !strings.HasPrefix(string(out), "tcp resources ") {
+		t.Fatalf("the limited process printed %q, want a fallback to TCP for resources", out)
 	}
 }

@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv(peerEnv); addr != "" {
 		os.Exit(runPeer(addr))
 	}
+	if args := os.Getenv(limitedDialEnv); args != "" {
+		os.Exit(runLimitedDial(args))
+	}
 	os.Exit(m.Run())
 }
 
