@@ -1,11 +1,12 @@
 package fallback
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/rdmanet/sdk/verbs"
 )
@@ -26,53 +27,110 @@ type Step struct {
 // TCP connection. Whether a listener answers at dst is not checked: only a
 // connection attempt can tell.
 func Diagnose(dst netip.AddrPort, local netip.Addr) []Step {
-	var steps []Step
-	fail := func(name, detail string, r Reason, err error) []Step {
-		return append(steps, Step{Name: name, Detail: detail, Err: &Error{Reason: r, Err: err}})
+	steps := diagnoseHost()
+	if steps[len(steps)-1].Err != nil {
+		return steps
 	}
-	if err := verbs.Available(); err != nil {
-		return fail("rdma-core", "", Classify(err), err)
-	}
-	steps = append(steps, Step{Name: "rdma-core", Detail: "libibverbs.so.1 and librdmacm.so.1 loaded"})
+	return append(steps, diagnoseRoute(dst, local)...)
+}
 
+// diagnoseHost checks this build and host: rdma-core and devices.
+func diagnoseHost() []Step {
+	if err := verbs.Available(); err != nil {
+		return []Step{{Name: "rdma-core", Err: &Error{Reason: Classify(err), Err: err}}}
+	}
+	steps := []Step{{Name: "rdma-core", Detail: "libibverbs.so.1 and librdmacm.so.1 loaded"}}
 	devs, err := verbs.Devices()
 	if err == nil && len(devs) == 0 {
 		err = verbs.ErrNoDevice
 	}
 	if err != nil {
-		return fail("devices", "", Classify(err), err)
+		return append(steps, Step{Name: "devices", Err: &Error{Reason: Classify(err), Err: err}})
 	}
 	names := make([]string, len(devs))
 	for i, d := range devs {
 		names[i] = d.Name
 	}
-	steps = append(steps, Step{Name: "devices", Detail: strings.Join(names, ", ")})
+	return append(steps, Step{Name: "devices", Detail: strings.Join(names, ", ")})
+}
 
-	src := local.Unmap()
-	how := "given"
+// diagnoseRoute checks the source address and the interface it is on.
+func diagnoseRoute(dst netip.AddrPort, local netip.Addr) []Step {
+	src, how := local.Unmap(), "given"
 	if !src.IsValid() {
-		src, err = SourceFor(dst)
-		if err != nil {
-			return fail("source address", "", ReasonUnreachable, err)
+		var err error
+		if src, err = SourceFor(dst); err != nil {
+			return []Step{{Name: "source address", Err: &Error{Reason: ReasonUnreachable, Err: err}}}
 		}
 		how = "chosen by routing"
 	}
-	steps = append(steps, Step{Name: "source address", Detail: fmt.Sprintf("%v (%s)", src, how)})
-
+	steps := []Step{{Name: "source address", Detail: fmt.Sprintf("%v (%s)", src, how)}}
 	ad, err := verbs.DeviceForAddr(src)
-	switch {
-	case errors.Is(err, verbs.ErrNoDevice):
-		return fail("route", fmt.Sprintf("%v is on %s", src, ad.Netdev), ReasonRouteNoRDMA, err)
-	case err != nil:
-		return fail("route", "", ReasonRouteNoRDMA, err)
+	if err != nil {
+		detail := ""
+		if ad.Netdev != "" {
+			detail = fmt.Sprintf("%v is on %s", src, ad.Netdev)
+		}
+		return append(steps, Step{Name: "route", Detail: detail, Err: &Error{Reason: ReasonRouteNoRDMA, Err: err}})
 	}
 	return append(steps, Step{Name: "route", Detail: fmt.Sprintf("%v is on %s, RDMA device %s", src, ad.Netdev, ad.Device)})
 }
 
-// Check is Diagnose's verdict: nil when RDMA may work, else why not.
+// checkTTL is how long Check reuses what it found: the host's devices and
+// which interface a source address is on change rarely, and finding out
+// costs a few system calls and netlink dumps per dial (tens of
+// milliseconds under the lab's emulated CPU). A device that appears is used
+// at most this much later.
+const checkTTL = 5 * time.Second
+
+// checked caches Check's findings; see checkTTL.
+var checked struct {
+	sync.Mutex
+	host      *Error
+	hostUntil time.Time
+	routes    map[netip.Addr]routeVerdict // by source address
+}
+
+type routeVerdict struct {
+	err   *Error
+	until time.Time
+}
+
+// maxCachedRoutes bounds the cache of route verdicts.
+const maxCachedRoutes = 1024
+
+// Check is Diagnose's verdict, nil when RDMA may work and otherwise why
+// not; unlike Diagnose it reuses its findings for a few seconds (checkTTL).
+// The source address is looked up each time: routing decides it per
+// destination.
 func Check(dst netip.AddrPort, local netip.Addr) *Error {
-	steps := Diagnose(dst, local)
-	return steps[len(steps)-1].Err
+	now := time.Now()
+	checked.Lock()
+	defer checked.Unlock()
+	if now.After(checked.hostUntil) {
+		steps := diagnoseHost()
+		checked.host, checked.hostUntil = steps[len(steps)-1].Err, now.Add(checkTTL)
+	}
+	if checked.host != nil {
+		return checked.host
+	}
+	src := local.Unmap()
+	if !src.IsValid() {
+		var err error
+		if src, err = SourceFor(dst); err != nil {
+			return &Error{Reason: ReasonUnreachable, Err: err}
+		}
+	}
+	if v, ok := checked.routes[src]; ok && now.Before(v.until) {
+		return v.err
+	}
+	steps := diagnoseRoute(dst, src)
+	if checked.routes == nil || len(checked.routes) >= maxCachedRoutes {
+		checked.routes = make(map[netip.Addr]routeVerdict)
+	}
+	v := routeVerdict{err: steps[len(steps)-1].Err, until: now.Add(checkTTL)}
+	checked.routes[src] = v
+	return v.err
 }
 
 // SourceFor returns the local address the kernel would send from to reach
