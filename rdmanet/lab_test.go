@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -363,5 +364,33 @@ func TestLabManyConnections(t *testing.T) {
 	}
 	if n := runtime.NumGoroutine(); n > goroutines {
 		t.Errorf("%d goroutines left, %d before", n, goroutines)
+	}
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestLabFootprint: a connection holds the file descriptors
+// Config.Footprint says, and gives them all back.
+func TestLabFootprint(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	fp, err := rdmanet.Config{}.Footprint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := openFDs(t)
+	_, _, stop := pipe(t, env, rdmanet.Config{})
+	during := openFDs(t)
+	stop()
+	after := openFDs(t)
+	if during-before != 2*fp.FileDescriptors || after != before {
+		t.Errorf("open descriptors: %d before, %d with a connection's two ends, %d after; Footprint says %d per end", before, during, after, fp.FileDescriptors)
 	}
 }

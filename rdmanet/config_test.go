@@ -1,0 +1,29 @@
+package rdmanet_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/rdmanet/sdk/rdmanet"
+)
+
+func TestFootprint(t *testing.T) {
+	fp, err := rdmanet.Config{}.Footprint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := os.Getpagesize()
+	// 256 KiB each way, and 256 receive plus 16 control slots of 32 bytes
+	// rounded up to pages.
+	want := 256<<10 + 256<<10 + (272*32+page-1)/page*page
+	if fp.RegisteredBytes != want || fp.FileDescriptors != 4 {
+		t.Errorf("default Footprint = %+v, want %d bytes and 4 descriptors", fp, want)
+	}
+	big, _ := rdmanet.Config{RecvBuffer: 1 << 20}.Footprint()
+	if big.RegisteredBytes != want+(1<<20-256<<10) {
+		t.Errorf("a 1 MiB receive buffer: %d bytes", big.RegisteredBytes)
+	}
+	if _, err := (rdmanet.Config{RecvDepth: 1}).Footprint(); err == nil {
+		t.Error("Footprint accepted a Config that Dial would refuse")
+	}
+}
