@@ -1,0 +1,167 @@
+//go:build linux
+
+package main
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/labenv"
+)
+
+// The command on the lab's Soft-RoCE: devices, doctor to a host with RDMA
+// and to one without, ping and bench over RDMA.
+
+func TestLabDevices(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	start := time.Now()
+	var out devicesJSON
+	code := runJSON(t, &out, "devices")
+	took := time.Since(start)
+	if code != exitOK || !out.Usable || out.Fallback != nil {
+		t.Fatalf("devices: exit %d, %+v", code, out)
+	}
+	want := map[string]struct {
+		netdev string
+		addr   netip.Addr
+	}{env.DevA: {"lab-a", env.AddrA}, env.DevB: {"lab-b", env.AddrB}}
+	found := 0
+	for _, d := range out.Devices {
+		w, ok := want[d.Name]
+		if !ok {
+			continue
+		}
+		found++
+		if d.Error != "" || len(d.Ports) != 1 {
+			t.Errorf("%s: %+v", d.Name, d)
+			continue
+		}
+		p := d.Ports[0]
+		if p.State != "ACTIVE" || p.Protocol != "RoCE" || p.LinkLayer != "Ethernet" || p.Netdev != w.netdev || p.MTU == 0 || p.GIDTableLen == 0 {
+			t.Errorf("%s port 1: %+v; want ACTIVE, RoCE over Ethernet, netdev %s", d.Name, p, w.netdev)
+		}
+		mapped := "::ffff:" + w.addr.String()
+		var gid *gidJSON
+		for i := range p.GIDs {
+			if p.GIDs[i].GID == mapped {
+				gid = &p.GIDs[i]
+			}
+		}
+		if gid == nil || gid.Addr != w.addr.String() || gid.Netdev != w.netdev || !strings.HasPrefix(gid.Type, "RoCE") {
+			t.Errorf("%s: GID %s: %+v in %+v", d.Name, mapped, gid, p.GIDs)
+		}
+	}
+	if found != 2 {
+		t.Errorf("devices lists %d of %s and %s: %+v", found, env.DevA, env.DevB, out.Devices)
+	}
+	_, human, _ := runCmd(t, "devices")
+	for _, s := range []string{env.DevA, env.DevB, "lab-a", "lab-b", "ACTIVE", "RoCE", "::ffff:" + env.AddrA.String(), "RLIMIT_MEMLOCK"} {
+		if !strings.Contains(human, s) {
+			t.Errorf("devices does not show %q:\n%s", s, human)
+		}
+	}
+	t.Logf("devices took %v (the command measured %.1f ms):\n%s", took.Round(time.Millisecond), out.TookMS, human)
+}
+
+func TestLabDoctor(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	srv := startServe(t, "-addr", netip.AddrPortFrom(env.AddrB, 0).String())
+	if len(srv.listening.Transports) != 2 || srv.listening.NoRDMA != nil {
+		t.Fatalf("serve on %v: %+v; want rdma and tcp", env.AddrB, srv.listening)
+	}
+
+	var out doctorJSON
+	code := runJSON(t, &out, "doctor", srv.addr)
+	if code != exitOK || !out.RDMA || !out.ChecksOK || out.Fallback != nil || out.Dial == nil || out.Dial.Transport != fallback.RDMA {
+		t.Errorf("doctor %s: exit %d, %+v; want RDMA", srv.addr, code, out)
+	}
+	code, human, _ := runCmd(t, "doctor", srv.addr)
+	if code != exitOK || !strings.Contains(human, "verdict: RDMA") {
+		t.Errorf("doctor %s: exit %d:\n%s", srv.addr, code, human)
+	}
+	t.Logf("doctor %s:\n%s", srv.addr, human)
+
+	// The plain host: TCP works, its route has no RDMA device.
+	var ln net.Listener
+	if err := labenv.InNetns(env.PlainNetns, func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(env.PlainHost, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	plain := ln.Addr().String()
+	out = doctorJSON{}
+	code = runJSON(t, &out, "doctor", plain)
+	last := out.Steps[len(out.Steps)-1]
+	reason := string(fallback.ReasonRouteNoRDMA)
+	if code != exitNoRDMA || out.RDMA || last.Name != "route" || last.OK || last.Fallback == nil || last.Fallback.Reason != reason ||
+		out.Dial == nil || out.Dial.Transport != fallback.TCP || out.Fallback == nil || out.Fallback.Reason != reason {
+		t.Errorf("doctor %s: exit %d, %+v; want %d, the route failing with %s", plain, code, out, exitNoRDMA, reason)
+	}
+	code, human, _ = runCmd(t, "doctor", plain)
+	if code != exitNoRDMA || !strings.Contains(human, "FAIL  route") || !strings.Contains(human, fallback.ReasonRouteNoRDMA.Hint()) {
+		t.Errorf("doctor %s: exit %d:\n%s", plain, code, human)
+	}
+	t.Logf("doctor %s:\n%s", plain, human)
+}
+
+func TestLabPingBench(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	srv := startServe(t, "-addr", netip.AddrPortFrom(env.AddrB, 0).String())
+	local := env.AddrA.String()
+
+	var p pingJSON
+	code := runJSON(t, &p, "ping", "-c", "5", "-i", "10ms", "-s", "1000", "-local", local, "-require-rdma", srv.addr)
+	if code != exitOK || p.Transport != fallback.RDMA || p.Fallback != nil || p.Received != 5 || len(p.Samples) != 5 || p.RTT == nil {
+		t.Errorf("ping over RDMA: exit %d, %+v", code, p)
+	}
+	code, human, _ := runCmd(t, "ping", "-c", "3", "-i", "10ms", "-local", local, srv.addr)
+	if code != exitOK || !strings.Contains(human, "transport: rdma") {
+		t.Errorf("ping: exit %d:\n%s", code, human)
+	}
+	t.Logf("ping:\n%s", human)
+
+	var b benchJSON
+	code = runJSON(t, &b, "bench", "-d", "2s", "-local", local, "-require-rdma", srv.addr)
+	if code != exitOK || b.Transport != fallback.RDMA || b.Bytes == 0 || b.ServerBytes == nil || *b.ServerBytes != b.Bytes || len(b.Intervals) < 2 {
+		t.Errorf("bench over RDMA: exit %d, %+v", code, b)
+	}
+	b = benchJSON{}
+	code = runJSON(t, &b, "bench", "-reverse", "-d", "1s", "-local", local, "-require-rdma", srv.addr)
+	if code != exitOK || b.Transport != fallback.RDMA || b.Bytes == 0 {
+		t.Errorf("bench -reverse over RDMA: exit %d, %+v", code, b)
+	}
+	code, human, _ = runCmd(t, "bench", "-d", "1s", "-s", "16384", "-local", local, srv.addr)
+	if code != exitOK || !strings.Contains(human, "transport: rdma") {
+		t.Errorf("bench: exit %d:\n%s", code, human)
+	}
+	t.Logf("bench:\n%s", human)
+
+	code, events := srv.stop()
+	rdma := 0
+	for _, e := range events {
+		if e.Event == "accepted" && e.Transport == fallback.RDMA {
+			rdma++
+		}
+		if e.Event == "closed" && e.Error != "" {
+			t.Errorf("serve: %+v", e)
+		}
+	}
+	if code != exitOK || rdma != 5 {
+		t.Errorf("serve: exit %d, %d RDMA connections, want 5", code, rdma)
+	}
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/rdmanet/sdk/rdmanet"
+)
+
+// defaultFootprint is what one connection with the default rdmanet.Config holds.
+func defaultFootprint() rdmanet.Footprint {
+	fp, _ := rdmanet.Config{}.Footprint() // the zero Config is valid (rdmanet's TestFootprint)
+	return fp
+}
+
+// limitsJSON is what bounds the number of RDMA connections of a process.
+// -1 means unlimited.
+type limitsJSON struct {
+	Known       bool  `json:"known"` // false where the limits cannot be read (not Linux)
+	MemlockSoft int64 `json:"memlock_soft"`
+	MemlockHard int64 `json:"memlock_hard"`
+	// CapIPCLock: the process may lock memory beyond RLIMIT_MEMLOCK.
+	CapIPCLock bool  `json:"cap_ipc_lock"`
+	NofileSoft int64 `json:"nofile_soft"`
+	NofileHard int64 `json:"nofile_hard"`
+
+	LockedPerConn uint64 `json:"locked_bytes_per_connection"` // with the default rdmanet.Config
+	FDsPerConn    int    `json:"fds_per_connection"`
+	// How many default connections each limit allows (rdmanet raises
+	// RLIMIT_MEMLOCK's soft limit to the hard one; Go raises RLIMIT_NOFILE's
+	// likewise), and the smaller of the two.
+	ConnsByMemlock int64 `json:"connections_by_memlock"`
+	ConnsByNofile  int64 `json:"connections_by_nofile"`
+	Connections    int64 `json:"connections"`
+}
+
+func readLimits() limitsJSON {
+	fp := defaultFootprint()
+	l := limitsJSON{LockedPerConn: uint64(fp.RegisteredBytes), FDsPerConn: fp.FileDescriptors}
+	if !platformLimits(&l) {
+		l.MemlockSoft, l.MemlockHard, l.NofileSoft, l.NofileHard = -1, -1, -1, -1
+		l.ConnsByMemlock, l.ConnsByNofile, l.Connections = -1, -1, -1
+		return l
+	}
+	l.Known = true
+	switch {
+	case l.CapIPCLock || l.MemlockHard < 0:
+		l.ConnsByMemlock = -1
+	default:
+		l.ConnsByMemlock = l.MemlockHard / int64(l.LockedPerConn)
+	}
+	l.ConnsByNofile = -1
+	if l.NofileSoft >= 0 {
+		l.ConnsByNofile = l.NofileSoft / int64(fp.FileDescriptors)
+	}
+	l.Connections = l.ConnsByNofile
+	if l.ConnsByMemlock >= 0 && (l.Connections < 0 || l.ConnsByMemlock < l.Connections) {
+		l.Connections = l.ConnsByMemlock
+	}
+	return l
+}
+
+func printLimits(w io.Writer, l limitsJSON) {
+	if !l.Known {
+		fmt.Fprintln(w, "limits: cannot be read on this system")
+		return
+	}
+	capText := "no"
+	if l.CapIPCLock {
+		capText = "yes (registration is not bounded by RLIMIT_MEMLOCK)"
+	}
+	fmt.Fprintln(w, "limits of this process:")
+	fmt.Fprintf(w, "  RLIMIT_MEMLOCK  soft %s, hard %s (rdmanet raises the soft limit to the hard one)\n", limitBytes(l.MemlockSoft), limitBytes(l.MemlockHard))
+	fmt.Fprintf(w, "  CAP_IPC_LOCK    %s\n", capText)
+	fmt.Fprintf(w, "  RLIMIT_NOFILE   soft %s, hard %s\n", limitCount(l.NofileSoft), limitCount(l.NofileHard))
+	fmt.Fprintf(w, "  per connection  %s registered, %d file descriptors (default rdmanet.Config)\n", iec(l.LockedPerConn), l.FDsPerConn)
+	fmt.Fprintf(w, "  connections     %s (locked memory allows %s, file descriptors %s)\n",
+		limitCount(l.Connections), limitCount(l.ConnsByMemlock), limitCount(l.ConnsByNofile))
+}
+
+func limitBytes(n int64) string {
+	if n < 0 {
+		return "unlimited"
+	}
+	return iec(uint64(n))
+}
+
+func limitCount(n int64) string {
+	if n < 0 {
+		return "unlimited"
+	}
+	return fmt.Sprint(n)
+}
