@@ -13,7 +13,9 @@ import (
 // Reason is why a connection does not use RDMA. Each value is also an error,
 // so it can be matched with errors.Is in a connection's fallback reason or in
 // the error of a dial that was not allowed to fall back. The strings are
-// stable: logs, counters and `rdmanet doctor --json` use them.
+// stable: logs, counters and `rdmanet doctor --json` use them. As an error
+// it formats as a sentence (fmt's %s and %v use Error); string(r) is the
+// short name.
 type Reason string
 
 const (

@@ -24,13 +24,15 @@ type resources struct {
 	maxInline         uint32
 }
 
-func newResources(id *cm.ID, cfg Config) (r *resources, err error) {
+func newResources(id *cm.ID, cfg Config) (_ *resources, err error) {
 	raiseMemlock()
 	ctx := id.Context()
 	if ctx == nil {
 		return nil, errors.New("rdmanet: connection has no RDMA device")
 	}
-	r = &resources{recvDepth: cfg.RecvDepth}
+	// r, not the result: a failure returns nil, and what was made so far
+	// must still be released.
+	r := &resources{recvDepth: cfg.RecvDepth}
 	defer func() {
 		if err != nil {
 			r.close()
