@@ -44,6 +44,14 @@ type Conn struct {
 	reposts  []verbs.RecvWR  // receives to post again, batched per completion sweep
 	post     [1]verbs.SendWR // the request being posted: a field, so posting does not allocate
 
+	// Bytes of small Writes held back while a signaled request is in
+	// flight, to go out as one RDMA write when it completes (see Write):
+	// where they are in the transmit ring and where they go. The send
+	// queue's accounting counts them (Hold).
+	corkOff, corkRemote uint64
+	corkRKey            uint32
+	arrived             bool // data arrived from the peer since this side last posted data
+
 	// The completion channel has one poller at a time, its owner (see
 	// "Who takes completions" below): the engine, or a blocked Read or
 	// Write, which then sweeps with ownerWCs.
@@ -335,6 +343,11 @@ func (c *Conn) sweep(wcs []verbs.WorkCompletion) bool {
 	for i := range wcs[:n] {
 		c.handle(&wcs[i])
 	}
+	if c.sq.Held() > 0 && !c.sq.SignaledPending() && c.err == nil && !c.closing {
+		// What the held bytes waited for completed: send them, signaled,
+		// so that Writes meanwhile hold theirs behind them.
+		c.postHeld(true)
+	}
 	if len(c.reposts) > 0 && !c.closing {
 		if err := c.res.qp.PostRecv(c.reposts); err != nil {
 			c.failLocked(err)
@@ -388,6 +401,7 @@ func (c *Conn) handle(wc *verbs.WorkCompletion) {
 			c.failLocked(err)
 			return
 		}
+		c.arrived = true
 		notify(c.readable)
 	case verbs.WCRecv:
 		if wc.ByteLen != wire.MessageSize {
@@ -701,7 +715,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 }
 
 // Write sends b. It returns once every byte is in the transmit ring and
-// posted to the device, splitting b as the rings and the peer's window allow.
+// posted to the device, or held to go out with the next completion (small
+// Writes coalesce while earlier ones are in flight), splitting b as the
+// rings and the peer's window allow.
 func (c *Conn) Write(b []byte) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
@@ -730,6 +746,8 @@ func (c *Conn) Write(b []byte) (int, error) {
 		room := c.send.Room()
 		off, space := c.sq.RingSpace()
 		if room == 0 || space == 0 {
+			// Nothing held may wait with the writer.
+			c.postHeld(false)
 			if err := c.wait(c.writable, &c.writeDeadline); err != nil {
 				return written, c.opError("write", err)
 			}
@@ -738,25 +756,64 @@ func (c *Conn) Write(b []byte) (int, error) {
 		n := min(uint64(len(b)-written), uint64(room), space)
 		copy(c.res.tx.Bytes()[off:], b[written:written+int(n)])
 		remote, rkey, _ := c.send.Take(uint32(n))
-		id, signaled := c.sq.PostData(n)
-		flags := verbs.SendFlags(0)
-		if signaled {
-			flags |= verbs.SendSignaled
+		if held := c.sq.Held(); held > 0 && (off != c.corkOff+held || remote != c.corkRemote+held || rkey != c.corkRKey) {
+			// Not contiguous with the held bytes (a ring wrapped).
+			c.postHeld(false)
 		}
-		if uint32(n) <= c.res.maxInline {
-			flags |= verbs.SendInline
+		if c.sq.Held() == 0 {
+			c.corkOff, c.corkRemote, c.corkRKey = off, remote, rkey
 		}
-		c.post[0] = verbs.SendWR{
-			ID: id, Local: c.res.txMR.Slice(int(off), int(n)), Opcode: verbs.OpRDMAWriteWithImm,
-			Flags: flags, RemoteAddr: remote, RKey: rkey, Imm: uint32(n),
-		}
-		if err := c.res.qp.PostSend(c.post[:]); err != nil {
-			c.failLocked(err)
+		c.sq.Hold(n)
+		written += int(n)
+		// Coalescing: bytes of a small Write (under corkLimit) wait while a
+		// signaled request is in flight, and go out with the Writes after them when it
+		// completes (sweep), as one RDMA write. A Write with nothing in
+		// flight before it (a lone one, or one answering the peer) is
+		// posted at once; a Write that follows unacknowledged ones posted
+		// without a completion requested asks for one, so that the Writes
+		// after it can wait for it.
+		small := len(b) < corkLimit && c.sq.Held() < corkLimit
+		if small && c.sq.SignaledPending() {
 			continue
 		}
-		written += int(n)
-		c.sentData = true
+		stream := small && !c.sq.SignaledPending() && !c.sq.Idle() && !c.arrived
+		if err := c.postHeld(stream); err != nil {
+			continue
+		}
 	}
+}
+
+// corkLimit is how many bytes of small Writes may be held back (coalescing).
+const corkLimit = 32 << 10
+
+// postHeld posts the bytes held in the transmit ring as one RDMA write with
+// immediate data, signaled if signal is set or the send queue's accounting
+// wants it; c.mu is held.
+func (c *Conn) postHeld(signal bool) error {
+	if c.sq.Held() == 0 || c.sq.SlotsFree() == 0 {
+		// With no slot free, signaled requests are in flight, and the
+		// sweep that takes their completions posts what is held.
+		return nil
+	}
+	n, id, signaled := c.sq.PostHeld(signal)
+	flags := verbs.SendFlags(0)
+	if signaled {
+		flags |= verbs.SendSignaled
+	}
+	if uint32(n) <= c.res.maxInline {
+		flags |= verbs.SendInline
+	}
+	c.post[0] = verbs.SendWR{
+		ID: id, Local: c.res.txMR.Slice(int(c.corkOff), int(n)), Opcode: verbs.OpRDMAWriteWithImm,
+		Flags: flags, RemoteAddr: c.corkRemote, RKey: c.corkRKey, Imm: uint32(n),
+	}
+	if err := c.res.qp.PostSend(c.post[:]); err != nil {
+		c.failLocked(err)
+		return err
+	}
+	c.sentData = true
+	c.arrived = false
+	return nil
 }
 
 // errQueuePairDown: the queue pair went to error with no disconnect from the peer.
@@ -813,6 +870,7 @@ func (c *Conn) drainLocked() {
 	if c.err != nil || c.peerGone {
 		return
 	}
+	c.postHeld(true)
 	// Unsignaled writes complete only with a later signaled request: post a
 	// zero-length write into the peer's window (data writes imply it exists).
 	if addr, rkey, ok := c.send.Target(); ok && c.sq.Unsignaled() && c.sq.SlotsFree() > 0 {
@@ -857,6 +915,7 @@ func (c *Conn) CloseWrite() error {
 		return nil
 	}
 	c.wrDone = true
+	c.postHeld(false)
 	// A send after the data writes: the reliable connection delivers it after them.
 	c.sendControl(wire.Message{Op: wire.OpShutdown})
 	return nil
