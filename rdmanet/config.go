@@ -36,11 +36,14 @@ type Config struct {
 	// keepalive exhausts the transport's retries: within about KeepAlive plus
 	// the retry time (see README), Reads and Writes then fail.
 	KeepAlive time.Duration
-	// BusyPoll, when positive, makes a busy connection poll its completion
-	// queue for up to this long before it sleeps in the netpoller, trading CPU
-	// for latency (rsockets spins about 10 us). It is adaptive: a connection
-	// whose last sleep lasted more than 10 x BusyPoll is taken to be idle
-	// and sleeps at once. Default 0: always sleep. See BENCHMARKS.md.
+	// BusyPoll, when positive, makes a blocked Read or Write of a busy
+	// connection poll its completion queue for up to this long before it
+	// sleeps in the netpoller, trading CPU for latency (rsockets spins about
+	// 10 us; under the lab's emulated CPU 1 ms fits). Only the blocked Read
+	// or Write spins, never the connection's own goroutine, and it yields
+	// the CPU between polls. It is adaptive: a connection whose last sleep
+	// lasted more than 10 x BusyPoll is taken to be idle and sleeps at once.
+	// Default 0: always sleep. See BENCHMARKS.md.
 	BusyPoll time.Duration
 	// ValkeyCompatible makes the connection speak Valkey's protocol only:
 	// a dialer sends no Hello, a listener accepts no extension. Without it,

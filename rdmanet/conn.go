@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -20,8 +21,9 @@ import (
 // Bytes written are copied into a registered transmit ring and sent as RDMA
 // writes with immediate data into the peer's receive buffer; the caller's
 // slice is never handed to the device. Received bytes are copied out of a
-// registered receive buffer by Read. One goroutine per connection takes
-// completions (parked in the netpoller between them) and one waits for the
+// registered receive buffer by Read. A blocked Read or Write takes the
+// completions it waits for itself; otherwise one goroutine per connection
+// takes them (parked in the netpoller between them), and one waits for the
 // connection manager's events.
 type Conn struct {
 	id  *cm.ID
@@ -42,8 +44,24 @@ type Conn struct {
 	reposts  []verbs.RecvWR  // receives to post again, batched per completion sweep
 	post     [1]verbs.SendWR // the request being posted: a field, so posting does not allocate
 
-	// Completions a blocked Read or Write polls for itself with BusyPoll
-	// (one array per direction: a Read and a Write may wait at once).
+	// Bytes of small Writes held back while a signaled request is in
+	// flight, to go out as one RDMA write when it completes (see Write):
+	// where they are in the transmit ring and where they go. The send
+	// queue's accounting counts them (Hold).
+	corkOff, corkRemote uint64
+	corkRKey            uint32
+	arrived             bool // data arrived from the peer since this side last posted data
+
+	// The completion channel has one poller at a time, its owner (see
+	// "Who takes completions" below): the engine, or a blocked Read or
+	// Write, which then sweeps with ownerWCs.
+	owner    pollOwner
+	wanting  int  // blocked Reads and Writes waiting for the poller's role
+	poked    bool // the channel's deadline was forced into the past to wake its owner
+	busy     bool // the owner's last sleep on the channel was short (BusyPoll)
+	ownerWCs [32]verbs.WorkCompletion
+	// Completions a Read or Write sweeps for itself with BusyPoll while
+	// another goroutine polls (one array per direction: both may wait).
 	readSpin, writeSpin [8]verbs.WorkCompletion
 	err                 error // why the connection failed, if it did
 	peerGone            bool  // the peer disconnected
@@ -55,9 +73,11 @@ type Conn struct {
 
 	keepalive *time.Timer
 
-	readable chan struct{} // a Read may make progress (capacity 1)
-	writable chan struct{} // a Write may make progress (capacity 1)
-	closed   chan struct{} // closed by Close
+	readable   chan struct{} // a Read may make progress (capacity 1)
+	writable   chan struct{} // a Write may make progress (capacity 1)
+	pollerFree chan struct{} // the poller's role is free for a waiter that wants it (capacity 1)
+	engineKick chan struct{} // the poller's role is free for the engine (capacity 1)
+	closed     chan struct{} // closed by Close
 
 	readDeadline, writeDeadline deadline
 	readMu, writeMu             sync.Mutex // one Read and one Write at a time, as net.Conn's stream semantics need
@@ -84,6 +104,8 @@ func newConn(id *cm.ID, cfg Config, server bool) (*Conn, error) {
 		ctlQueue:      make([]wire.Message, 0, controlSlots),
 		readable:      make(chan struct{}, 1),
 		writable:      make(chan struct{}, 1),
+		pollerFree:    make(chan struct{}, 1),
+		engineKick:    make(chan struct{}, 1),
 		closed:        make(chan struct{}),
 		readDeadline:  newDeadline(),
 		writeDeadline: newDeadline(),
@@ -93,6 +115,8 @@ func newConn(id *cm.ID, cfg Config, server bool) (*Conn, error) {
 	for i := 0; i < controlSlots; i++ {
 		c.ctlFree = append(c.ctlFree, i)
 	}
+	c.readDeadline.wake = c.deadlinePassed
+	c.writeDeadline.wake = c.deadlinePassed
 	// Every receive is posted before connecting or accepting, as Valkey does:
 	// the peer may send the moment the connection is established.
 	wrs := make([]verbs.RecvWR, cfg.RecvDepth)
@@ -147,52 +171,164 @@ func (c *Conn) tick() {
 
 // ---- completions -------------------------------------------------------------
 
-// engine takes completions until the connection closes. Completion events are
-// one-shot, so after each wake-up it polls until the queue is empty, re-arms,
-// and polls once more before sleeping, or a completion that landed in between
-// would never be announced.
-func (c *Conn) engine() {
-	defer close(c.engineDone)
-	wcs := make([]verbs.WorkCompletion, 32)
-	busy := false // the last sleep was short: worth polling before the next
-	for {
-		if c.sweep(wcs) {
-			continue
-		}
-		if busy && c.spin(wcs) {
-			continue
-		}
-		if err := c.res.cq.RequestNotify(false); err != nil {
-			c.fail(err)
-			return
-		}
-		if c.sweep(wcs) {
-			continue
-		}
-		slept := time.Now()
-		if _, err := c.res.ch.Wait(context.Background()); err != nil {
-			// Close sets the channel's deadline to wake this goroutine.
-			return
-		}
-		busy = c.cfg.BusyPoll > 0 && time.Since(slept) < 10*c.cfg.BusyPoll
+// Who takes completions. One goroutine at a time polls the completion queue
+// and sleeps on the completion channel: the poller. A Read or Write that has
+// to wait becomes the poller itself when the role is free, so the completion
+// it waits for wakes it directly from the netpoller, with no hand-off through
+// another goroutine (under the lab's emulation each hand-off between threads
+// costs hundreds of microseconds). When no Read or Write waits, the engine
+// goroutine is the poller, so that receives are reposted, credit is returned
+// and failures are noticed while the application does something else. A
+// waiter that finds someone else polling waits for it to notify or to hand
+// the role on (with BusyPoll it sweeps meanwhile). A waiter that polls is
+// poked awake (the channel's deadline forced into the past) when its
+// deadline passes or the connection fails. All of this is decided under
+// c.mu, and completions are handled under c.mu in queue order whoever takes
+// them (sweep). With BusyPoll only the waiter spins, never the engine: one
+// spinner per connection.
+
+type pollOwner int8
+
+const (
+	ownerNone pollOwner = iota
+	ownerEngine
+	ownerWaiter
+)
+
+// handOffLocked gives a free poller's role to a waiter that wants it or
+// else to the engine; c.mu is held.
+func (c *Conn) handOffLocked() {
+	if c.owner != ownerNone {
+		return
+	}
+	if c.wanting > 0 {
+		notify(c.pollerFree)
+	} else {
+		notify(c.engineKick)
 	}
 }
 
-// spin polls for up to Config.BusyPoll and reports whether completions came.
-func (c *Conn) spin(wcs []verbs.WorkCompletion) bool {
-	for end := time.Now().Add(c.cfg.BusyPoll); time.Now().Before(end); {
-		if c.sweep(wcs) {
-			return true
+// takeLocked makes the caller the poller; c.mu is held.
+func (c *Conn) takeLocked(who pollOwner) {
+	c.owner = who
+	c.unpokeLocked()
+}
+
+// pokeLocked wakes the poller from its sleep on the completion channel;
+// c.mu is held.
+func (c *Conn) pokeLocked() {
+	if !c.poked && !c.closing && c.owner != ownerNone {
+		c.poked = true
+		c.res.ch.SetDeadline(time.Unix(1, 0))
+	}
+}
+
+// unpokeLocked clears a poke before the poller sleeps again; c.mu is held.
+// Close's own deadline stays.
+func (c *Conn) unpokeLocked() {
+	if c.poked && !c.closing {
+		c.poked = false
+		c.res.ch.SetDeadline(time.Time{})
+	}
+}
+
+// deadlinePassed wakes a Read or Write that polls, when its deadline passes.
+func (c *Conn) deadlinePassed() {
+	c.mu.Lock()
+	if c.owner == ownerWaiter {
+		c.pokeLocked()
+	}
+	c.mu.Unlock()
+}
+
+// sleep arms the completion queue, polls once more, and sleeps on the
+// completion channel until an event or a poke; it reports whether it took
+// completions instead of sleeping, and the channel's error (a poke is
+// os.ErrDeadlineExceeded). Completion events are one-shot: arming after
+// the queue was found empty and polling once more before sleeping is what
+// keeps a completion that landed in between from going unannounced.
+func (c *Conn) sleep(wcs []verbs.WorkCompletion) (took bool, err error) {
+	if err := c.res.cq.RequestNotify(false); err != nil {
+		c.fail(err)
+		return false, err
+	}
+	if c.sweep(wcs) {
+		return true, nil
+	}
+	slept := time.Now()
+	_, err = c.res.ch.Wait(context.Background())
+	if err == nil && c.cfg.BusyPoll > 0 {
+		short := time.Since(slept) < 10*c.cfg.BusyPoll
+		c.mu.Lock()
+		c.busy = short
+		c.mu.Unlock()
+	}
+	return false, err
+}
+
+// engine is the poller whenever no Read or Write is, until the connection
+// closes.
+func (c *Conn) engine() {
+	defer close(c.engineDone)
+	for {
+		c.mu.Lock()
+		for (c.owner != ownerNone || c.wanting > 0) && !c.closing {
+			c.mu.Unlock()
+			select {
+			case <-c.engineKick:
+			case <-c.closed:
+				return
+			}
+			c.mu.Lock()
+		}
+		if c.closing {
+			c.mu.Unlock()
+			return
+		}
+		c.takeLocked(ownerEngine)
+		c.mu.Unlock()
+		err := c.enginePoll()
+		c.mu.Lock()
+		c.owner = ownerNone
+		if c.wanting > 0 {
+			notify(c.pollerFree)
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return
 		}
 	}
-	return false
+}
+
+// enginePoll polls as the poller until a waiter wants the role (nil) or the
+// connection ends (an error).
+func (c *Conn) enginePoll() error {
+	wcs := c.ownerWCs[:]
+	for {
+		c.mu.Lock()
+		c.unpokeLocked()
+		closing, wanted := c.closing, c.wanting > 0
+		c.mu.Unlock()
+		if closing {
+			return net.ErrClosed
+		}
+		if wanted {
+			return nil
+		}
+		if c.sweep(wcs) {
+			continue
+		}
+		if _, err := c.sleep(wcs); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+	}
 }
 
 // sweep polls one batch of completions and handles them; it reports whether
-// there were any. The engine, the events goroutine and (with BusyPoll) a
-// blocked Read or Write may all sweep: polling under c.mu makes them take
-// and handle batches one at a time, in the queue's order, which the send
-// queue's accounting and the stream (a Shutdown after its data) rely on.
+// there were any. The poller and the events goroutine may both sweep:
+// polling under c.mu makes them take and handle batches one at a time, in
+// the queue's order, which the send queue's accounting and the stream (a
+// Shutdown after its data) rely on.
 func (c *Conn) sweep(wcs []verbs.WorkCompletion) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -206,6 +342,11 @@ func (c *Conn) sweep(wcs []verbs.WorkCompletion) bool {
 	}
 	for i := range wcs[:n] {
 		c.handle(&wcs[i])
+	}
+	if c.sq.Held() > 0 && !c.sq.SignaledPending() && c.err == nil && !c.closing {
+		// What the held bytes waited for completed: send them, signaled,
+		// so that Writes meanwhile hold theirs behind them.
+		c.postHeld(true)
 	}
 	if len(c.reposts) > 0 && !c.closing {
 		if err := c.res.qp.PostRecv(c.reposts); err != nil {
@@ -260,6 +401,7 @@ func (c *Conn) handle(wc *verbs.WorkCompletion) {
 			c.failLocked(err)
 			return
 		}
+		c.arrived = true
 		notify(c.readable)
 	case verbs.WCRecv:
 		if wc.ByteLen != wire.MessageSize {
@@ -351,9 +493,8 @@ func (c *Conn) events() {
 			c.mu.Lock()
 			c.peerGone = true
 			closing := c.closing
+			c.wakeWaitersLocked()
 			c.mu.Unlock()
-			notify(c.readable)
-			notify(c.writable)
 			if !closing {
 				// Answer, so the peer's own disconnect completes at once.
 				c.id.Disconnect()
@@ -376,8 +517,17 @@ func (c *Conn) failLocked(err error) {
 	if c.err == nil && !c.closing {
 		c.err = err
 	}
+	c.wakeWaitersLocked()
+}
+
+// wakeWaitersLocked wakes blocked Reads and Writes to look at the
+// connection's state again, the one polling included; c.mu is held.
+func (c *Conn) wakeWaitersLocked() {
 	notify(c.readable)
 	notify(c.writable)
+	if c.owner == ownerWaiter {
+		c.pokeLocked()
+	}
 }
 
 // notify wakes one waiter without blocking.
@@ -390,39 +540,130 @@ func notify(ch chan struct{}) {
 
 // wait releases c.mu until ready fires, the deadline passes or the connection
 // closes; it returns the error that ends the wait, if any. c.mu is held on
-// entry and on return. With Config.BusyPoll the waiter first polls the
-// completion queue itself for that long, so what it waits for can be taken
-// without waking the engine and then this goroutine in turn.
+// entry and on return. The waiter becomes the poller if it can (see "Who
+// takes completions"), and otherwise waits for the poller to notify it or
+// to hand it the role.
 func (c *Conn) wait(ready chan struct{}, dl *deadline) error {
-	expired := dl.expired()
-	c.mu.Unlock()
-	defer c.mu.Lock()
-	if c.cfg.BusyPoll > 0 {
-		spin := c.readSpin[:]
-		if ready == c.writable {
-			spin = c.writeSpin[:]
+	for {
+		if c.owner == ownerNone {
+			return c.pollFor(ready, dl)
 		}
-		for end := time.Now().Add(c.cfg.BusyPoll); time.Now().Before(end); {
-			select {
-			case <-ready:
-				return nil
-			case <-expired:
-				return os.ErrDeadlineExceeded
-			case <-c.closed:
-				return net.ErrClosed
-			default:
+		// Someone else polls. Waking the engine to take over costs more
+		// than it saves (two hand-offs, and its sleep is cut short), so
+		// wait for it to notify; with BusyPoll, sweep meanwhile, so that
+		// a completion does not have to wait for the netpoller, which
+		// busy CPUs look at seldom.
+		if c.cfg.BusyPoll > 0 && c.busy {
+			if err, ok := c.spinFor(ready, dl); ok {
+				return err
 			}
-			c.sweep(spin)
+			if c.owner == ownerNone {
+				continue
+			}
+		}
+		c.wanting++
+		expired := dl.expired()
+		c.mu.Unlock()
+		var err error
+		free := false
+		select {
+		case <-ready:
+		case <-expired:
+			err = os.ErrDeadlineExceeded
+		case <-c.closed:
+			err = net.ErrClosed
+		case <-c.pollerFree:
+			free = true
+		}
+		c.mu.Lock()
+		c.wanting--
+		if !free {
+			c.handOffLocked()
+			return err
 		}
 	}
-	select {
-	case <-ready:
-		return nil
-	case <-expired:
-		return os.ErrDeadlineExceeded
-	case <-c.closed:
-		return net.ErrClosed
+}
+
+// spinFor sweeps for up to Config.BusyPoll while another goroutine is the
+// poller; ok reports that the wait ended (with err). c.mu is held on entry
+// and on return.
+func (c *Conn) spinFor(ready chan struct{}, dl *deadline) (err error, ok bool) {
+	wcs := c.readSpin[:]
+	if ready == c.writable {
+		wcs = c.writeSpin[:]
 	}
+	for end := time.Now().Add(c.cfg.BusyPoll); c.owner != ownerNone && time.Now().Before(end); {
+		select {
+		case <-ready:
+			return nil, true
+		case <-dl.expired():
+			return os.ErrDeadlineExceeded, true
+		case <-c.closed:
+			return net.ErrClosed, true
+		default:
+		}
+		c.mu.Unlock()
+		if !c.sweep(wcs) {
+			runtime.Gosched()
+		}
+		c.mu.Lock()
+	}
+	return nil, false
+}
+
+// pollFor is wait as the poller: it polls the completion queue (first for
+// up to Config.BusyPoll, when the connection is busy) and sleeps on the
+// completion channel until ready fires, the deadline passes or the
+// connection closes; then it hands the role on. c.mu is held on entry and
+// on return.
+func (c *Conn) pollFor(ready chan struct{}, dl *deadline) error {
+	c.takeLocked(ownerWaiter)
+	wcs := c.ownerWCs[:]
+	var spinUntil time.Time
+	if c.cfg.BusyPoll > 0 && c.busy {
+		spinUntil = time.Now().Add(c.cfg.BusyPoll)
+	}
+	var err error
+loop:
+	for {
+		c.unpokeLocked()
+		done := true
+		select {
+		case <-ready:
+		case <-dl.expired():
+			err = os.ErrDeadlineExceeded
+		case <-c.closed:
+			err = net.ErrClosed
+		default:
+			done = false
+		}
+		if done {
+			break loop
+		}
+		c.mu.Unlock()
+		switch {
+		case c.sweep(wcs):
+		case !spinUntil.IsZero() && time.Now().Before(spinUntil):
+			// One spinner per connection, and it yields between polls:
+			// the peer, rxe and the engine may need this CPU.
+			runtime.Gosched()
+		default:
+			spinUntil = time.Time{}
+			if _, werr := c.sleep(wcs); werr != nil && !errors.Is(werr, os.ErrDeadlineExceeded) {
+				// Arming failed and the connection failed with it (the
+				// caller finds c.err), or the channel is closed.
+				c.mu.Lock()
+				if c.err == nil {
+					err = net.ErrClosed
+				}
+				break loop
+			}
+		}
+		c.mu.Lock()
+	}
+	c.owner = ownerNone
+	c.handOffLocked()
+	return err
 }
 
 func (c *Conn) opError(op string, err error) error {
@@ -474,7 +715,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 }
 
 // Write sends b. It returns once every byte is in the transmit ring and
-// posted to the device, splitting b as the rings and the peer's window allow.
+// posted to the device, or held to go out with the next completion (small
+// Writes coalesce while earlier ones are in flight), splitting b as the
+// rings and the peer's window allow.
 func (c *Conn) Write(b []byte) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
@@ -503,6 +746,8 @@ func (c *Conn) Write(b []byte) (int, error) {
 		room := c.send.Room()
 		off, space := c.sq.RingSpace()
 		if room == 0 || space == 0 {
+			// Nothing held may wait with the writer.
+			c.postHeld(false)
 			if err := c.wait(c.writable, &c.writeDeadline); err != nil {
 				return written, c.opError("write", err)
 			}
@@ -511,25 +756,64 @@ func (c *Conn) Write(b []byte) (int, error) {
 		n := min(uint64(len(b)-written), uint64(room), space)
 		copy(c.res.tx.Bytes()[off:], b[written:written+int(n)])
 		remote, rkey, _ := c.send.Take(uint32(n))
-		id, signaled := c.sq.PostData(n)
-		flags := verbs.SendFlags(0)
-		if signaled {
-			flags |= verbs.SendSignaled
+		if held := c.sq.Held(); held > 0 && (off != c.corkOff+held || remote != c.corkRemote+held || rkey != c.corkRKey) {
+			// Not contiguous with the held bytes (a ring wrapped).
+			c.postHeld(false)
 		}
-		if uint32(n) <= c.res.maxInline {
-			flags |= verbs.SendInline
+		if c.sq.Held() == 0 {
+			c.corkOff, c.corkRemote, c.corkRKey = off, remote, rkey
 		}
-		c.post[0] = verbs.SendWR{
-			ID: id, Local: c.res.txMR.Slice(int(off), int(n)), Opcode: verbs.OpRDMAWriteWithImm,
-			Flags: flags, RemoteAddr: remote, RKey: rkey, Imm: uint32(n),
-		}
-		if err := c.res.qp.PostSend(c.post[:]); err != nil {
-			c.failLocked(err)
+		c.sq.Hold(n)
+		written += int(n)
+		// Coalescing: bytes of a small Write (under corkLimit) wait while a
+		// signaled request is in flight, and go out with the Writes after them when it
+		// completes (sweep), as one RDMA write. A Write with nothing in
+		// flight before it (a lone one, or one answering the peer) is
+		// posted at once; a Write that follows unacknowledged ones posted
+		// without a completion requested asks for one, so that the Writes
+		// after it can wait for it.
+		small := len(b) < corkLimit && c.sq.Held() < corkLimit
+		if small && c.sq.SignaledPending() {
 			continue
 		}
-		written += int(n)
-		c.sentData = true
+		stream := small && !c.sq.SignaledPending() && !c.sq.Idle() && !c.arrived
+		if err := c.postHeld(stream); err != nil {
+			continue
+		}
 	}
+}
+
+// corkLimit is how many bytes of small Writes may be held back (coalescing).
+const corkLimit = 32 << 10
+
+// postHeld posts the bytes held in the transmit ring as one RDMA write with
+// immediate data, signaled if signal is set or the send queue's accounting
+// wants it; c.mu is held.
+func (c *Conn) postHeld(signal bool) error {
+	if c.sq.Held() == 0 || c.sq.SlotsFree() == 0 {
+		// With no slot free, signaled requests are in flight, and the
+		// sweep that takes their completions posts what is held.
+		return nil
+	}
+	n, id, signaled := c.sq.PostHeld(signal)
+	flags := verbs.SendFlags(0)
+	if signaled {
+		flags |= verbs.SendSignaled
+	}
+	if uint32(n) <= c.res.maxInline {
+		flags |= verbs.SendInline
+	}
+	c.post[0] = verbs.SendWR{
+		ID: id, Local: c.res.txMR.Slice(int(c.corkOff), int(n)), Opcode: verbs.OpRDMAWriteWithImm,
+		Flags: flags, RemoteAddr: c.corkRemote, RKey: c.corkRKey, Imm: uint32(n),
+	}
+	if err := c.res.qp.PostSend(c.post[:]); err != nil {
+		c.failLocked(err)
+		return err
+	}
+	c.sentData = true
+	c.arrived = false
+	return nil
 }
 
 // errQueuePairDown: the queue pair went to error with no disconnect from the peer.
@@ -586,6 +870,7 @@ func (c *Conn) drainLocked() {
 	if c.err != nil || c.peerGone {
 		return
 	}
+	c.postHeld(true)
 	// Unsignaled writes complete only with a later signaled request: post a
 	// zero-length write into the peer's window (data writes imply it exists).
 	if addr, rkey, ok := c.send.Target(); ok && c.sq.Unsignaled() && c.sq.SlotsFree() > 0 {
@@ -630,6 +915,7 @@ func (c *Conn) CloseWrite() error {
 		return nil
 	}
 	c.wrDone = true
+	c.postHeld(false)
 	// A send after the data writes: the reliable connection delivers it after them.
 	c.sendControl(wire.Message{Op: wire.OpShutdown})
 	return nil

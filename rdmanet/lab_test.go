@@ -394,3 +394,78 @@ func TestLabFootprint(t *testing.T) {
 		t.Errorf("open descriptors: %d before, %d with a connection's two ends, %d after; Footprint says %d per end", before, during, after, fp.FileDescriptors)
 	}
 }
+
+// BenchmarkIntegrity1GiB moves 1 GiB each way at once over one connection
+// per mode, in writes of random sizes from 1 B to 16 MiB (log-uniform, so
+// small and large writes both occur), and compares SHA-256 hashes of what
+// was written and what was read. b.N is ignored beyond running it once: run
+// it with -benchtime 1x. MB/s counts the bytes of both directions.
+//
+//	go test -exec $PWD/bin/rdmanet-lab -run '^$' -bench Integrity1GiB -benchtime 1x -timeout 30m ./rdmanet/
+func BenchmarkIntegrity1GiB(b *testing.B) {
+	env := labenv.RequireRDMA(b)
+	const size = 1 << 30
+	// Writes are slices at random offsets of a random pool: generating 2 GiB
+	// of random bytes would cost more than moving them under emulation,
+	// while random offsets and sizes still make every misplaced byte change
+	// the hash.
+	pool := make([]byte, 32<<20)
+	rand.NewChaCha8([32]byte{1}).Read(pool)
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			a, c, stop := pipe(b, env, m.cfg)
+			defer stop()
+			dl := time.Now().Add(25 * time.Minute)
+			a.SetDeadline(dl)
+			c.SetDeadline(dl)
+			b.SetBytes(2 * size)
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			check := func(w, r net.Conn, seed uint64) {
+				defer wg.Done()
+				var sent [32]byte
+				var werr error
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					sent, werr = streamPool(w, size, seed, pool)
+				}()
+				got, n, err := drain(r, size)
+				<-done
+				if werr != nil || err != nil {
+					b.Errorf("write %v, read %v", werr, err)
+					return
+				}
+				if n != size || got != sent {
+					b.Errorf("received %d bytes (want %d), hash equal: %v", n, size, got == sent)
+				}
+			}
+			wg.Add(2)
+			go check(a, c, 1)
+			go check(c, a, 2)
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(time.Since(start).Seconds(), "s")
+		})
+	}
+}
+
+// streamPool writes size bytes taken from pool at random offsets, in writes
+// of 1 B to 16 MiB (log-uniform), and returns their hash.
+func streamPool(w io.Writer, size int, seed uint64, pool []byte) ([32]byte, error) {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	h := sha256.New()
+	for size > 0 {
+		k := rng.IntN(25)
+		n := min(size, 1<<k+rng.IntN(1<<k), 16<<20)
+		off := rng.IntN(len(pool) - n + 1)
+		piece := pool[off : off+n]
+		h.Write(piece)
+		if _, err := w.Write(piece); err != nil {
+			return [32]byte{}, err
+		}
+		size -= n
+	}
+	return [32]byte(h.Sum(nil)), nil
+}

@@ -33,7 +33,7 @@ type Mode struct {
 var Modes = []Mode{
 	{Name: "valkey", Config: rdmanet.Config{ValkeyCompatible: true}, Protocol: rdmanet.ProtocolValkey},
 	{Name: "rdmanet", Config: rdmanet.Config{}, Protocol: rdmanet.ProtocolRdmanet}, // the default between rdmanet peers
-	{Name: "rdmanet, busy-poll 100 µs", Config: rdmanet.Config{BusyPoll: 100 * time.Microsecond}, Protocol: rdmanet.ProtocolRdmanet},
+	{Name: "busy-poll 1 ms", Config: rdmanet.Config{BusyPoll: time.Millisecond}, Protocol: rdmanet.ProtocolRdmanet},
 }
 
 // Pair connects a pair in mode m (see RDMAPair) and checks that both ends

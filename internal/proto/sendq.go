@@ -17,6 +17,7 @@ type SendQueue struct {
 	posted      uint64 // work requests posted, ever
 	retired     uint64 // work requests known complete, ever
 	put         uint64 // ring bytes posted, ever
+	held        uint64 // ring bytes copied after put and not posted yet (Hold)
 	freed       uint64 // ring bytes freed, ever
 	sinceSignal int
 
@@ -52,25 +53,52 @@ func (q *SendQueue) RingSpace() (off uint64, n uint64) {
 	if q.SlotsFree() == 0 {
 		return 0, 0
 	}
-	free := q.ring - (q.put - q.freed)
-	off = q.put % q.ring
+	free := q.ring - (q.put + q.held - q.freed)
+	off = (q.put + q.held) % q.ring
 	n = min(free, q.ring-off, q.chunk)
 	return off, n
 }
+
+// Hold records n ring bytes copied at RingSpace's offset and kept back, to
+// be posted later, together with bytes held after them, as one data write
+// (PostHeld): small writes coalesce while a signaled request is in flight.
+func (q *SendQueue) Hold(n uint64) { q.held += n }
+
+// Held is how many ring bytes are held.
+func (q *SendQueue) Held() uint64 { return q.held }
+
+// PostHeld records the held bytes posted as one data write and decides
+// whether it is signaled (always, with signal); id is the work request id to
+// use.
+func (q *SendQueue) PostHeld(signal bool) (n, id uint64, signaled bool) {
+	n, q.held = q.held, 0
+	id, signaled = q.postData(n, signal)
+	return n, id, signaled
+}
+
+// SignaledPending reports whether a signaled work request is outstanding,
+// so that a completion is on its way.
+func (q *SendQueue) SignaledPending() bool { return q.count > 0 }
 
 // SlotsFree is how many work requests may be posted now.
 func (q *SendQueue) SlotsFree() int { return q.depth - int(q.posted-q.retired) }
 
 // PostData records a data write of n ring bytes (from RingSpace) and decides
 // whether it is signaled; id is the work request id to use.
+// Bytes held are posted first, in the same write.
 func (q *SendQueue) PostData(n uint64) (id uint64, signaled bool) {
+	n, q.held = n+q.held, 0
+	return q.postData(n, false)
+}
+
+func (q *SendQueue) postData(n uint64, signal bool) (id uint64, signaled bool) {
 	q.posted++
 	q.put += n
 	q.sinceSignal++
 	free := q.ring - (q.put - q.freed)
 	// Signal every quarter queue, and whenever space is getting short, so a
 	// writer who finds too little space always has a completion coming.
-	if q.sinceSignal >= max(q.depth/4, 1) || free < q.ring/2 || q.SlotsFree() < q.depth/2 {
+	if signal || q.sinceSignal >= max(q.depth/4, 1) || free < q.ring/2 || q.SlotsFree() < q.depth/2 {
 		return q.signal(false, 0), true
 	}
 	return q.posted, false
