@@ -6,25 +6,62 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rdmanet/sdk/internal/labenv"
 )
 
-// requireTool returns the path of a command-line tool, skipping the test if
-// it is not installed, unless RDMANET_REQUIRE_TOOLS is set (as where the
-// project's Debian packages are installed), which makes that a failure.
-func requireTool(t *testing.T, name string) string {
+// requireTool returns the path of a command-line tool from a Debian
+// package, skipping the test if it is not installed, unless
+// RDMANET_REQUIRE_TOOLS is set (as where the project's Debian packages are
+// installed, and in the lab), which makes that a failure.
+func requireTool(t *testing.T, name, pkg string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
 	if err == nil {
 		return path
 	}
-	if os.Getenv("RDMANET_REQUIRE_TOOLS") != "" {
-		t.Fatalf("%s not found (Debian package redis-tools): %v", name, err)
+	if os.Getenv("RDMANET_REQUIRE_TOOLS") != "" || labenv.InLab() {
+		t.Fatalf("%s not found (Debian package %s): %v", name, pkg, err)
 	}
-	t.Skipf("%s not found (Debian package redis-tools; set RDMANET_REQUIRE_TOOLS to make this a failure): %v", name, err)
+	t.Skipf("%s not found (Debian package %s; set RDMANET_REQUIRE_TOOLS to make this a failure): %v", name, pkg, err)
 	return ""
+}
+
+// startRedis starts a real Redis server on a free loopback port, without
+// persistence and with one database as kv has, for the test's duration, and
+// returns its address.
+func startRedis(t *testing.T) string {
+	t.Helper()
+	server := requireTool(t, "redis-server", "redis-server")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().(*net.TCPAddr)
+	ln.Close()
+	cmd := exec.Command(server, "--bind", "127.0.0.1", "--port", strconv.Itoa(addr.Port),
+		"--save", "", "--appendonly", "no", "--databases", "1", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.Dial("tcp", addr.String())
+		if err == nil {
+			c.Close()
+			return addr.String()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server did not start on %v: %v", addr, err)
+		}
+	}
 }
 
 // runTool runs a tool with a time limit and returns its standard output.
@@ -64,7 +101,7 @@ func port(t *testing.T, addr string) string {
 // test to the end and reports a rate for each (it stops at the first error
 // reply, with a non-zero exit).
 func TestRedisBenchmark(t *testing.T) {
-	bench := requireTool(t, "redis-benchmark")
+	bench := requireTool(t, "redis-benchmark", "redis-tools")
 	ts := startServer(t, Options{})
 	out := runTool(t, bench, "-h", "127.0.0.1", "-p", port(t, ts.addr),
 		"-n", "2000", "-c", "10", "-P", "16", "-t", "ping,set,get,incr,mset", "-q")
@@ -91,7 +128,7 @@ func TestRedisBenchmark(t *testing.T) {
 // TestRedisCLI: redis-cli, in its one-command mode and reading commands from
 // its standard input.
 func TestRedisCLI(t *testing.T) {
-	cli := requireTool(t, "redis-cli")
+	cli := requireTool(t, "redis-cli", "redis-tools")
 	ts := startServer(t, Options{})
 	p := port(t, ts.addr)
 	if out := runTool(t, cli, "-h", "127.0.0.1", "-p", p, "SET", "a", "b"); out != "OK\n" {
