@@ -31,7 +31,11 @@ func Diagnose(dst netip.AddrPort, local netip.Addr) []Step {
 	if steps[len(steps)-1].Err != nil {
 		return steps
 	}
-	return append(steps, diagnoseRoute(dst, local)...)
+	src, step := sourceStep(dst, local)
+	if steps = append(steps, step); step.Err != nil {
+		return steps
+	}
+	return append(steps, routeStep(src))
 }
 
 // diagnoseHost checks this build and host: rdma-core and devices.
@@ -54,26 +58,30 @@ func diagnoseHost() []Step {
 	return append(steps, Step{Name: "devices", Detail: strings.Join(names, ", ")})
 }
 
-// diagnoseRoute checks the source address and the interface it is on.
-func diagnoseRoute(dst netip.AddrPort, local netip.Addr) []Step {
-	src, how := local.Unmap(), "given"
-	if !src.IsValid() {
-		var err error
-		if src, err = SourceFor(dst); err != nil {
-			return []Step{{Name: "source address", Err: &Error{Reason: ReasonUnreachable, Err: err}}}
-		}
-		how = "chosen by routing"
+// sourceStep finds the source address: local if valid, else the one the
+// kernel routes from to dst.
+func sourceStep(dst netip.AddrPort, local netip.Addr) (netip.Addr, Step) {
+	if src := local.Unmap(); src.IsValid() {
+		return src, Step{Name: "source address", Detail: fmt.Sprintf("%v (given)", src)}
 	}
-	steps := []Step{{Name: "source address", Detail: fmt.Sprintf("%v (%s)", src, how)}}
+	src, err := SourceFor(dst)
+	if err != nil {
+		return src, Step{Name: "source address", Err: &Error{Reason: ReasonUnreachable, Err: err}}
+	}
+	return src, Step{Name: "source address", Detail: fmt.Sprintf("%v (chosen by routing)", src)}
+}
+
+// routeStep checks that the interface holding src has an RDMA device.
+func routeStep(src netip.Addr) Step {
 	ad, err := verbs.DeviceForAddr(src)
 	if err != nil {
 		detail := ""
 		if ad.Netdev != "" {
 			detail = fmt.Sprintf("%v is on %s", src, ad.Netdev)
 		}
-		return append(steps, Step{Name: "route", Detail: detail, Err: &Error{Reason: ReasonRouteNoRDMA, Err: err}})
+		return Step{Name: "route", Detail: detail, Err: &Error{Reason: ReasonRouteNoRDMA, Err: err}}
 	}
-	return append(steps, Step{Name: "route", Detail: fmt.Sprintf("%v is on %s, RDMA device %s", src, ad.Netdev, ad.Device)})
+	return Step{Name: "route", Detail: fmt.Sprintf("%v is on %s, RDMA device %s", src, ad.Netdev, ad.Device)}
 }
 
 // checkTTL is how long Check reuses what it found: the host's devices and
@@ -101,9 +109,10 @@ const maxCachedRoutes = 1024
 
 // Check is Diagnose's verdict, nil when RDMA may work and otherwise why
 // not; unlike Diagnose it reuses its findings for a few seconds (checkTTL).
-// The source address is looked up each time: routing decides it per
-// destination.
 func Check(dst netip.AddrPort, local netip.Addr) *Error {
+	// Routing picks the source per destination: looked up each time, and
+	// outside the lock, so that concurrent dials do not queue behind it.
+	src, step := sourceStep(dst, local)
 	now := time.Now()
 	checked.Lock()
 	defer checked.Unlock()
@@ -114,21 +123,16 @@ func Check(dst netip.AddrPort, local netip.Addr) *Error {
 	if checked.host != nil {
 		return checked.host
 	}
-	src := local.Unmap()
-	if !src.IsValid() {
-		var err error
-		if src, err = SourceFor(dst); err != nil {
-			return &Error{Reason: ReasonUnreachable, Err: err}
-		}
+	if step.Err != nil {
+		return step.Err
 	}
 	if v, ok := checked.routes[src]; ok && now.Before(v.until) {
 		return v.err
 	}
-	steps := diagnoseRoute(dst, src)
 	if checked.routes == nil || len(checked.routes) >= maxCachedRoutes {
 		checked.routes = make(map[netip.Addr]routeVerdict)
 	}
-	v := routeVerdict{err: steps[len(steps)-1].Err, until: now.Add(checkTTL)}
+	v := routeVerdict{err: routeStep(src).Err, until: now.Add(checkTTL)}
 	checked.routes[src] = v
 	return v.err
 }
