@@ -33,17 +33,7 @@ func dialerA(env labenv.Env) rdmanet.Dialer {
 // listenIn listens on TCP on host inside netns ("" for the initial namespace).
 func listenIn(tb testing.TB, netns string, host netip.Addr) net.Listener {
 	tb.Helper()
-	var ln net.Listener
-	listen := func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(host, 0).String())
-		return err
-	}
-	var err error
-	if netns == "" {
-		err = listen()
-	} else {
-		err = labenv.InNetns(netns, listen)
-	}
+	ln, err := labenv.ListenTCP(netns, host)
 	if err != nil {
 		tb.Fatal(err)
 	}

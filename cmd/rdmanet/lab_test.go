@@ -3,7 +3,6 @@
 package main
 
 import (
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -86,11 +85,8 @@ func TestLabDoctor(t *testing.T) {
 	t.Logf("doctor %s:\n%s", srv.addr, human)
 
 	// The plain host: TCP works, its route has no RDMA device.
-	var ln net.Listener
-	if err := labenv.InNetns(env.PlainNetns, func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(env.PlainHost, 0).String())
-		return err
-	}); err != nil {
+	ln, err := labenv.ListenTCP(env.PlainNetns, env.PlainHost)
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()

@@ -57,12 +57,7 @@ func TestLab(t *testing.T) {
 // testTCPIn starts a TCP server on host inside netns and talks to it from
 // the initial namespace.
 func testTCPIn(t *testing.T, netns string, host netip.Addr) {
-	var ln net.Listener
-	err := InNetns(netns, func() error {
-		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(host, 0).String())
-		return err
-	})
+	ln, err := ListenTCP(netns, host)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ package labenv
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -111,6 +112,21 @@ func FromEnviron(lookup func(string) (string, bool)) (Env, error) {
 		}
 	}
 	return e, nil
+}
+
+// ListenTCP listens on TCP on host, on a port the kernel picks, inside the
+// network namespace netns ("" for the caller's): a plain TCP server on one
+// of the lab's hosts.
+func ListenTCP(netns string, host netip.Addr) (net.Listener, error) {
+	var ln net.Listener
+	listen := func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(host, 0).String())
+		return err
+	}
+	if netns == "" {
+		return ln, listen()
+	}
+	return ln, InNetns(netns, listen)
 }
 
 // InLab reports whether the process runs inside the rdmanet lab (RDMANET_LAB=1).
