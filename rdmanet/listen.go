@@ -79,7 +79,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	case fallback.TCPOnly:
 		l.rdmaWhy = &fallback.Error{Reason: fallback.ReasonPolicy}
 		counters.FellBack(fallback.ReasonPolicy)
-		if err := l.listenTCP(ctx, family, ap); err != nil {
+		if err := l.listenTCP(ctx, network, ap); err != nil {
 			return nil, opErr(err)
 		}
 		return l, nil
@@ -88,7 +88,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	// then takes too. Another rdma_cm listener may hold that number; pick
 	// again a few times.
 	for try := 0; ; try++ {
-		if err := l.listenTCP(ctx, family, ap); err != nil {
+		if err := l.listenTCP(ctx, network, ap); err != nil {
 			return nil, opErr(err)
 		}
 		bound := netip.AddrPortFrom(ap.Addr(), l.tcp.Addr().(*net.TCPAddr).AddrPort().Port())
@@ -144,8 +144,9 @@ func (l *Listener) listenRDMA(ap netip.AddrPort) *fallback.Error {
 	return nil
 }
 
-func (l *Listener) listenTCP(ctx context.Context, family string, ap netip.AddrPort) error {
-	network := map[string]string{"ip": "tcp", "ip4": "tcp4", "ip6": "tcp6"}[family]
+// listenTCP starts the TCP side on ap; network is "tcp", "tcp4" or "tcp6"
+// (only those networks serve TCP).
+func (l *Listener) listenTCP(ctx context.Context, network string, ap netip.AddrPort) error {
 	var lc net.ListenConfig
 	host := ""
 	if !ap.Addr().IsUnspecified() {
