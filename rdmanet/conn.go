@@ -131,9 +131,10 @@ func newConn(id *cm.ID, cfg Config, server bool) (*Conn, error) {
 }
 
 // start runs once the connection is established with the extensions both
-// sides agreed on: it announces the receive buffer and starts the goroutines
-// that take completions and events.
-func (c *Conn) start(features wire.Features) {
+// sides agreed on and the peer's Hello (zero for a Valkey peer): it announces
+// the receive buffer and starts the goroutines that take completions and
+// events.
+func (c *Conn) start(features wire.Features, peer wire.Hello) {
 	c.local = &Addr{c.id.LocalAddr()}
 	c.remote = &Addr{c.id.RemoteAddr()}
 	c.features = features
@@ -152,6 +153,10 @@ func (c *Conn) start(features wire.Features) {
 	go c.engine()
 	go c.events()
 }
+
+// discard releases a connection that was never started (its handshake
+// failed); the caller has closed or will close its cm ID.
+func (c *Conn) discard() { c.res.close() }
 
 // tick sends Keepalive if nothing else was sent since the last tick. The
 // message is signaled: to a peer that is gone it fails once the transport's

@@ -176,7 +176,7 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 		if err != nil {
 			id.Close()
 			if c != nil {
-				c.res.close()
+				c.discard()
 			}
 		}
 	}()
@@ -214,7 +214,7 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	if ok {
 		agreed = h.Features & offer
 	}
-	c.start(agreed)
+	c.start(agreed, h)
 	return c, nil
 }
 

@@ -267,7 +267,7 @@ func (l *Listener) acceptRDMA() (net.Conn, error) {
 		if err := req.ID.SetAckTimeout(ackTimeoutExp); err != nil {
 			req.ID.Reject(rejectReason(err))
 			req.ID.Close()
-			c.res.close()
+			c.discard()
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), acceptTimeout)
@@ -277,10 +277,10 @@ func (l *Listener) acceptRDMA() (net.Conn, error) {
 		cancel()
 		if err != nil {
 			req.ID.Close()
-			c.res.close()
+			c.discard()
 			continue
 		}
-		c.start(agreed)
+		c.start(agreed, h)
 		counters.Accepted(fallback.RDMA)
 		return c, nil
 	}

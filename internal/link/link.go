@@ -1,0 +1,198 @@
+// Package link is the seam between rdmanet's connection engine and what
+// carries its bytes: one end of a reliable, ordered connection with
+// registered memory on both ends, as an RDMA reliable-connection queue pair
+// gives. The engine (internal/proto's Engine, driven by rdmanet.Conn) posts
+// requests and takes completions through the small interface Link; it never
+// sees verbs, rdma_cm or a file descriptor.
+//
+// Two implementations exist: the RDMA one in package rdmanet (a queue pair, its
+// completion queue and channel, and its rdma_cm ID), and an in-memory pair in
+// this package (Pipe) that behaves like a reliable connection and injects
+// faults, so the engine and net.Conn's whole contract are tested on any
+// machine. The model is wireguard-go's conn.Bind and its test bind.
+//
+// The seam is semantic, not verbs-shaped: a data request says "these bytes of
+// my send ring go to this place in the peer's ring, and the peer learns how
+// many arrived", whatever the link does for it (an RDMA write with immediate
+// data; on a device without immediate data, a write followed by a small
+// send). A connection is a session over a link, so that it can later move
+// from one link to another.
+package link
+
+import (
+	"errors"
+	"net/netip"
+
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// Link is one end of a reliable connection.
+//
+// Concurrency: Wait may run while any other method runs, and Wake may be
+// called from any goroutine at any time; every other method is called by
+// one goroutine at a time (the connection's lock). After Close, nothing may
+// call the link or touch its memory: the connection makes sure of that by
+// waiting for every call in flight before it closes the link.
+type Link interface {
+	// Caps is what this end has, fixed when it was made.
+	Caps() Caps
+
+	// SendRing is this end's registered transmit ring: a Write copies bytes
+	// into it, and a SendData request sends a range of it. The bytes of a
+	// request must not change until its completion (or a later signaled
+	// one's) is taken.
+	SendRing() []byte
+	// RecvRing is where the peer's data lands.
+	RecvRing() []byte
+	// RecvRingKey is how the peer names RecvRing in its requests: the address
+	// and key this end announces (RegisterXferMemory).
+	RecvRingKey() (addr uint64, rkey uint32)
+
+	// PostSend posts send requests, in order. At most Caps().SendDepth may be
+	// outstanding; a request is outstanding until its own completion, or a
+	// later signaled one's, is taken.
+	PostSend(wrs []SendWR) error
+	// PostRecv posts n receives again, taken from those the peer's messages
+	// consumed. At most Caps().RecvDepth are posted at a time; all of them are
+	// posted when the link is made, before the peer can send.
+	PostRecv(n int) error
+
+	// Poll takes up to len(cs) completions, in the order they happened. A
+	// link that went down reports it once as a Disconnected or Failed
+	// completion, after everything that arrived before; Poll then returns 0.
+	Poll(cs []Completion) (int, error)
+	// Arm asks that the next completion end a Wait. Completions are edge
+	// events: arm, then poll once more before waiting, or a completion that
+	// arrived in between goes unannounced.
+	Arm() error
+	// Wait sleeps until a completion arrives after Arm, Wake is called, or
+	// the link goes down. It returns ErrWoken after Wake (a Wake before Wait
+	// makes the next Wait return at once).
+	Wait() error
+	// Wake makes the current or the next Wait return ErrWoken.
+	Wake()
+
+	// Addrs are this end's address and the peer's.
+	Addrs() (local, remote netip.AddrPort)
+	// Disconnect starts an orderly disconnect: the peer's Poll reports
+	// Disconnected after everything this end posted before it completed.
+	// Requests posted after it are flushed.
+	Disconnect() error
+	// Close releases the link and its memory.
+	Close() error
+}
+
+// Caps is what one end of a link has.
+type Caps struct {
+	// SendDepth is how many send requests may be outstanding.
+	SendDepth int
+	// RecvDepth is how many receives this end keeps posted: how many
+	// messages (data or control) the peer may have in flight to it.
+	RecvDepth int
+	// MaxInline is the largest send the device copies at post time
+	// (informational: the link decides).
+	MaxInline int
+	// Name says what the link is, for errors and diagnostics ("rxe0 port 1",
+	// "memory").
+	Name string
+}
+
+// SendKind is what a send request does.
+type SendKind uint8
+
+const (
+	// SendData sends SendRing()[Off:Off+N] to the peer's ring at Remote
+	// (with the peer's RKey); the peer's Poll reports DataArrived with N.
+	// It consumes one of the peer's posted receives.
+	SendData SendKind = iota + 1
+	// SendControl sends the 32 bytes of Msg; the peer's Poll reports
+	// ControlArrived with them. It consumes one of the peer's posted receives.
+	SendControl
+	// SendMarker is a zero-length write to Remote (RKey): nothing arrives at
+	// the peer and it consumes no receive. Signaled, its completion tells that
+	// everything posted before it completed (as before an orderly close).
+	SendMarker
+)
+
+func (k SendKind) String() string {
+	switch k {
+	case SendData:
+		return "data"
+	case SendControl:
+		return "control"
+	case SendMarker:
+		return "marker"
+	}
+	return "SendKind(?)"
+}
+
+// SendWR is one send request.
+type SendWR struct {
+	Kind SendKind
+	// Signaled asks for a SendDone completion with ID. An unsignaled request
+	// completes silently with the next signaled one.
+	Signaled bool
+	ID       uint64
+	// Off and N: SendData's range of SendRing.
+	Off, N uint32
+	// Remote and RKey: where SendData and SendMarker write in the peer's ring.
+	Remote uint64
+	RKey   uint32
+	// Msg: SendControl's message, in wire format.
+	Msg [wire.MessageSize]byte
+}
+
+// CompletionKind is what a completion reports.
+type CompletionKind uint8
+
+const (
+	// SendDone: the signaled send request ID completed, and so did every
+	// request posted before it.
+	SendDone CompletionKind = iota + 1
+	// DataArrived: N bytes from the peer landed in RecvRing, after the ones
+	// before them (the engine knows where); one posted receive was consumed.
+	DataArrived
+	// ControlArrived: a control message from the peer, Msg; one posted
+	// receive was consumed.
+	ControlArrived
+	// Disconnected: the peer disconnected (closed, or its process died and
+	// its kernel disconnected for it). Nothing more arrives.
+	Disconnected
+	// Failed: the link failed (Err): a request failed, the device or the
+	// address went away, the path broke. Nothing more arrives.
+	Failed
+)
+
+func (k CompletionKind) String() string {
+	switch k {
+	case SendDone:
+		return "send-done"
+	case DataArrived:
+		return "data-arrived"
+	case ControlArrived:
+		return "control-arrived"
+	case Disconnected:
+		return "disconnected"
+	case Failed:
+		return "failed"
+	}
+	return "CompletionKind(?)"
+}
+
+// Completion is one completion: a send request finished, a message arrived,
+// or the link went down.
+type Completion struct {
+	Kind CompletionKind
+	ID   uint64 // SendDone
+	N    uint32 // DataArrived
+	Msg  [wire.MessageSize]byte
+	Err  error // Failed
+}
+
+// ErrWoken is Wait's answer to Wake.
+var ErrWoken = errors.New("link: woken")
+
+// ErrDown is matched by the Err of a Failed completion whose link went down
+// without a request failing (a device removed, an address changed): a path
+// failure, where another path may work.
+var ErrDown = errors.New("link: down")
