@@ -33,6 +33,12 @@ import (
 // one goroutine at a time (the connection's lock). After Close, nothing may
 // call the link or touch its memory: the connection makes sure of that by
 // waiting for every call in flight before it closes the link.
+//
+// Errors: PostSend, PostRecv, Poll and Arm fail only when the link is
+// broken or misused (more requests than Caps allow, a range outside the
+// rings); the connection then fails with that error. A request the peer
+// refuses, or a path that breaks, is reported by Poll as a Failed
+// completion instead, after the completions before it.
 type Link interface {
 	// Caps is what this end has, fixed when it was made.
 	Caps() Caps
@@ -49,12 +55,14 @@ type Link interface {
 	RecvRingKey() (addr uint64, rkey uint32)
 
 	// PostSend posts send requests, in order. At most Caps().SendDepth may be
-	// outstanding; a request is outstanding until its own completion, or a
-	// later signaled one's, is taken.
+	// outstanding, and of those at most Caps().ControlDepth SendControl
+	// requests; a request is outstanding until its own completion, or a later
+	// signaled one's, is taken. SendControl requests are always signaled.
 	PostSend(wrs []SendWR) error
-	// PostRecv posts n receives again, taken from those the peer's messages
-	// consumed. At most Caps().RecvDepth are posted at a time; all of them are
-	// posted when the link is made, before the peer can send.
+	// PostRecv posts n receives again, in place of n that the peer's
+	// messages consumed (DataArrived and ControlArrived completions). At most
+	// Caps().RecvDepth are posted at a time; all of them are posted when the
+	// link is made, before the peer can send.
 	PostRecv(n int) error
 
 	// Poll takes up to len(cs) completions, in the order they happened. A
@@ -89,6 +97,9 @@ type Caps struct {
 	// RecvDepth is how many receives this end keeps posted: how many
 	// messages (data or control) the peer may have in flight to it.
 	RecvDepth int
+	// ControlDepth is how many SendControl requests may be outstanding (the
+	// link's slots for control messages).
+	ControlDepth int
 	// MaxInline is the largest send the device copies at post time
 	// (informational: the link decides).
 	MaxInline int
