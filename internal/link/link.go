@@ -1,7 +1,7 @@
 // Package link is the seam between rdmanet's connection engine and what
 // carries its bytes: one end of a reliable, ordered connection with
 // registered memory on both ends, as an RDMA reliable-connection queue pair
-// gives. The engine (internal/proto's Engine, driven by rdmanet.Conn) posts
+// gives. The engine (internal/stream.s Engine, driven by rdmanet.Conn) posts
 // requests and takes completions through the small interface Link; it never
 // sees verbs, rdma_cm or a file descriptor.
 //

@@ -1,4 +1,4 @@
-package proto
+package stream
 
 import "github.com/rdmanet/sdk/internal/wire"
 
@@ -47,7 +47,7 @@ func (r *RecvRing) Readable() (off, n uint32) {
 // send, if enough was consumed since the last one.
 func (r *RecvRing) Consume(n uint32) (credit wire.Message, send bool) {
 	if uint64(n) > r.written-r.read {
-		panic("proto: Consume beyond what arrived")
+		panic("stream: Consume beyond what arrived")
 	}
 	r.read += uint64(n)
 	if r.read-r.credited < r.creditEvery {

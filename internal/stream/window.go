@@ -1,11 +1,8 @@
-// Package proto holds the state machines of rdmanet's RDMA data path, in pure
-// Go: the receive window (where the peer's writes land and what Read may
-// consume), the send window (the peer's buffer this side writes into), and the
-// accounting of the send queue and transmit ring (which posted work requests
-// are signaled, and what their completions free). The connection code only
-// moves bytes and calls verbs; every decision about offsets, limits and
-// protocol errors is made here, where it is tested and fuzzed without RDMA.
-package proto
+// Windows: where the peer's writes land on this side and what Read may
+// consume (Receiver), and the peer's buffer as this side writes into it
+// (Sender), in Valkey's one-shot window mode (this file) and in rdmanet's
+// ring mode (ring.go).
+package stream
 
 import (
 	"fmt"
@@ -88,7 +85,7 @@ func (w *RecvWindow) Readable() (off, n uint32) { return w.read, w.written - w.r
 // again.
 func (w *RecvWindow) Consume(n uint32) (reply wire.Message, send bool) {
 	if n > w.written-w.read {
-		panic("proto: Consume beyond what arrived")
+		panic("stream: Consume beyond what arrived")
 	}
 	w.read += n
 	if w.read == w.size {

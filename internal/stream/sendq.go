@@ -1,4 +1,4 @@
-package proto
+package stream
 
 // SendQueue accounts for the send queue and the transmit ring of one
 // connection. Data is copied into the ring and posted as RDMA writes; control
@@ -31,8 +31,7 @@ type pendingSignal struct {
 	id      uint64 // the work request id
 	posted  uint64 // SendQueue.posted after it
 	put     uint64 // SendQueue.put after it
-	control bool   // a control message (it holds a control slot)
-	slot    int
+	control bool   // a control message (it holds one of the link's control slots)
 }
 
 // NewSendQueue sizes the accounting for a queue of depth slots and a ring of
@@ -99,43 +98,40 @@ func (q *SendQueue) postData(n uint64, signal bool) (id uint64, signaled bool) {
 	// Signal every quarter queue, and whenever space is getting short, so a
 	// writer who finds too little space always has a completion coming.
 	if signal || q.sinceSignal >= max(q.depth/4, 1) || free < q.ring/2 || q.SlotsFree() < q.depth/2 {
-		return q.signal(false, 0), true
+		return q.signal(false), true
 	}
 	return q.posted, false
 }
 
-// PostControl records a control message sent from control slot slot; control
-// messages are always signaled, so their slot comes back.
-func (q *SendQueue) PostControl(slot int) (id uint64) {
+// PostControl records a control message; control messages are always
+// signaled, so that the link's slot they use comes back.
+func (q *SendQueue) PostControl() (id uint64) {
 	q.posted++
-	return q.signal(true, slot)
+	return q.signal(true)
 }
 
-func (q *SendQueue) signal(control bool, slot int) uint64 {
+func (q *SendQueue) signal(control bool) uint64 {
 	q.sinceSignal = 0
-	p := pendingSignal{id: q.posted, posted: q.posted, put: q.put, control: control, slot: slot}
+	p := pendingSignal{id: q.posted, posted: q.posted, put: q.put, control: control}
 	q.pending[(q.head+q.count)%len(q.pending)] = p
 	q.count++
 	return p.id
 }
 
 // Complete retires the signaled work request id and all unsignaled ones
-// before it. It returns the control slot it frees (or -1). A completion that is
-// not the oldest signaled request is a broken invariant of the transport and
-// is reported as an error.
-func (q *SendQueue) Complete(id uint64) (controlSlot int, err error) {
+// before it, and reports whether it was a control message. A completion that
+// is not the oldest signaled request is a broken invariant of the transport
+// and is reported as an error.
+func (q *SendQueue) Complete(id uint64) (control bool, err error) {
 	if q.count == 0 || q.pending[q.head].id != id {
-		return -1, protocolErrorf("completion for work request %d out of order", id)
+		return false, protocolErrorf("completion for work request %d out of order", id)
 	}
 	p := q.pending[q.head]
 	q.head = (q.head + 1) % len(q.pending)
 	q.count--
 	q.retired = p.posted
 	q.freed = p.put
-	if p.control {
-		return p.slot, nil
-	}
-	return -1, nil
+	return p.control, nil
 }
 
 // PostMarker records a signaled work request that carries no data (a
@@ -143,7 +139,7 @@ func (q *SendQueue) Complete(id uint64) (controlSlot int, err error) {
 // before an orderly close.
 func (q *SendQueue) PostMarker() (id uint64) {
 	q.posted++
-	return q.signal(false, 0)
+	return q.signal(false)
 }
 
 // Idle reports whether every posted work request has completed.

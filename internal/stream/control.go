@@ -1,0 +1,66 @@
+package stream
+
+import "github.com/rdmanet/sdk/internal/wire"
+
+// controlQueue is what control messages this side owes the peer, waiting
+// for one of the link's control slots. It is bounded by construction: each
+// kind is a flag (a second announcement or keepalive before the first went
+// out is the same message; a credit carries running totals, so only the
+// newest matters), and server-feature replies are a count the engine
+// bounds. A peer can make this side owe it no more than that, however
+// fast it sends.
+type controlQueue struct {
+	want           controlWant
+	credit         wire.Message // the newest Credit, when wantCredit
+	announce       wire.Message // this side's RegisterXferMemory
+	featureReplies int          // GetServerFeature answers owed
+	slots          int          // the link's control slots
+	outstanding    int          // control messages posted and not completed
+}
+
+type controlWant uint8
+
+const (
+	wantAnnounce controlWant = 1 << iota
+	wantCredit
+	wantKeepalive
+	wantShutdown
+)
+
+// next takes the next message to send. While draining only Shutdown may go
+// (it is part of the stream the peer reads); credit and keepalive would
+// only keep a closing connection busy.
+func (q *controlQueue) next(draining bool) (wire.Message, bool) {
+	switch {
+	case draining:
+		if q.want&wantShutdown != 0 {
+			q.want &^= wantShutdown
+			return wire.Message{Op: wire.OpShutdown}, true
+		}
+	case q.want&wantAnnounce != 0:
+		q.want &^= wantAnnounce
+		return q.announce, true
+	case q.featureReplies > 0:
+		q.featureReplies--
+		// Valkey's answer: the same opcode, no features.
+		return wire.Message{Op: wire.OpGetServerFeature}, true
+	case q.want&wantCredit != 0:
+		q.want &^= wantCredit
+		return q.credit, true
+	case q.want&wantShutdown != 0:
+		q.want &^= wantShutdown
+		return wire.Message{Op: wire.OpShutdown}, true
+	case q.want&wantKeepalive != 0:
+		q.want &^= wantKeepalive
+		return wire.Message{Op: wire.OpKeepalive}, true
+	}
+	return wire.Message{}, false
+}
+
+// pending reports whether a message waits that next would send.
+func (q *controlQueue) pending(draining bool) bool {
+	if draining {
+		return q.want&wantShutdown != 0
+	}
+	return q.want != 0 || q.featureReplies > 0
+}

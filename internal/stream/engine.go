@@ -1,0 +1,542 @@
+package stream
+
+import (
+	"errors"
+	"io"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// Config is what an Engine is made with: what both sides agreed on and
+// what the link has.
+type Config struct {
+	// Features are the extensions both sides agreed on; 0 is Valkey's protocol.
+	Features wire.Features
+	// Peer is the peer's Hello, if it sent one (PeerHello): its limits.
+	Peer      wire.Hello
+	PeerHello bool
+	// Server: this side answers GetServerFeature, as a Valkey server does.
+	Server bool
+	// Caps are the link's.
+	Caps link.Caps
+	// SendRing and RecvRing are the link's rings (link.Link's SendRing and
+	// RecvRing): Write copies into the first, Read out of the second.
+	SendRing, RecvRing []byte
+	// RecvAddr and RecvKey name RecvRing to the peer (link.Link.RecvRingKey).
+	RecvAddr uint64
+	RecvKey  uint32
+	// KeepAlive is how long this side may go without posting anything
+	// before it sends Keepalive; 0 disables keepalive and dead-path
+	// detection. A signaled request that has not completed KeepAlive after
+	// the last send completion means the path is dead (*PathDeadError).
+	KeepAlive time.Duration
+	// Clock is the engine's time source (default time.Now); tests move it.
+	Clock func() time.Time
+}
+
+// valkeyRecvDepth is how many receives a Valkey peer keeps posted (its
+// queue pair's max_recv_wr). A peer without a Hello is taken to keep that
+// many; rdmanet peers say theirs.
+const valkeyRecvDepth = 1024
+
+// corkLimit is how many bytes of small Writes may be held back (coalescing).
+const corkLimit = 32 << 10
+
+// maxFeatureReplies bounds GetServerFeature replies waiting for a control
+// slot: a peer that asks faster than the link carries the answers is
+// flooding, and gets a protocol error rather than unbounded memory.
+const maxFeatureReplies = 8
+
+// ErrWouldBlock is Read's and Write's answer when nothing can be done now;
+// the caller waits for a completion (Engine.Readable or Writable tells when)
+// and calls again.
+var ErrWouldBlock = errors.New("stream: would block")
+
+// Errors that end or limit a stream. The connection wraps them in
+// *net.OpError.
+var (
+	// ErrPeerClosed: a Write after the peer disconnected (as EPIPE is for TCP).
+	ErrPeerClosed = errors.New("rdmanet: connection closed by peer")
+	// ErrWriteShutdown: a Write after CloseWrite.
+	ErrWriteShutdown = errors.New("rdmanet: write after CloseWrite")
+	// ErrHalfCloseUnsupported: CloseWrite needs a peer that negotiated
+	// orderly half-close; Valkey's protocol has none.
+	ErrHalfCloseUnsupported = errors.New("rdmanet: the peer does not support half-close")
+)
+
+// PathDeadError: a request posted to the link did not complete within the
+// bound (Config.KeepAlive after the last completion), whatever the device
+// did. It is a timeout (net.Error's Timeout reports true) and matches
+// link.ErrDown, so a session layer may try another path.
+type PathDeadError struct {
+	Outstanding time.Duration // how long requests had been waiting
+}
+
+func (e *PathDeadError) Error() string {
+	return "rdmanet: the path to the peer is dead: no send completed for " + e.Outstanding.Round(time.Millisecond).String()
+}
+func (e *PathDeadError) Timeout() bool     { return true }
+func (e *PathDeadError) Temporary() bool   { return false }
+func (e *PathDeadError) Is(err error) bool { return err == link.ErrDown }
+
+// Engine is one side of a stream over a link. It is not safe for concurrent
+// use: the connection calls it under its lock.
+type Engine struct {
+	cfg  Config
+	recv Receiver
+	send Sender
+	sq   *SendQueue
+	ctl  controlQueue
+
+	out     []link.SendWR // requests to post (Flush)
+	reposts int           // receives the peer's messages consumed, to post again
+
+	// Bytes of small Writes held back while a signaled request is in
+	// flight, to go out as one data request when it completes: where they
+	// are in the transmit ring and where they go. The send queue's
+	// accounting counts them (Hold).
+	corkOff, corkRemote uint64
+	corkRKey            uint32
+	arrived             bool // data arrived from the peer since this side last posted data
+
+	err      error // why the stream failed, if it did
+	peerGone bool  // the peer disconnected
+	peerDone bool  // the peer shut down its sending side (Shutdown)
+	wrDone   bool  // this side shut down its sending side (CloseWrite)
+	draining bool  // the connection is closing: nothing new is sent but what drains
+
+	lastPost     time.Time // when anything was last posted (keepalive is due KeepAlive after)
+	lastProgress time.Time // when a send last completed, or a signaled request was posted with none outstanding
+}
+
+// New returns an engine for a stream that has just been established. It
+// checks the peer's Hello against what this side can do.
+func New(cfg Config) (*Engine, error) {
+	peerDepth := valkeyRecvDepth
+	if cfg.PeerHello {
+		peerDepth = int(cfg.Peer.RecvDepth)
+		if cfg.Features&wire.FeatureRing != 0 && cfg.Peer.RingSize == 0 {
+			return nil, protocolErrorf("peer offers a ring of 0 bytes")
+		}
+	}
+	if cfg.Caps.SendDepth < 1 || cfg.Caps.ControlDepth < 1 || len(cfg.SendRing) == 0 || len(cfg.RecvRing) == 0 {
+		return nil, errors.New("stream: link without send slots, control slots or rings")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	e := &Engine{cfg: cfg}
+	// Honour the peer's receives: never more requests in flight than it
+	// keeps posted, so none finds the peer without a receive (an RNR wait
+	// for an rdmanet peer, a fatal error for a peer that accepted with an
+	// RNR retry count of 0, as Valkey's clients get).
+	e.sq = NewSendQueue(min(cfg.Caps.SendDepth, peerDepth), uint64(len(cfg.SendRing)))
+	announce := wire.Message{Op: wire.OpRegisterXferMemory, Addr: cfg.RecvAddr, Length: uint32(len(cfg.RecvRing)), RKey: cfg.RecvKey}
+	if cfg.Features&wire.FeatureRing != 0 {
+		e.recv, e.send = NewRecvRing(announce.Length), &SendRing{}
+	} else {
+		e.recv, e.send = NewRecvWindow(announce), &SendWindow{}
+	}
+	e.ctl = controlQueue{announce: announce, slots: cfg.Caps.ControlDepth}
+	e.out = make([]link.SendWR, 0, e.sq.depth)
+	return e, nil
+}
+
+// Start announces this side's receive buffer and starts the keepalive clock.
+func (e *Engine) Start() {
+	now := e.cfg.Clock()
+	e.lastPost, e.lastProgress = now, now
+	e.ctl.want |= wantAnnounce
+	e.flushControl()
+}
+
+// Features are the extensions both sides agreed on.
+func (e *Engine) Features() wire.Features { return e.cfg.Features }
+
+// Err is why the stream failed, or nil.
+func (e *Engine) Err() error { return e.err }
+
+// Fail ends the stream with err (the first error is kept). Reads still
+// return what already arrived, then err.
+func (e *Engine) Fail(err error) {
+	if e.err == nil {
+		e.err = err
+	}
+}
+
+// Readable reports whether a Read would return something other than
+// ErrWouldBlock: bytes, end of stream, or an error.
+func (e *Engine) Readable() bool {
+	_, n := e.recv.Readable()
+	return n > 0 || e.err != nil || e.peerGone || e.peerDone
+}
+
+// Writable reports whether a Write would return something other than
+// ErrWouldBlock.
+func (e *Engine) Writable() bool {
+	if e.err != nil || e.peerGone || e.wrDone {
+		return true
+	}
+	_, space := e.sq.RingSpace()
+	return e.send.Room() > 0 && space > 0
+}
+
+// Read copies received bytes into b. It returns ErrWouldBlock when nothing
+// arrived, io.EOF after the peer closed or shut down and everything it
+// sent was read, and the stream's error after a failure (once what arrived
+// before it was read).
+func (e *Engine) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	if off, n := e.recv.Readable(); n > 0 {
+		k := copy(b, e.cfg.RecvRing[off:off+n])
+		if reply, send := e.recv.Consume(uint32(k)); send {
+			e.queueReply(reply)
+		}
+		return k, nil
+	}
+	switch {
+	case e.err != nil:
+		return 0, e.err
+	case e.peerGone || e.peerDone:
+		return 0, io.EOF
+	}
+	return 0, ErrWouldBlock
+}
+
+// queueReply queues what Consume gives back to the peer: the window's
+// announcement again (Valkey's mode) or a Credit (ring mode).
+func (e *Engine) queueReply(m wire.Message) {
+	if e.draining || e.err != nil || e.peerGone {
+		return
+	}
+	switch m.Op {
+	case wire.OpRegisterXferMemory:
+		e.ctl.want |= wantAnnounce
+	case wire.OpCredit:
+		e.ctl.want |= wantCredit
+		e.ctl.credit = m
+	}
+	e.flushControl()
+}
+
+// Write copies as much of b as the rings and the peer's window allow into
+// the transmit ring and queues it to be posted (or holds it, to coalesce
+// with the Writes after it). It returns how much it took, with
+// ErrWouldBlock if that is not all of b: the caller waits until Writable.
+//
+// Coalescing: bytes of a small Write (under corkLimit) wait while a
+// signaled request is in flight, and go out with the Writes after them
+// when it completes, as one data request. A Write with nothing in flight
+// before it (a lone one, or one answering the peer) is posted at once; a
+// Write that follows unacknowledged ones posted without a completion
+// requested asks for one, so that the Writes after it can wait for it.
+func (e *Engine) Write(b []byte) (int, error) {
+	written := 0
+	for {
+		switch {
+		case e.err != nil:
+			return written, e.err
+		case e.peerGone:
+			return written, ErrPeerClosed
+		case e.wrDone:
+			return written, ErrWriteShutdown
+		case written == len(b):
+			return written, nil
+		}
+		room := e.send.Room()
+		off, space := e.sq.RingSpace()
+		if room == 0 || space == 0 {
+			// Nothing held may wait with the writer.
+			e.postHeld(false)
+			return written, ErrWouldBlock
+		}
+		n := min(uint64(len(b)-written), uint64(room), space)
+		copy(e.cfg.SendRing[off:], b[written:written+int(n)])
+		remote, rkey, _ := e.send.Take(uint32(n))
+		if held := e.sq.Held(); held > 0 && (off != e.corkOff+held || remote != e.corkRemote+held || rkey != e.corkRKey) {
+			// Not contiguous with the held bytes (a ring wrapped).
+			e.postHeld(false)
+		}
+		if e.sq.Held() == 0 {
+			e.corkOff, e.corkRemote, e.corkRKey = off, remote, rkey
+		}
+		e.sq.Hold(n)
+		written += int(n)
+		small := len(b) < corkLimit && e.sq.Held() < corkLimit
+		if small && e.sq.SignaledPending() {
+			continue
+		}
+		stream := small && !e.sq.SignaledPending() && !e.sq.Idle() && !e.arrived
+		e.postHeld(stream)
+	}
+}
+
+// postHeld queues the held bytes as one data request, signaled if signal
+// is set or the send queue's accounting wants it.
+func (e *Engine) postHeld(signal bool) {
+	if e.sq.Held() == 0 || e.sq.SlotsFree() == 0 {
+		// With no slot free, signaled requests are in flight, and the
+		// completion that frees one posts what is held (AfterCompletions).
+		return
+	}
+	pending := e.sq.SignaledPending()
+	n, id, signaled := e.sq.PostHeld(signal)
+	e.out = append(e.out, link.SendWR{
+		Kind: link.SendData, Signaled: signaled, ID: id,
+		Off: uint32(e.corkOff), N: uint32(n), Remote: e.corkRemote, RKey: e.corkRKey,
+	})
+	e.posted(signaled && !pending)
+	e.arrived = false
+}
+
+// posted notes that a request was queued; first says it is the only
+// signaled one outstanding, from which the path's progress is timed.
+func (e *Engine) posted(first bool) {
+	now := e.cfg.Clock()
+	e.lastPost = now
+	if first {
+		e.lastProgress = now
+	}
+}
+
+// CloseWrite shuts down the sending side: held bytes go out, then
+// Shutdown, which the link delivers after them. It needs the half-close
+// extension.
+func (e *Engine) CloseWrite() error {
+	switch {
+	case e.cfg.Features&wire.FeatureShutdown == 0:
+		return ErrHalfCloseUnsupported
+	case e.err != nil:
+		return e.err
+	case e.wrDone:
+		return nil
+	}
+	e.wrDone = true
+	e.postHeld(false)
+	if !e.peerGone {
+		e.ctl.want |= wantShutdown
+		e.flushControl()
+	}
+	return nil
+}
+
+// Handle takes one completion from the link. After a batch, the caller
+// calls AfterCompletions, then Flush.
+func (e *Engine) Handle(c *link.Completion) {
+	switch c.Kind {
+	case link.SendDone:
+		control, err := e.sq.Complete(c.ID)
+		if err != nil {
+			e.Fail(err)
+			return
+		}
+		e.lastProgress = e.cfg.Clock()
+		if control {
+			e.ctl.outstanding--
+		}
+	case link.DataArrived:
+		e.reposts++
+		if err := e.recv.Arrived(c.N); err != nil {
+			e.Fail(err)
+			return
+		}
+		e.arrived = true
+	case link.ControlArrived:
+		e.reposts++
+		m, err := wire.Decode(c.Msg[:], e.cfg.Features != 0)
+		if err != nil {
+			e.Fail(err)
+			return
+		}
+		e.control(m)
+	case link.Disconnected:
+		e.peerGone = true
+	case link.Failed:
+		e.Fail(c.Err)
+	default:
+		e.Fail(protocolErrorf("unknown completion %v", c.Kind))
+	}
+}
+
+// control acts on a control message from the peer.
+func (e *Engine) control(m wire.Message) {
+	switch m.Op {
+	case wire.OpRegisterXferMemory:
+		if e.cfg.Features&wire.FeatureRing != 0 && e.cfg.PeerHello && m.Length != e.cfg.Peer.RingSize {
+			e.Fail(protocolErrorf("peer announced a %d-byte ring after offering %d bytes", m.Length, e.cfg.Peer.RingSize))
+			return
+		}
+		if err := e.send.Announce(m); err != nil {
+			e.Fail(err)
+		}
+	case wire.OpCredit:
+		if err := e.send.Credit(m); err != nil {
+			e.Fail(err)
+		}
+	case wire.OpShutdown:
+		if e.cfg.Features&wire.FeatureShutdown == 0 {
+			e.Fail(protocolErrorf("Shutdown without the half-close extension"))
+			return
+		}
+		e.peerDone = true
+	case wire.OpGetServerFeature:
+		if e.cfg.Server {
+			if e.ctl.featureReplies >= maxFeatureReplies {
+				e.Fail(protocolErrorf("peer asked for server features %d times without waiting for the answers", e.ctl.featureReplies+1))
+				return
+			}
+			e.ctl.featureReplies++
+		}
+	case wire.OpSetClientFeature, wire.OpKeepalive:
+	}
+}
+
+// AfterCompletions runs after a batch of completions: held bytes whose
+// signaled request completed go out, and control messages waiting for a
+// slot take the ones that came free.
+func (e *Engine) AfterCompletions() {
+	if e.err != nil {
+		return
+	}
+	if e.sq.Held() > 0 && !e.sq.SignaledPending() {
+		// What the held bytes waited for completed: send them, signaled,
+		// so that Writes meanwhile hold theirs behind them.
+		e.postHeld(true)
+	}
+	e.flushControl()
+}
+
+// flushControl queues the control messages that have a control slot and a
+// send queue slot, in a fixed order (the announcement first: the peer may
+// send nothing before it).
+func (e *Engine) flushControl() {
+	for e.err == nil && e.ctl.outstanding < e.ctl.slots && e.sq.SlotsFree() > 0 {
+		m, ok := e.ctl.next(e.draining)
+		if !ok {
+			return
+		}
+		pending := e.sq.SignaledPending()
+		wr := link.SendWR{Kind: link.SendControl, Signaled: true, ID: e.sq.PostControl()}
+		m.Encode(&wr.Msg)
+		e.out = append(e.out, wr)
+		e.ctl.outstanding++
+		e.posted(!pending)
+	}
+}
+
+// Flush posts what the engine queued: requests, then the receives to post
+// again. A link error fails the stream.
+func (e *Engine) Flush(l Poster) error {
+	if len(e.out) > 0 {
+		err := l.PostSend(e.out)
+		clear(e.out)
+		e.out = e.out[:0]
+		if err != nil {
+			e.Fail(err)
+			return err
+		}
+	}
+	if e.reposts > 0 && !e.draining && e.err == nil {
+		n := e.reposts
+		e.reposts = 0
+		if err := l.PostRecv(n); err != nil {
+			e.Fail(err)
+			return err
+		}
+	}
+	return nil
+}
+
+// Poster is what Flush posts on: a link.Link.
+type Poster interface {
+	PostSend(wrs []link.SendWR) error
+	PostRecv(n int) error
+}
+
+// Tick is called when the time NextTick returned comes (later is fine).
+// It sends Keepalive on a connection that posted nothing for KeepAlive, and
+// fails the stream with a *PathDeadError when requests have been
+// outstanding with no completion for KeepAlive.
+func (e *Engine) Tick() {
+	now := e.cfg.Clock()
+	if e.cfg.KeepAlive <= 0 || e.err != nil || e.peerGone {
+		return
+	}
+	if e.sq.SignaledPending() {
+		if waited := now.Sub(e.lastProgress); waited >= e.cfg.KeepAlive {
+			e.Fail(&PathDeadError{Outstanding: waited})
+			return
+		}
+	}
+	if !e.draining && now.Sub(e.lastPost) >= e.cfg.KeepAlive {
+		e.ctl.want |= wantKeepalive
+		e.flushControl()
+		e.lastPost = now // one Keepalive per period, even while it waits for a slot
+	}
+}
+
+// NextTick is when Tick has something to check: the next keepalive, or the
+// moment outstanding requests would count as a dead path. Zero: never.
+func (e *Engine) NextTick() time.Time {
+	if e.cfg.KeepAlive <= 0 || e.err != nil || e.peerGone {
+		return time.Time{}
+	}
+	next := e.lastPost.Add(e.cfg.KeepAlive)
+	if e.sq.SignaledPending() {
+		if dead := e.lastProgress.Add(e.cfg.KeepAlive); dead.Before(next) || e.draining {
+			next = dead
+		}
+	}
+	return next
+}
+
+// Drain starts an orderly close: nothing new is sent (no credit, no
+// keepalive) but held bytes, and, if requests were posted unsignaled, a
+// signaled marker after them, so that Idle tells when all have completed.
+func (e *Engine) Drain() {
+	e.draining = true
+	if e.err != nil || e.peerGone {
+		return
+	}
+	e.postHeld(true)
+	if addr, rkey, ok := e.send.Target(); ok && e.sq.Unsignaled() && e.sq.SlotsFree() > 0 {
+		pending := e.sq.SignaledPending()
+		e.out = append(e.out, link.SendWR{Kind: link.SendMarker, Signaled: true, ID: e.sq.PostMarker(), Remote: addr, RKey: rkey})
+		e.posted(!pending)
+	}
+}
+
+// Drained reports whether an orderly close may disconnect now: every
+// request completed (and no control message waits), or the stream ended.
+func (e *Engine) Drained() bool {
+	return e.err != nil || e.peerGone || (e.sq.Idle() && e.sq.Held() == 0 && !e.ctl.pending(true))
+}
+
+// State is a snapshot of an engine's accounting, for diagnostics.
+type State struct {
+	Protocol                       string // "rdmanet" or "valkey"
+	Readable                       uint32 // bytes that arrived and were not read
+	SendRoom                       uint32 // bytes the peer's window or ring takes now
+	Held                           uint64 // bytes of small writes waiting to coalesce
+	Outstanding                    int    // requests posted and not completed
+	PeerGone, PeerEOF, WriteClosed bool
+	Err                            error
+}
+
+// State returns a snapshot of the engine's accounting.
+func (e *Engine) State() State {
+	_, readable := e.recv.Readable()
+	p := "valkey"
+	if e.cfg.Features != 0 {
+		p = "rdmanet"
+	}
+	return State{
+		Protocol: p, Readable: readable, SendRoom: e.send.Room(), Held: e.sq.Held(),
+		Outstanding: e.sq.depth - e.sq.SlotsFree(), PeerGone: e.peerGone, PeerEOF: e.peerDone,
+		WriteClosed: e.wrDone, Err: e.err,
+	}
+}

@@ -1,0 +1,334 @@
+package stream
+
+import (
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// recorder is a Poster that keeps what an engine posts, for tests that play
+// the link and the peer by hand.
+type recorder struct {
+	sent    []link.SendWR
+	reposts int
+}
+
+func (r *recorder) PostSend(wrs []link.SendWR) error { r.sent = append(r.sent, wrs...); return nil }
+func (r *recorder) PostRecv(n int) error             { r.reposts += n; return nil }
+
+// clock is a test clock the engine reads.
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time          { return c.now }
+func (c *clock) advance(d time.Duration) { c.now = c.now.Add(d) }
+
+// newTestEngine makes an engine as two rdmanet peers agree (ring and
+// half-close) unless features says otherwise, with the peer's Hello.
+func newTestEngine(t *testing.T, features wire.Features, peer wire.Hello, ka time.Duration) (*Engine, *recorder, *clock) {
+	t.Helper()
+	clk := &clock{now: time.Unix(1000, 0)}
+	e, err := New(Config{
+		Features: features, Peer: peer, PeerHello: peer.Version != 0, Server: true,
+		Caps:     link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4},
+		SendRing: make([]byte, 4096), RecvRing: make([]byte, 4096), RecvAddr: 0x1000, RecvKey: 7,
+		KeepAlive: ka, Clock: clk.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	e.Start()
+	e.Flush(r)
+	return e, r, clk
+}
+
+var rdmanetHello = wire.Hello{Version: 1, Features: wire.FeatureRing | wire.FeatureShutdown, RecvDepth: 64, RingSize: 4096}
+
+// control delivers a control message from the peer.
+func control(e *Engine, m wire.Message) {
+	c := link.Completion{Kind: link.ControlArrived}
+	m.Encode(&c.Msg)
+	e.Handle(&c)
+	e.AfterCompletions()
+}
+
+// completeAll completes every signaled request posted so far, in order.
+func completeAll(e *Engine, r *recorder) {
+	for _, wr := range r.sent {
+		if wr.Signaled {
+			e.Handle(&link.Completion{Kind: link.SendDone, ID: wr.ID})
+		}
+	}
+	r.sent = r.sent[:0]
+	e.AfterCompletions()
+}
+
+func TestEngineAnnouncesFirst(t *testing.T) {
+	_, r, _ := newTestEngine(t, wire.FeatureRing, rdmanetHello, 0)
+	if len(r.sent) != 1 || r.sent[0].Kind != link.SendControl || !r.sent[0].Signaled {
+		t.Fatalf("after Start posted %+v, want one signaled control message", r.sent)
+	}
+	m, err := wire.Decode(r.sent[0].Msg[:], true)
+	if err != nil || m.Op != wire.OpRegisterXferMemory || m.Addr != 0x1000 || m.Length != 4096 || m.RKey != 7 {
+		t.Fatalf("first message %+v (%v), want RegisterXferMemory of the receive ring", m, err)
+	}
+}
+
+// TestEngineHonoursPeerRecvDepth: a peer that keeps 2 receives posted never
+// has more than 2 of this side's messages in flight, however much is
+// written (writes of corkLimit and more are not coalesced: each chunk of
+// the ring would be a request of its own).
+func TestEngineHonoursPeerRecvDepth(t *testing.T) {
+	const ring = 256 << 10
+	for _, depth := range []uint16{2, 5, 1024} {
+		e, err := New(Config{
+			Features: wire.FeatureRing | wire.FeatureShutdown, PeerHello: true,
+			Peer: wire.Hello{Version: 1, Features: wire.FeatureRing, RecvDepth: depth, RingSize: ring},
+			Caps: link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4},
+			SendRing: make([]byte, ring), RecvRing: make([]byte, 4096),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &recorder{}
+		e.Start()
+		control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: ring, RKey: 9})
+		e.Flush(r)
+		most := 0
+		buf := make([]byte, ring)
+		for round := 0; round < 20; round++ {
+			if _, err := e.Write(buf); err != nil && err != ErrWouldBlock {
+				t.Fatal(err)
+			}
+			e.Flush(r)
+			most = max(most, len(r.sent))
+			if len(r.sent) > int(depth) {
+				t.Fatalf("depth %d, round %d: %d requests in flight", depth, round, len(r.sent))
+			}
+			completeAll(e, r)
+			e.Flush(r)
+			control(e, wire.Message{Op: wire.OpCredit, ConsumedBytes: e.send.(*SendRing).sent})
+			e.Flush(r)
+		}
+		if want := min(int(depth), 64); most < min(want, 4) {
+			t.Errorf("depth %d: at most %d requests in flight; the test never filled the peer", depth, most)
+		}
+	}
+}
+
+// TestEngineFeatureFlood: a peer that asks for the server's features faster
+// than the answers can go out gets a protocol error, not unbounded memory.
+func TestEngineFeatureFlood(t *testing.T) {
+	e, r, _ := newTestEngine(t, 0, wire.Hello{}, 0)
+	// Never complete the control sends: every control slot stays busy.
+	for i := 0; i < 100 && e.Err() == nil; i++ {
+		control(e, wire.Message{Op: wire.OpGetServerFeature})
+		e.Flush(r)
+	}
+	if !errors.Is(e.Err(), wire.ErrProtocol) {
+		t.Fatalf("after a flood of GetServerFeature: %v, want a protocol error", e.Err())
+	}
+	if e.ctl.featureReplies > maxFeatureReplies {
+		t.Fatalf("%d replies owed, bound %d", e.ctl.featureReplies, maxFeatureReplies)
+	}
+}
+
+// TestEngineAnswersFeatures: a Valkey client's GetServerFeature gets the
+// same opcode back, with no features.
+func TestEngineAnswersFeatures(t *testing.T) {
+	e, r, _ := newTestEngine(t, 0, wire.Hello{}, 0)
+	completeAll(e, r)
+	control(e, wire.Message{Op: wire.OpGetServerFeature})
+	e.Flush(r)
+	if len(r.sent) != 1 {
+		t.Fatalf("posted %d requests, want the answer", len(r.sent))
+	}
+	if m, _ := wire.Decode(r.sent[0].Msg[:], false); m.Op != wire.OpGetServerFeature || m.Features != 0 {
+		t.Fatalf("answer %+v", m)
+	}
+}
+
+func TestEngineHostileControl(t *testing.T) {
+	cases := []struct {
+		name     string
+		features wire.Features
+		m        wire.Message
+	}{
+		{"ring of the wrong size", wire.FeatureRing, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: 8192, RKey: 1}},
+		{"empty window", 0, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: 0, RKey: 1}},
+		{"credit before announce", wire.FeatureRing, wire.Message{Op: wire.OpCredit, ConsumedBytes: 1}},
+		{"credit in Valkey's protocol", 0, wire.Message{Op: wire.OpCredit}},
+		{"shutdown without half-close", wire.FeatureRing, wire.Message{Op: wire.OpShutdown}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e, r, _ := newTestEngine(t, c.features, rdmanetHello, 0)
+			if c.features == 0 {
+				e, r, _ = newTestEngine(t, 0, wire.Hello{}, 0)
+			}
+			_ = r
+			if c.m.Op == wire.OpCredit && c.features == 0 {
+				// Valkey's protocol does not know the opcode at all.
+				var b [wire.MessageSize]byte
+				c.m.Encode(&b)
+				e.Handle(&link.Completion{Kind: link.ControlArrived, Msg: b})
+			} else {
+				control(e, c.m)
+			}
+			if !errors.Is(e.Err(), wire.ErrProtocol) {
+				t.Fatalf("err = %v, want a protocol error", e.Err())
+			}
+			if _, err := e.Read(make([]byte, 1)); !errors.Is(err, wire.ErrProtocol) {
+				t.Fatalf("Read after the error = %v", err)
+			}
+			if _, err := e.Write([]byte("x")); !errors.Is(err, wire.ErrProtocol) {
+				t.Fatalf("Write after the error = %v", err)
+			}
+		})
+	}
+}
+
+// TestEngineOverrun: data beyond the credit the peer was given ends the
+// stream with a protocol error; what arrived before stays readable.
+func TestEngineOverrun(t *testing.T) {
+	e, _, _ := newTestEngine(t, wire.FeatureRing, rdmanetHello, 0)
+	e.Handle(&link.Completion{Kind: link.DataArrived, N: 100})
+	e.Handle(&link.Completion{Kind: link.DataArrived, N: 4096})
+	if !errors.Is(e.Err(), wire.ErrProtocol) {
+		t.Fatalf("err = %v", e.Err())
+	}
+	if n, err := e.Read(make([]byte, 1000)); n != 100 || err != nil {
+		t.Fatalf("Read = %d, %v; want the 100 bytes that arrived first", n, err)
+	}
+}
+
+// TestEngineDeadPath: requests outstanding for KeepAlive with no completion
+// fail the stream with a timeout that names a path failure, whatever the
+// link does; an idle connection sends Keepalive, and a keepalive that never
+// completes is a dead path too.
+func TestEngineDeadPath(t *testing.T) {
+	const ka = 3 * time.Second
+	e, r, clk := newTestEngine(t, wire.FeatureRing, rdmanetHello, ka)
+	completeAll(e, r)
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: 4096, RKey: 9})
+	if got := e.NextTick().Sub(clk.now); got != ka {
+		t.Fatalf("next tick in %v, want %v", got, ka)
+	}
+	clk.advance(ka)
+	e.Tick()
+	e.Flush(r)
+	if len(r.sent) != 1 || r.sent[0].Kind != link.SendControl {
+		t.Fatalf("idle for KeepAlive: posted %+v, want a keepalive", r.sent)
+	}
+	if m, _ := wire.Decode(r.sent[0].Msg[:], true); m.Op != wire.OpKeepalive {
+		t.Fatalf("posted %v, want Keepalive", m.Op)
+	}
+	clk.advance(ka - time.Millisecond)
+	e.Tick()
+	if e.Err() != nil {
+		t.Fatalf("failed before the bound: %v", e.Err())
+	}
+	clk.advance(time.Millisecond)
+	if !e.NextTick().Equal(clk.now) {
+		t.Fatalf("next tick %v, want now (%v)", e.NextTick(), clk.now)
+	}
+	e.Tick()
+	var pd *PathDeadError
+	if !errors.As(e.Err(), &pd) || !errors.Is(e.Err(), link.ErrDown) {
+		t.Fatalf("err = %v, want a *PathDeadError matching link.ErrDown", e.Err())
+	}
+	if ne, ok := e.Err().(net.Error); !ok || !ne.Timeout() {
+		t.Fatalf("a dead path is not a timeout: %v", e.Err())
+	}
+}
+
+// TestEngineBusyIsNotDead: a connection whose requests keep completing is
+// never declared dead, however long it is busy.
+func TestEngineBusyIsNotDead(t *testing.T) {
+	const ka = time.Second
+	e, r, clk := newTestEngine(t, wire.FeatureRing|wire.FeatureShutdown, rdmanetHello, ka)
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: 4096, RKey: 9})
+	for i := 0; i < 100; i++ {
+		e.Write(make([]byte, 1000))
+		e.Flush(r)
+		clk.advance(ka / 2)
+		completeAll(e, r)
+		control(e, wire.Message{Op: wire.OpCredit, ConsumedBytes: e.send.(*SendRing).sent})
+		e.Tick()
+		e.Flush(r)
+		if e.Err() != nil {
+			t.Fatalf("step %d: %v", i, e.Err())
+		}
+	}
+}
+
+func TestEngineEndOfStream(t *testing.T) {
+	e, _, _ := newTestEngine(t, wire.FeatureRing|wire.FeatureShutdown, rdmanetHello, 0)
+	e.Handle(&link.Completion{Kind: link.DataArrived, N: 5})
+	control(e, wire.Message{Op: wire.OpShutdown})
+	b := make([]byte, 10)
+	if n, err := e.Read(b); n != 5 || err != nil {
+		t.Fatalf("Read = %d, %v", n, err)
+	}
+	if _, err := e.Read(b); err != io.EOF {
+		t.Fatalf("Read after Shutdown = %v, want EOF", err)
+	}
+	// The peer shut down its side only: this side may still write.
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: 4096, RKey: 9})
+	if n, err := e.Write([]byte("reply")); n != 5 || err != nil {
+		t.Fatalf("Write after the peer's Shutdown = %d, %v", n, err)
+	}
+	e.Handle(&link.Completion{Kind: link.Disconnected})
+	if _, err := e.Write([]byte("x")); err != ErrPeerClosed {
+		t.Fatalf("Write after disconnect = %v", err)
+	}
+}
+
+// TestEngineCloseWriteAfterData: Shutdown goes out after every data request
+// written before it, and Writes after it fail.
+func TestEngineCloseWriteAfterData(t *testing.T) {
+	e, r, _ := newTestEngine(t, wire.FeatureRing|wire.FeatureShutdown, rdmanetHello, 0)
+	completeAll(e, r)
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: 4096, RKey: 9})
+	e.Write([]byte("first"))
+	e.Write([]byte("second")) // held: the first is in flight
+	if err := e.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	e.Flush(r)
+	var kinds []link.SendKind
+	for _, wr := range r.sent {
+		kinds = append(kinds, wr.Kind)
+	}
+	last := r.sent[len(r.sent)-1]
+	if m, _ := wire.Decode(last.Msg[:], true); last.Kind != link.SendControl || m.Op != wire.OpShutdown {
+		t.Fatalf("posted %v; want the data, then Shutdown", kinds)
+	}
+	data := 0
+	for _, wr := range r.sent {
+		if wr.Kind == link.SendData {
+			data += int(wr.N)
+		}
+	}
+	if data != len("firstsecond") {
+		t.Fatalf("%d data bytes posted before Shutdown, want %d", data, len("firstsecond"))
+	}
+	if _, err := e.Write([]byte("x")); err != ErrWriteShutdown {
+		t.Fatalf("Write after CloseWrite = %v", err)
+	}
+}
+
+func TestEngineNewRejectsBadPeer(t *testing.T) {
+	_, err := New(Config{
+		Features: wire.FeatureRing, Peer: wire.Hello{Version: 1, RecvDepth: 8}, PeerHello: true,
+		Caps: link.Caps{SendDepth: 8, RecvDepth: 8, ControlDepth: 2}, SendRing: make([]byte, 64), RecvRing: make([]byte, 64),
+	})
+	if !errors.Is(err, wire.ErrProtocol) {
+		t.Fatalf("a ring of 0 bytes: %v", err)
+	}
+}
