@@ -77,9 +77,10 @@ const (
 	sendQueueDepth = 256
 	// controlSlots is how many control messages may be in flight at once.
 	controlSlots = 16
-	// maxInlineRequest is the inline size asked of the device: writes this
-	// small are copied by the post call itself, saving the device a read.
-	maxInlineRequest = 64
+	// maxInlineRequest is the largest inline size asked of the device
+	// (resources.go backs off from it): writes this small are copied by the
+	// post call itself, saving the device a read.
+	maxInlineRequest = 256
 	// ackTimeoutExp sets the transport's ACK timeout to 4.096 us * 2^16 =
 	// 268 ms: with transportRetries an unacknowledged packet fails its work
 	// request after about 2 s, which bounds how long a dead peer goes

@@ -214,7 +214,9 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	if ok {
 		agreed = h.Features & offer
 	}
-	c.start(agreed, h)
+	if err := c.start(agreed, h); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

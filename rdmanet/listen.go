@@ -280,7 +280,12 @@ func (l *Listener) acceptRDMA() (net.Conn, error) {
 			c.discard()
 			continue
 		}
-		c.start(agreed, h)
+		if err := c.start(agreed, h); err != nil {
+			req.ID.Disconnect()
+			req.ID.Close()
+			c.discard()
+			continue
+		}
 		counters.Accepted(fallback.RDMA)
 		return c, nil
 	}

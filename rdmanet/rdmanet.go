@@ -26,9 +26,9 @@
 package rdmanet
 
 import (
-	"errors"
 	"net/netip"
 
+	"github.com/rdmanet/sdk/internal/stream"
 	"github.com/rdmanet/sdk/verbs"
 )
 
@@ -58,5 +58,5 @@ var (
 	ErrNotSupported = verbs.ErrNotSupported
 	// ErrHalfCloseUnsupported: CloseWrite needs a peer that negotiated orderly
 	// half-close; Valkey's protocol has none.
-	ErrHalfCloseUnsupported = errors.New("rdmanet: the peer does not support half-close")
+	ErrHalfCloseUnsupported = stream.ErrHalfCloseUnsupported
 )

@@ -1,0 +1,314 @@
+package rdmanet
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/stream"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// Conn is an RDMA connection. It implements net.Conn.
+//
+// Bytes written are copied into a registered transmit ring and sent as RDMA
+// writes into the peer's receive buffer; the caller's slice is never handed
+// to the device. Received bytes are copied out of a registered receive
+// buffer by Read. The stream protocol (windows, credit, coalescing, control
+// messages, keepalive) is internal/stream's Engine; the queue pair under it
+// is a link.Link. A blocked Read or Write takes the completions it waits for
+// itself; otherwise one goroutine per connection takes them, parked in the
+// netpoller (poller.go).
+//
+// Lifetimes follow internal/poll's FD: Close wakes every blocked call at
+// once, waits for the calls in flight, and only then hands the link to a
+// background drain that delivers what was written (bounded by
+// lingerTimeout) and frees the registered memory (lifetime.go, linger.go).
+type Conn struct {
+	link          link.Link
+	rdma          *rdmaLink // the link, when it is RDMA (nil over link.Pipe)
+	cfg           Config
+	server        bool // answers GetServerFeature
+	local, remote *Addr
+
+	calls lifetime // Reads, Writes and ticks in flight, against Close
+
+	mu      sync.Mutex     // guards eng, the poller's role and closing
+	eng     *stream.Engine // nil until start
+	closing bool           // Close has begun
+	poll    pollerState    // who takes completions (poller.go)
+
+	readable   chan struct{} // a Read may make progress (capacity 1)
+	writable   chan struct{} // a Write may make progress (capacity 1)
+	pollerFree chan struct{} // the poller's role is free for a waiter that wants it (capacity 1)
+	engineKick chan struct{} // the poller's role is free for the engine (capacity 1)
+	closed     chan struct{} // closed by Close
+
+	readDeadline, writeDeadline deadline
+	readMu, writeMu             sync.Mutex // one Read and one Write at a time, as a stream needs
+
+	ticker     *time.Timer   // keepalive and dead-path checks (tick.go)
+	engineDone chan struct{} // the background poller has returned
+	released   chan struct{} // the link is closed and its memory freed (linger.go)
+}
+
+// newLinkConn makes a connection over l, which is established: the
+// agreed features and the peer's Hello (zero for a Valkey peer) decide the
+// protocol. It announces the receive buffer and starts taking completions.
+func newLinkConn(l link.Link, cfg Config, server bool, features wire.Features, peer wire.Hello) (*Conn, error) {
+	c := &Conn{link: l, cfg: cfg, server: server}
+	if err := c.begin(features, peer); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// begin builds the engine over c.link and starts the connection. A
+// decoded Hello has a version; a Valkey peer's is zero.
+func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
+	addr, key := c.link.RecvRingKey()
+	ka := c.cfg.KeepAlive
+	if ka < 0 {
+		ka = 0
+	}
+	eng, err := stream.New(stream.Config{
+		Features: features, Peer: peer, PeerHello: peer.Version != 0, Server: c.server,
+		Caps: c.link.Caps(), SendRing: c.link.SendRing(), RecvRing: c.link.RecvRing(),
+		RecvAddr: addr, RecvKey: key, KeepAlive: ka,
+	})
+	if err != nil {
+		return err
+	}
+	local, remote := c.link.Addrs()
+	c.local, c.remote = &Addr{local}, &Addr{remote}
+	c.eng = eng
+	c.readable = make(chan struct{}, 1)
+	c.writable = make(chan struct{}, 1)
+	c.pollerFree = make(chan struct{}, 1)
+	c.engineKick = make(chan struct{}, 1)
+	c.closed = make(chan struct{})
+	c.engineDone = make(chan struct{})
+	c.released = make(chan struct{})
+	c.readDeadline, c.writeDeadline = newDeadline(), newDeadline()
+	c.readDeadline.wake = c.deadlinePassed
+	c.writeDeadline.wake = c.deadlinePassed
+	c.calls.init()
+
+	c.mu.Lock()
+	eng.Start()
+	c.flushLocked()
+	c.startTicksLocked()
+	c.mu.Unlock()
+	go c.engine()
+	return nil
+}
+
+// flushLocked posts what the engine queued and wakes the Reads and Writes
+// that may now make progress; c.mu is held.
+func (c *Conn) flushLocked() {
+	c.eng.Flush(c.link)
+	c.wakeReadyLocked()
+}
+
+// wakeReadyLocked wakes a blocked Read or Write whose wait is over (data,
+// room, the end of the stream or an error); c.mu is held.
+func (c *Conn) wakeReadyLocked() {
+	if c.eng.Readable() {
+		notify(c.readable)
+	}
+	if c.eng.Writable() {
+		notify(c.writable)
+	}
+	if c.eng.Err() != nil && c.poll.owner == ownerWaiter {
+		// A failure ends a polling waiter's sleep too.
+		c.link.Wake()
+	}
+}
+
+// notify wakes one waiter without blocking.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: Network, Source: c.local, Addr: c.remote, Err: err}
+}
+
+// Read reads received bytes into b. It returns io.EOF once the peer has closed
+// and everything it sent has been read.
+func (c *Conn) Read(b []byte) (int, error) {
+	if !c.calls.acquire() {
+		return 0, c.opError("read", net.ErrClosed)
+	}
+	defer c.calls.release()
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if c.closing {
+			return 0, c.opError("read", net.ErrClosed)
+		}
+		if isClosed(c.readDeadline.expired()) {
+			return 0, c.opError("read", os.ErrDeadlineExceeded)
+		}
+		n, err := c.eng.Read(b)
+		if err != stream.ErrWouldBlock {
+			c.flushLocked() // a credit or an announcement may be due; more may be readable
+			switch {
+			case err == nil || err == io.EOF:
+				return n, err
+			}
+			return n, c.opError("read", err)
+		}
+		if err := c.waitLocked(c.readable, &c.readDeadline); err != nil {
+			return 0, c.opError("read", err)
+		}
+	}
+}
+
+// Write sends b. It returns once every byte is in the transmit ring and
+// posted to the device, or held to go out with the next completion (small
+// Writes coalesce while earlier ones are in flight), splitting b as the
+// rings and the peer's window allow.
+func (c *Conn) Write(b []byte) (int, error) {
+	if !c.calls.acquire() {
+		return 0, c.opError("write", net.ErrClosed)
+	}
+	defer c.calls.release()
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	written := 0
+	for {
+		if c.closing {
+			return written, c.opError("write", net.ErrClosed)
+		}
+		if isClosed(c.writeDeadline.expired()) {
+			return written, c.opError("write", os.ErrDeadlineExceeded)
+		}
+		n, err := c.eng.Write(b[written:])
+		written += n
+		c.flushLocked()
+		if err == nil {
+			err = c.eng.Err() // posting what was taken may have failed
+		}
+		switch {
+		case err == nil:
+			return written, nil
+		case err != stream.ErrWouldBlock:
+			return written, c.opError("write", err)
+		}
+		if err := c.waitLocked(c.writable, &c.writeDeadline); err != nil {
+			return written, c.opError("write", err)
+		}
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close closes the connection. Pending Reads and Writes return
+// net.ErrClosed at once, and Close returns as soon as they have. Bytes
+// already written are still delivered: in the background, for up to
+// lingerTimeout, the connection waits for the peer to acknowledge them,
+// then disconnects and frees its memory, as a kernel does for a closed TCP
+// socket.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return c.opError("close", net.ErrClosed)
+	}
+	c.closing = true
+	c.ticker.Stop()
+	c.mu.Unlock()
+	close(c.closed)
+	c.link.Wake() // a Read or Write, or the engine, asleep on the link
+	c.calls.closeAndWait()
+	<-c.engineDone
+	go c.linger()
+	return nil
+}
+
+// CloseWrite shuts down the sending side: the peer reads what was written,
+// then io.EOF, and may still write to this side. It needs the half-close
+// extension, which two rdmanet peers negotiate; with a Valkey peer (or
+// Config.ValkeyCompatible) it returns ErrHalfCloseUnsupported.
+func (c *Conn) CloseWrite() error {
+	if !c.calls.acquire() {
+		return c.opError("close", net.ErrClosed)
+	}
+	defer c.calls.release()
+	c.writeMu.Lock() // after any Write in progress
+	defer c.writeMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return c.opError("close", net.ErrClosed)
+	}
+	err := c.eng.CloseWrite()
+	c.flushLocked()
+	if err != nil {
+		return c.opError("close", err)
+	}
+	return nil
+}
+
+// Protocol names the wire protocol of a connection.
+type Protocol string
+
+const (
+	// ProtocolValkey is Valkey's RDMA transport: the peer is Valkey (or
+	// libvalkey), or one side set Config.ValkeyCompatible.
+	ProtocolValkey Protocol = "valkey"
+	// ProtocolRdmanet is Valkey's transport with rdmanet's extensions (a ring
+	// with continuous credit return, half-close), agreed between two rdmanet peers.
+	ProtocolRdmanet Protocol = "rdmanet"
+)
+
+// Protocol reports which wire protocol the connection speaks.
+func (c *Conn) Protocol() Protocol {
+	if c.eng.Features() != 0 {
+		return ProtocolRdmanet
+	}
+	return ProtocolValkey
+}
+
+// LocalAddr returns the local address (*Addr).
+func (c *Conn) LocalAddr() net.Addr { return c.local }
+
+// RemoteAddr returns the peer's address (*Addr).
+func (c *Conn) RemoteAddr() net.Addr { return c.remote }
+
+// SetDeadline sets both the read and the write deadline.
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.readDeadline.set(t)
+	c.writeDeadline.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the deadline for pending and future Reads.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.readDeadline.set(t)
+	return nil
+}
+
+// SetWriteDeadline sets the deadline for pending and future Writes.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	c.writeDeadline.set(t)
+	return nil
+}

@@ -1,0 +1,37 @@
+package rdmanet
+
+import (
+	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// An RDMA connection is made in two steps around rdma_cm's handshake: newConn
+// before connect or accept (every receive must be posted before the peer
+// can send), start once it is established, or discard if it never was.
+
+// newConn makes the verbs objects of a connection on id and posts its
+// receives.
+func newConn(id *cm.ID, cfg Config, server bool) (*Conn, error) {
+	l, err := newRDMALink(id, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{link: l, rdma: l, cfg: cfg, server: server}, nil
+}
+
+// start runs once the connection is established, with the extensions both
+// sides agreed on and the peer's Hello (zero for a Valkey peer). On an
+// error (a Hello this side cannot work with) nothing was started: the
+// caller discards the connection as after a failed handshake.
+func (c *Conn) start(features wire.Features, peer wire.Hello) error {
+	c.rdma.established()
+	if err := c.begin(features, peer); err != nil {
+		return err
+	}
+	c.rdma.startEvents()
+	return nil
+}
+
+// discard releases a connection that was never started (its handshake
+// failed); the caller has closed or will close its cm ID.
+func (c *Conn) discard() { c.rdma.discard() }

@@ -1,0 +1,326 @@
+package rdmanet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/wire"
+	"github.com/rdmanet/sdk/verbs"
+)
+
+// rdmaLink is a link.Link over one RDMA reliable connection: an rdma_cm ID,
+// its queue pair, a completion queue with its channel, and the registered
+// rings (resources). Data goes as RDMA_WRITE_WITH_IMM (the immediate is the
+// byte count), control messages as SENDs from a slot of the control buffer,
+// and receives land in slots of the same buffer.
+//
+// The link also owns the connection manager's events for its ID: a
+// DISCONNECTED from the peer (answered at once, so the peer's own
+// disconnect completes) or a device or address event ends it, and Poll
+// reports that after the completions before it. Requests flushed by a
+// queue pair that went to error with no event to explain it fail the link
+// after flushGrace.
+type rdmaLink struct {
+	id  *cm.ID
+	res *resources
+
+	caps        link.Caps
+	local, peer netip.AddrPort
+
+	// Receive slots the peer's messages consumed, oldest first: PostRecv
+	// posts them again.
+	consumed []int
+	recvWRs  []verbs.RecvWR
+	sendWRs  []verbs.SendWR
+	wcs      [pollBatch]verbs.WorkCompletion
+	ctlNext  uint64 // control messages posted, ever: the next one's slot is ctlNext % ControlDepth
+
+	flushedAt time.Time // when the first flushed completion was seen
+	reported  bool      // Disconnected or Failed was reported
+
+	mu     sync.Mutex // guards what the events goroutine sets, and waking
+	down   link.CompletionKind
+	why    error
+	woken  bool
+	closed bool // Wake does nothing after Close (a flush-grace timer may fire late)
+
+	eventsDone chan struct{}
+}
+
+var _ link.Link = (*rdmaLink)(nil)
+
+// wr_id layout: receives carry recvTag and their slot; sends carry the
+// engine's ids.
+const recvTag = 1 << 63
+
+// newRDMALink makes the verbs objects of a connection on id and posts every
+// receive, before connect or accept, as Valkey does: the peer may send the
+// moment the connection is established. Its events goroutine starts with
+// start, once the connection is established.
+func newRDMALink(id *cm.ID, cfg Config) (*rdmaLink, error) {
+	res, err := newResources(id, cfg)
+	if err != nil {
+		return nil, err
+	}
+	l := &rdmaLink{
+		id: id, res: res,
+		caps: link.Caps{
+			SendDepth: cfg.sendDepth(), RecvDepth: cfg.RecvDepth, ControlDepth: controlSlots,
+			MaxInline: int(res.maxInline), Name: res.name,
+		},
+		consumed: make([]int, 0, cfg.RecvDepth),
+		recvWRs:  make([]verbs.RecvWR, cfg.RecvDepth),
+		sendWRs:  make([]verbs.SendWR, 0, cfg.sendDepth()),
+	}
+	for i := range l.recvWRs {
+		l.recvWRs[i] = verbs.RecvWR{ID: recvTag | uint64(i), Local: res.recvSlot(i)}
+	}
+	if err := res.qp.PostRecv(l.recvWRs); err != nil {
+		res.close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// established records the connection's addresses once it is established.
+func (l *rdmaLink) established() { l.local, l.peer = l.id.LocalAddr(), l.id.RemoteAddr() }
+
+// startEvents starts taking the connection manager's events.
+func (l *rdmaLink) startEvents() {
+	l.eventsDone = make(chan struct{})
+	go l.events()
+}
+
+// discard releases a link whose connection was never established; the
+// caller closes the ID.
+func (l *rdmaLink) discard() { l.res.close() }
+
+func (l *rdmaLink) Caps() link.Caps { return l.caps }
+func (l *rdmaLink) SendRing() []byte { return l.res.tx.Bytes() }
+func (l *rdmaLink) RecvRing() []byte { return l.res.rx.Bytes() }
+func (l *rdmaLink) RecvRingKey() (uint64, uint32) {
+	return l.res.rxMR.Addr(), l.res.rxMR.RKey()
+}
+func (l *rdmaLink) Addrs() (local, remote netip.AddrPort) { return l.local, l.peer }
+
+// PostSend turns the engine's requests into work requests and posts them
+// in one call.
+func (l *rdmaLink) PostSend(wrs []link.SendWR) error {
+	out := l.sendWRs[:0]
+	for i := range wrs {
+		wr := &wrs[i]
+		v := verbs.SendWR{ID: wr.ID}
+		if wr.Signaled {
+			v.Flags |= verbs.SendSignaled
+		}
+		switch wr.Kind {
+		case link.SendData:
+			v.Opcode, v.RemoteAddr, v.RKey, v.Imm = verbs.OpRDMAWriteWithImm, wr.Remote, wr.RKey, wr.N
+			v.Local = l.res.txMR.Slice(int(wr.Off), int(wr.N))
+			if wr.N <= l.res.maxInline {
+				v.Flags |= verbs.SendInline
+			}
+		case link.SendControl:
+			slot := int(l.ctlNext % uint64(l.caps.ControlDepth))
+			l.ctlNext++
+			*l.res.sendSlotBytes(slot) = wr.Msg
+			v.Opcode, v.Local = verbs.OpSend, l.res.sendSlot(slot)
+			if wire.MessageSize <= l.res.maxInline {
+				v.Flags |= verbs.SendInline
+			}
+		case link.SendMarker:
+			v.Opcode, v.RemoteAddr, v.RKey = verbs.OpRDMAWrite, wr.Remote, wr.RKey
+		default:
+			return fmt.Errorf("rdmanet: send request of kind %v", wr.Kind)
+		}
+		out = append(out, v)
+	}
+	err := l.res.qp.PostSend(out)
+	clear(out)
+	return err
+}
+
+// PostRecv posts again the n receive slots consumed longest ago.
+func (l *rdmaLink) PostRecv(n int) error {
+	if n > len(l.consumed) {
+		return fmt.Errorf("rdmanet: %d receives to post again, %d were consumed", n, len(l.consumed))
+	}
+	wrs := l.recvWRs[:0]
+	for _, slot := range l.consumed[:n] {
+		wrs = append(wrs, verbs.RecvWR{ID: recvTag | uint64(slot), Local: l.res.recvSlot(slot)})
+	}
+	l.consumed = l.consumed[:copy(l.consumed, l.consumed[n:])]
+	return l.res.qp.PostRecv(wrs)
+}
+
+// Poll takes completions and says what they mean. The link's end comes
+// once, after everything before it.
+func (l *rdmaLink) Poll(cs []link.Completion) (int, error) {
+	if l.reported {
+		return 0, nil
+	}
+	wcs := l.wcs[:min(len(cs), len(l.wcs))]
+	got, err := l.res.cq.Poll(wcs)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range wcs[:got] {
+		wc := &wcs[i]
+		if wc.Status == verbs.WCWRFlushErr {
+			// The queue pair is in error: flushed requests carry nothing.
+			// The event that explains it (DISCONNECTED), or flushGrace,
+			// ends the link.
+			if l.flushedAt.IsZero() {
+				l.flushedAt = time.Now()
+				time.AfterFunc(flushGrace, l.Wake)
+			}
+			continue
+		}
+		if err := wc.Err(); err != nil {
+			cs[n] = link.Completion{Kind: link.Failed, Err: err}
+			l.reported = true
+			return n + 1, nil
+		}
+		c := &cs[n]
+		if wc.ID&recvTag == 0 {
+			*c = link.Completion{Kind: link.SendDone, ID: wc.ID}
+			n++
+			continue
+		}
+		slot := int(wc.ID &^ recvTag)
+		l.consumed = append(l.consumed, slot)
+		switch wc.Opcode {
+		case verbs.WCRecvRDMAWithImm:
+			*c = link.Completion{Kind: link.DataArrived, N: wc.Imm}
+		case verbs.WCRecv:
+			if wc.ByteLen != wire.MessageSize {
+				*c = link.Completion{Kind: link.Failed, Err: &wire.ProtocolError{Reason: fmt.Sprintf("control message of %d bytes", wc.ByteLen)}}
+				l.reported = true
+				return n + 1, nil
+			}
+			*c = link.Completion{Kind: link.ControlArrived}
+			copy(c.Msg[:], l.res.recvSlotBytes(slot))
+		default:
+			*c = link.Completion{Kind: link.Failed, Err: &wire.ProtocolError{Reason: "unexpected completion " + wc.Opcode.String()}}
+			l.reported = true
+			return n + 1, nil
+		}
+		n++
+	}
+	if n < len(cs) && got < len(wcs) {
+		// The queue is empty: the link's end, if it came, is next.
+		if end, ok := l.end(); ok {
+			cs[n] = end
+			l.reported = true
+			n++
+		}
+	}
+	return n, nil
+}
+
+// end is the completion that reports the link's end, once the queue is
+// empty: the event the events goroutine saw, or a queue pair that flushed
+// with no event for flushGrace.
+func (l *rdmaLink) end() (link.Completion, bool) {
+	l.mu.Lock()
+	down, why := l.down, l.why
+	l.mu.Unlock()
+	switch {
+	case down != 0:
+		return link.Completion{Kind: down, Err: why}, true
+	case !l.flushedAt.IsZero() && time.Since(l.flushedAt) >= flushGrace:
+		return link.Completion{Kind: link.Failed, Err: errQueuePairDown}, true
+	}
+	return link.Completion{}, false
+}
+
+// errQueuePairDown: the queue pair went to error with no disconnect from
+// the peer and no device event. It matches link.ErrDown: a path failure.
+var errQueuePairDown = fmt.Errorf("rdmanet: the connection's queue pair failed: %w", link.ErrDown)
+
+func (l *rdmaLink) Arm() error { return l.res.cq.RequestNotify(false) }
+
+// Wait sleeps on the completion channel. Wake forces the channel's
+// deadline into the past; Wait turns that into ErrWoken and clears it.
+func (l *rdmaLink) Wait() error {
+	l.mu.Lock()
+	if l.woken || l.down != 0 {
+		l.woken = false
+		l.mu.Unlock()
+		return link.ErrWoken
+	}
+	l.mu.Unlock()
+	_, err := l.res.ch.Wait(context.Background())
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		l.mu.Lock()
+		l.woken = false
+		l.res.ch.SetDeadline(time.Time{})
+		l.mu.Unlock()
+		return link.ErrWoken
+	}
+	return err
+}
+
+// Wake ends the current or next Wait.
+func (l *rdmaLink) Wake() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.woken && !l.closed {
+		l.woken = true
+		l.res.ch.SetDeadline(time.Unix(1, 0))
+	}
+}
+
+// events takes the connection manager's events for the ID until it is
+// closed: the ones that end the connection are recorded for Poll, and a
+// sleeping poller is woken to take them.
+func (l *rdmaLink) events() {
+	defer close(l.eventsDone)
+	for {
+		ev, err := l.id.WaitEvent(context.Background())
+		if err != nil {
+			return // Close closed the ID
+		}
+		var kind link.CompletionKind
+		var why error
+		switch ev.Type {
+		case cm.EventDisconnected, cm.EventTimewaitExit:
+			kind = link.Disconnected
+			// Answer, so the peer's own disconnect completes at once.
+			l.id.Disconnect()
+		case cm.EventDeviceRemoval, cm.EventAddrChange:
+			kind, why = link.Failed, fmt.Errorf("rdmanet: %v: %w", ev.Type, link.ErrDown)
+		default:
+			continue
+		}
+		l.mu.Lock()
+		if l.down == 0 {
+			l.down, l.why = kind, why
+		}
+		l.mu.Unlock()
+		l.Wake()
+	}
+}
+
+func (l *rdmaLink) Disconnect() error { return l.id.Disconnect() }
+
+// Close destroys the ID (and with it the queue pair, which ends the events
+// goroutine), then the rest.
+func (l *rdmaLink) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	err := l.id.Close()
+	if l.eventsDone != nil {
+		<-l.eventsDone
+	}
+	return errors.Join(err, l.res.close())
+}
