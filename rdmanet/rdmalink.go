@@ -102,7 +102,7 @@ func (l *rdmaLink) startEvents() {
 // caller closes the ID.
 func (l *rdmaLink) discard() { l.res.close() }
 
-func (l *rdmaLink) Caps() link.Caps { return l.caps }
+func (l *rdmaLink) Caps() link.Caps  { return l.caps }
 func (l *rdmaLink) SendRing() []byte { return l.res.tx.Bytes() }
 func (l *rdmaLink) RecvRing() []byte { return l.res.rx.Bytes() }
 func (l *rdmaLink) RecvRingKey() (uint64, uint32) {

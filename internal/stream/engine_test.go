@@ -88,8 +88,8 @@ func TestEngineHonoursPeerRecvDepth(t *testing.T) {
 	for _, depth := range []uint16{2, 5, 1024} {
 		e, err := New(Config{
 			Features: wire.FeatureRing | wire.FeatureShutdown, PeerHello: true,
-			Peer: wire.Hello{Version: 1, Features: wire.FeatureRing, RecvDepth: depth, RingSize: ring},
-			Caps: link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4},
+			Peer:     wire.Hello{Version: 1, Features: wire.FeatureRing, RecvDepth: depth, RingSize: ring},
+			Caps:     link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4},
 			SendRing: make([]byte, ring), RecvRing: make([]byte, 4096),
 		})
 		if err != nil {
