@@ -31,10 +31,12 @@ type Config struct {
 	// are taken.
 	RecvDepth int
 	// KeepAlive is how often an idle connection sends Keepalive (default 3 s,
-	// as Valkey's server; negative disables). A peer that is gone without a
-	// disconnect (its host died, the network broke) is detected when a
-	// keepalive exhausts the transport's retries: within about KeepAlive plus
-	// the retry time (see README), Reads and Writes then fail.
+	// as Valkey's server; negative disables). It also bounds how long a
+	// request may wait for its completion: a request posted to a peer that
+	// is gone without a disconnect (its host died, the network or the link
+	// broke, the device went silent) fails the connection when no send
+	// completed for KeepAlive while it waited. So a dead path ends Reads and
+	// Writes within 2 x KeepAlive, with an error whose Timeout() is true.
 	KeepAlive time.Duration
 	// BusyPoll, when positive, makes a blocked Read or Write of a busy
 	// connection poll its completion queue for up to this long before it
@@ -81,11 +83,6 @@ const (
 	// (resources.go backs off from it): writes this small are copied by the
 	// post call itself, saving the device a read.
 	maxInlineRequest = 256
-	// ackTimeoutExp sets the transport's ACK timeout to 4.096 us * 2^16 =
-	// 268 ms: with transportRetries an unacknowledged packet fails its work
-	// request after about 2 s, which bounds how long a dead peer goes
-	// unnoticed once a keepalive is sent.
-	ackTimeoutExp = 16
 	// transportRetries is how often an unacknowledged packet is sent again.
 	transportRetries = 6
 	// flushGrace is how long a queue pair that went to error may wait for the

@@ -186,9 +186,6 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	if c, err = newConn(id, cfg, false); err != nil {
 		return nil, err
 	}
-	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
-		return nil, err
-	}
 	// As libvalkey: responder resources and initiator depth 1, and an RNR
 	// retry count of 7 (retry forever: a peer slow to repost receives delays
 	// this side's writes instead of failing them). The transport retry count

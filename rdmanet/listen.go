@@ -264,12 +264,6 @@ func (l *Listener) acceptRDMA() (net.Conn, error) {
 			req.ID.Close()
 			continue
 		}
-		if err := req.ID.SetAckTimeout(ackTimeoutExp); err != nil {
-			req.ID.Reject(rejectReason(err))
-			req.ID.Close()
-			c.discard()
-			continue
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), acceptTimeout)
 		// Retry forever on RNR, as for dials: the peer's writes wait for a
 		// reposted receive instead of failing.
