@@ -247,8 +247,9 @@ func TestPipeDelay(t *testing.T) {
 	a, b := newTestPipe(t, testConfig(), testConfig())
 	a.SetDelay(d)
 	start := time.Now()
-	post(t, a, data(b, 0, 1, 0, true, 1), control(2, 1))
+	post(t, a, data(b, 0, 1, 0, true, 1))
 	a.SetDelay(0)
+	post(t, a, control(2, 1))
 	post(t, a, data(b, 0, 2, 0, true, 3))
 	wantKinds(t, "b", waitFor(t, b, 3), "data-arrived 1", "control-arrived", "data-arrived 2")
 	if el := time.Since(start); el < d {
