@@ -20,8 +20,8 @@ import (
 //
 // Both ends share one mutex: a request's landing touches both ends at once
 // (the peer's ring, receives and completions, then this end's SendDone), and
-// one lock keeps that atomic without a lock order to get wrong. Nothing here
-// is fast enough for that lock to matter.
+// one lock keeps that atomic without a lock order to get wrong. The pipe is
+// for tests, where contention on it costs nothing that matters.
 type Pipe struct {
 	pair *pair
 	peer *Pipe
@@ -54,12 +54,12 @@ type Pipe struct {
 	withheld   int  // receives PostRecv accepted while StopReposting
 	stopRepost bool // StopReposting(true)
 
-	cq     []entry // completions for Poll, in order
-	down   bool    // a Disconnected or Failed completion is queued (it is last)
-	armed  bool    // Arm was called and no completion has arrived since
-	event  bool    // a completion arrived while armed: the next Wait returns
-	woken  bool    // Wake was called: the next Wait returns ErrWoken
-	cond   sync.Cond
+	cq     []entry   // completions for Poll, in order
+	down   bool      // the Disconnected or Failed completion was queued (it is last)
+	armed  bool      // Arm was called and no completion has arrived since
+	event  bool      // a completion arrived while armed: the next Wait returns
+	woken  bool      // Wake was called: the next Wait returns ErrWoken
+	cond   sync.Cond // Wait sleeps on it; its lock is pair.mu
 	closed bool
 
 	stats PipeStats
