@@ -166,8 +166,9 @@ const (
 	// ControlArrived: a control message from the peer, Msg; one posted
 	// receive was consumed.
 	ControlArrived
-	// Disconnected: the peer disconnected (closed, or its process died and
-	// its kernel disconnected for it). Nothing more arrives.
+	// Disconnected: the connection was disconnected, by either end (the
+	// peer closed, or its process died and its kernel disconnected for it;
+	// or this end's Disconnect completed). Nothing more arrives.
 	Disconnected
 	// Failed: the link failed (Err): a request failed, the device or the
 	// address went away, the path broke. Nothing more arrives.
