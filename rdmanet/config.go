@@ -82,7 +82,7 @@ const (
 	// maxInlineRequest is the largest inline size asked of the device
 	// (resources.go backs off from it): writes this small are copied by the
 	// post call itself, saving the device a read.
-	maxInlineRequest = 256
+	maxInlineRequest = 64
 	// transportRetries is how often an unacknowledged packet is sent again.
 	transportRetries = 6
 	// flushGrace is how long a queue pair that went to error may wait for the

@@ -39,7 +39,10 @@ type Conn struct {
 	mu      sync.Mutex     // guards eng, the poller's role and closing
 	eng     *stream.Engine // nil until start
 	closing bool           // Close has begun
-	poll    pollerState    // who takes completions (poller.go)
+	// disconnected: the link was disconnected because the connection
+	// failed (failedLocked).
+	disconnected bool
+	poll         pollerState // who takes completions (poller.go)
 
 	readable   chan struct{} // a Read may make progress (capacity 1)
 	writable   chan struct{} // a Write may make progress (capacity 1)
@@ -122,8 +125,20 @@ func (c *Conn) wakeReadyLocked() {
 	if c.eng.Writable() {
 		notify(c.writable)
 	}
-	if c.eng.Err() != nil && c.poll.owner == ownerWaiter {
-		// A failure ends a polling waiter's sleep too.
+	if c.eng.Err() != nil {
+		c.failedLocked()
+	}
+}
+
+// failedLocked runs once the engine has failed: the link is disconnected at
+// once, so that the peer learns it (as a TCP reset tells it) instead of
+// waiting for its own keepalive, and a polling waiter is woken. c.mu is held.
+func (c *Conn) failedLocked() {
+	if !c.disconnected {
+		c.disconnected = true
+		c.link.Disconnect()
+	}
+	if c.poll.owner == ownerWaiter {
 		c.link.Wake()
 	}
 }

@@ -29,11 +29,21 @@ import (
 // pipe connects a client on env.AddrA to a server on env.AddrB.
 func pipe(t testing.TB, env labenv.Env, cfg rdmanet.Config) (client, server net.Conn, stop func()) {
 	t.Helper()
-	lc := rdmanet.ListenConfig{Config: cfg}
-	ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(env.AddrB, 0).String())
+	client, server, err := tryPipe(env, cfg, 20*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return client, server, func() { client.Close(); server.Close() }
+}
+
+// tryPipe is pipe, with the dial bounded by timeout and failures returned.
+func tryPipe(env labenv.Env, cfg rdmanet.Config, timeout time.Duration) (client, server net.Conn, err error) {
+	lc := rdmanet.ListenConfig{Config: cfg}
+	ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(env.AddrB, 0).String())
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ln.Close()
 	type result struct {
 		c   net.Conn
 		err error
@@ -43,19 +53,17 @@ func pipe(t testing.TB, env labenv.Env, cfg rdmanet.Config) (client, server net.
 		c, err := ln.Accept()
 		accepted <- result{c, err}
 	}()
-	d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(env.AddrA, 0)}, Timeout: 20 * time.Second, Config: cfg}
+	d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(env.AddrA, 0)}, Timeout: timeout, Config: cfg}
 	client, err = d.Dial("rdma", ln.Addr().String())
 	if err != nil {
-		ln.Close()
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	r := <-accepted
-	ln.Close()
 	if r.err != nil {
 		client.Close()
-		t.Fatal(r.err)
+		return nil, nil, r.err
 	}
-	return client, r.c, func() { client.Close(); r.c.Close() }
+	return client, r.c, nil
 }
 
 // modes are the two wire protocols: rdmanet's extensions, which two rdmanet
@@ -378,7 +386,8 @@ func openFDs(t *testing.T) int {
 }
 
 // TestLabFootprint: a connection holds the file descriptors
-// Config.Footprint says, and gives them all back.
+// Config.Footprint says, and gives them all back (after Close, once the
+// background drain has released the link: within leakcheck.Settle).
 func TestLabFootprint(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	fp, err := rdmanet.Config{}.Footprint()
@@ -390,6 +399,9 @@ func TestLabFootprint(t *testing.T) {
 	during := openFDs(t)
 	stop()
 	after := openFDs(t)
+	for end := time.Now().Add(leakcheck.Settle); after != before && time.Now().Before(end); after = openFDs(t) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if during-before != 2*fp.FileDescriptors || after != before {
 		t.Errorf("open descriptors: %d before, %d with a connection's two ends, %d after; Footprint says %d per end", before, during, after, fp.FileDescriptors)
 	}

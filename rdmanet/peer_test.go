@@ -218,12 +218,29 @@ func TestLabLinkDown(t *testing.T) {
 			}
 		}
 		stop()
-		linkUp(t, "lab-a")
+		linkUp(t, "lab-a", "lab-b")
+		waitConnectable(t, env)
 	}
 }
 
-// linkDown sets a network interface down; linkUp sets it up again and
-// waits until the RDMA port on it is active.
+// waitConnectable waits until a connection between the lab's two RDMA
+// addresses can be made again (after a link came back, address and route
+// resolution may fail for a moment while neighbours are learnt again).
+func waitConnectable(t *testing.T, env labenv.Env) {
+	t.Helper()
+	var err error
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); {
+		var a, b net.Conn
+		if a, b, err = tryPipe(env, rdmanet.Config{}, 3*time.Second); err == nil {
+			a.Close()
+			b.Close()
+			return
+		}
+	}
+	t.Fatalf("no connection a minute after the link came back: %v", err)
+}
+
+// linkDown sets a network interface down until linkUp or the test's end.
 func linkDown(t *testing.T, dev string) {
 	t.Helper()
 	if out, err := exec.Command("ip", "link", "set", dev, "down").CombinedOutput(); err != nil {
@@ -232,20 +249,29 @@ func linkDown(t *testing.T, dev string) {
 	t.Cleanup(func() { exec.Command("ip", "link", "set", dev, "up").Run() })
 }
 
-func linkUp(t *testing.T, dev string) {
+// linkUp sets dev up again and waits until the RDMA ports on every one
+// of ports (dev, and the far end of its veth, which lost its carrier) are
+// active.
+func linkUp(t *testing.T, dev string, ports ...string) {
 	t.Helper()
 	if out, err := exec.Command("ip", "link", "set", dev, "up").CombinedOutput(); err != nil {
 		t.Fatalf("ip link set %s up: %v\n%s", dev, err, out)
 	}
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		out, _ := exec.Command("rdma", "link", "show").CombinedOutput()
+		active := 0
 		for _, line := range strings.Split(string(out), "\n") {
-			if strings.HasSuffix(strings.TrimSpace(line), "netdev "+dev) && strings.Contains(line, "state ACTIVE") {
-				return
+			for _, p := range ports {
+				if strings.HasSuffix(strings.TrimSpace(line), "netdev "+p) && strings.Contains(line, "state ACTIVE") {
+					active++
+				}
 			}
 		}
+		if active == len(ports) {
+			return
+		}
 		if time.Now().After(end) {
-			t.Fatalf("RDMA port on %s not active 30 s after it came up:\n%s", dev, out)
+			t.Fatalf("RDMA ports on %v not active 30 s after %s came up:\n%s", ports, dev, out)
 		}
 	}
 }

@@ -82,8 +82,10 @@ func newResources(id *cm.ID, cfg Config) (_ *resources, err error) {
 
 // inlineSizes are the inline sizes asked of a device, largest first: small
 // writes and every control message (32 bytes) are copied by the post call
-// itself, saving the device a read of registered memory.
-var inlineSizes = []uint32{maxInlineRequest, 128, 64, 32, 0}
+// itself, saving the device a read of registered memory. More than 64
+// bytes would enlarge every send queue entry (on rxe, and on most
+// devices) for little gain.
+var inlineSizes = []uint32{maxInlineRequest, 32, 0}
 
 func (r *resources) register(size int, access verbs.Access) (*verbs.Buffer, *verbs.MR, error) {
 	b, err := verbs.NewBuffer(size)

@@ -82,9 +82,12 @@ type Link interface {
 
 	// Addrs are this end's address and the peer's.
 	Addrs() (local, remote netip.AddrPort)
-	// Disconnect starts an orderly disconnect: the peer's Poll reports
-	// Disconnected after everything this end posted before it completed.
-	// Requests posted after it are flushed.
+	// Disconnect ends the connection as rdma_disconnect does: requests
+	// posted and not completed are flushed (they may or may not have landed
+	// at the peer), and both ends' Poll report Disconnected after what they
+	// had already received. A connection that wants what it wrote delivered
+	// waits for the completions first (rdmanet's linger). Requests posted
+	// after it are flushed.
 	Disconnect() error
 	// Close releases the link and its memory.
 	Close() error

@@ -78,14 +78,13 @@ type pair struct {
 	silent bool
 }
 
-// request is one posted send request, or an orderly disconnect, in flight.
+// request is one posted send request in flight.
 type request struct {
-	wr         SendWR
-	seq        uint64
-	due        time.Time // when it may land (post time plus the end's delay)
-	fail       error     // FailNext: it fails instead of landing
-	disconnect bool      // Disconnect: the peer learns it when this lands
-	waited     bool      // it found no receive at the peer and was counted
+	wr     SendWR
+	seq    uint64
+	due    time.Time // when it may land (post time plus the end's delay)
+	fail   error     // FailNext: it fails instead of landing
+	waited bool      // it found no receive at the peer and was counted
 }
 
 // entry is a queued completion; seq is the request a SendDone completes.
@@ -342,10 +341,13 @@ func (e *Pipe) Wake() {
 	e.cond.Broadcast()
 }
 
-// Disconnect queues an orderly disconnect behind everything posted so far.
-// When it lands, both ends get Disconnected (the peer after what landed
-// before it), as rdma_cm's DISCONNECTED event reaches both. Requests posted
-// after it are flushed. A second Disconnect does nothing.
+// Disconnect ends the connection as rdma_disconnect does: this end's queue
+// pair goes to the error state, so what it posted and had not landed yet is
+// flushed (it never lands nor completes), and the disconnect request
+// travels through the connection manager, not behind the data: both ends
+// get Disconnected at once, after what already landed. A connection that
+// wants its data delivered waits for the completions first. Requests
+// posted after it are flushed. A second Disconnect does nothing.
 func (e *Pipe) Disconnect() error {
 	e.pair.mu.Lock()
 	defer e.pair.mu.Unlock()
@@ -356,11 +358,11 @@ func (e *Pipe) Disconnect() error {
 		return nil
 	}
 	e.disconnecting = true
-	if e.pair.over {
+	if e.pair.over || e.pair.silent {
 		return nil
 	}
-	e.flight = append(e.flight, &request{disconnect: true, due: time.Now().Add(e.delay)})
-	e.pump()
+	d := Completion{Kind: Disconnected}
+	e.pair.shut(e, d, d)
 	return nil
 }
 
@@ -394,11 +396,6 @@ func (e *Pipe) pump() {
 		r := e.flight[0]
 		if now := time.Now(); now.Before(r.due) {
 			e.armTimer(r.due)
-			return
-		}
-		if r.disconnect {
-			d := Completion{Kind: Disconnected}
-			e.pair.shut(e, d, d)
 			return
 		}
 		if r.fail != nil {

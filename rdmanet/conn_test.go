@@ -1,0 +1,529 @@
+package rdmanet
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/nettest"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/stream"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// These tests run Conn over link.Pipe, the in-memory link: the whole
+// net.Conn contract, faults, hostile peers and lifetimes, on any machine.
+// The lab runs the same Conn over real queue pairs.
+
+// hostModes are the two wire protocols.
+var hostModes = []struct {
+	name     string
+	features wire.Features
+}{
+	{"rdmanet", wire.FeatureRing | wire.FeatureShutdown},
+	{"valkey", 0},
+}
+
+// pipeConfig is the in-memory link for one side with cfg.
+func pipeConfig(cfg Config) link.PipeConfig {
+	return link.PipeConfig{
+		SendRing: cfg.SendBuffer, RecvRing: cfg.RecvBuffer,
+		SendDepth: cfg.sendDepth(), RecvDepth: cfg.RecvDepth, ControlDepth: controlSlots,
+		RNRRetry: 7,
+	}
+}
+
+// helloOf is what an rdmanet side with cfg says in its Hello, or nothing
+// in Valkey's protocol.
+func helloOf(cfg Config, features wire.Features) wire.Hello {
+	if features == 0 {
+		return wire.Hello{}
+	}
+	return wire.Hello{Version: wire.HelloVersion, Features: features, RecvDepth: uint16(cfg.RecvDepth), RingSize: uint32(cfg.RecvBuffer)}
+}
+
+// memPair connects a client and a server Conn over a pipe; a and b are the
+// pipe's ends (client's, server's), for faults.
+func memPair(t testing.TB, cfg Config, features wire.Features) (client, server *Conn, a, b *link.Pipe) {
+	t.Helper()
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b = link.NewPipe(pipeConfig(cfg), pipeConfig(cfg))
+	return memConns(t, cfg, features, a, b)
+}
+
+// memConns makes Conns over the ends of a pipe (or links wrapping them).
+func memConns(t testing.TB, cfg Config, features wire.Features, a, b link.Link) (client, server *Conn, pa, pb *link.Pipe) {
+	t.Helper()
+	client, err := newLinkConn(a, cfg, false, features, helloOf(cfg, features))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = newLinkConn(b, cfg, true, features, helloOf(cfg, features))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, _ = unwrapPipe(a)
+	pb, _ = unwrapPipe(b)
+	return client, server, pa, pb
+}
+
+func unwrapPipe(l link.Link) (*link.Pipe, bool) {
+	switch l := l.(type) {
+	case *link.Pipe:
+		return l, true
+	case *guardLink:
+		return l.Pipe, true
+	}
+	return nil, false
+}
+
+// closeAndWait closes c and waits until it released its link.
+func closeAndWait(t testing.TB, c *Conn) {
+	t.Helper()
+	c.Close()
+	select {
+	case <-c.released:
+	case <-time.After(2 * lingerTimeout):
+		t.Fatalf("connection not released %v after Close", 2*lingerTimeout)
+	}
+}
+
+// goroutineCheck fails t if goroutines started during the test outlive it
+// (after a settling wait: closed connections finish in the background).
+func goroutineCheck(t *testing.T) {
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		n := 0
+		for end := time.Now().Add(2 * lingerTimeout); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if n = runtime.NumGoroutine(); n <= before {
+				return
+			}
+		}
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines left, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	})
+}
+
+func TestMemNetConn(t *testing.T) {
+	for _, m := range hostModes {
+		for _, busy := range []time.Duration{0, 20 * time.Microsecond} {
+			name := m.name
+			if busy > 0 {
+				name += " busy-polling"
+			}
+			t.Run(name, func(t *testing.T) {
+				goroutineCheck(t)
+				nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+					a, b, _, _ := memPair(t, Config{BusyPoll: busy}, m.features)
+					return a, b, func() { a.Close(); b.Close() }, nil
+				})
+			})
+		}
+	}
+}
+
+// TestMemIntegrity streams random data each way at once, with write sizes
+// from 1 byte to several rings, over a link that delays its requests, and
+// checks SHA-256 on both sides.
+func TestMemIntegrity(t *testing.T) {
+	for _, m := range hostModes {
+		t.Run(m.name, func(t *testing.T) {
+			goroutineCheck(t)
+			cfg := Config{RecvBuffer: 16 << 10, SendBuffer: 8 << 10, RecvDepth: 8}
+			a, b, pa, pb := memPair(t, cfg, m.features)
+			pa.SetDelay(50 * time.Microsecond)
+			pb.SetDelay(20 * time.Microsecond)
+			const size = 4 << 20
+			var wg sync.WaitGroup
+			sums := make([][2][32]byte, 2)
+			for i, ends := range [][2]*Conn{{a, b}, {b, a}} {
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					sums[i][0] = writeRandom(t, ends[0], size, uint64(i))
+				}()
+				go func() {
+					defer wg.Done()
+					h := sha256.New()
+					if n, err := io.CopyN(h, ends[1], size); err != nil {
+						t.Errorf("direction %d: read %d bytes: %v", i, n, err)
+					}
+					copy(sums[i][1][:], h.Sum(nil))
+				}()
+			}
+			wg.Wait()
+			for i := range sums {
+				if sums[i][0] != sums[i][1] {
+					t.Errorf("direction %d: SHA-256 differs", i)
+				}
+			}
+			closeAndWait(t, a)
+			closeAndWait(t, b)
+		})
+	}
+}
+
+// writeRandom writes size random bytes to w in pieces of random sizes and
+// returns their SHA-256.
+func writeRandom(t testing.TB, w io.Writer, size int, seed uint64) [32]byte {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	h := sha256.New()
+	buf := make([]byte, 40<<10)
+	for left := size; left > 0; {
+		n := min(left, 1+rng.IntN(len(buf)))
+		if rng.IntN(4) == 0 {
+			n = min(left, 1+rng.IntN(64))
+		}
+		for i := range buf[:n] {
+			buf[i] = byte(rng.Uint32())
+		}
+		h.Write(buf[:n])
+		if _, err := w.Write(buf[:n]); err != nil {
+			t.Errorf("write: %v", err)
+			break
+		}
+		left -= n
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
+}
+
+// TestMemCloseDeliversWritten: bytes written before Close arrive, then EOF,
+// although Close returns at once (the drain goes on in the background).
+func TestMemCloseDeliversWritten(t *testing.T) {
+	for _, m := range hostModes {
+		t.Run(m.name, func(t *testing.T) {
+			goroutineCheck(t)
+			a, b, pa, _ := memPair(t, Config{}, m.features)
+			pa.SetDelay(20 * time.Millisecond) // the writes are still in flight at Close
+			msg := bytes.Repeat([]byte("0123456789"), 1000)
+			for range 5 {
+				if _, err := a.Write(msg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(b)
+			if err != nil || len(got) != 5*len(msg) {
+				t.Fatalf("read %d bytes, %v; want %d, then EOF", len(got), err, 5*len(msg))
+			}
+			closeAndWait(t, b)
+			<-a.released
+		})
+	}
+}
+
+// TestMemFaults: each way the link can fail ends both connections with an
+// error of the right kind, and no call hangs.
+func TestMemFaults(t *testing.T) {
+	cfg := Config{KeepAlive: 200 * time.Millisecond}
+	cut := errors.New("cable pulled")
+	cases := []struct {
+		name   string
+		inject func(a, b *link.Pipe)
+		check  func(err error) bool
+	}{
+		{"silent path", func(a, b *link.Pipe) { a.Silence() }, isPathDead},
+		{"peer stops reposting", func(a, b *link.Pipe) { b.StopReposting(true) }, isPathDead},
+		{"cut", func(a, b *link.Pipe) { a.Cut(cut) }, func(err error) bool { return errors.Is(err, cut) && errors.Is(err, link.ErrDown) }},
+		{"request fails", func(a, b *link.Pipe) { a.FailNext(cut) }, func(err error) bool { return errors.Is(err, cut) }},
+	}
+	for _, c := range cases {
+		for _, m := range hostModes {
+			t.Run(c.name+"/"+m.name, func(t *testing.T) {
+				goroutineCheck(t)
+				a, b, pa, pb := memPair(t, cfg, m.features)
+				defer closeAndWait(t, a)
+				defer closeAndWait(t, b)
+				c.inject(pa, pb)
+				errs := make(chan error, 2)
+				go func() { // a keeps writing, so that a request is in flight
+					buf := make([]byte, 1000)
+					for {
+						if _, err := a.Write(buf); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+				go func() { // b reads until it fails (it may see EOF if a's failure disconnects)
+					_, err := io.Copy(io.Discard, b)
+					errs <- err
+				}()
+				for range 2 {
+					select {
+					case err := <-errs:
+						if err != nil && !c.check(err) && !errors.Is(err, stream.ErrPeerClosed) {
+							t.Errorf("error %v is not of the injected kind", err)
+						}
+					case <-time.After(20 * cfg.KeepAlive):
+						t.Fatalf("a call still blocked %v after the fault", 20*cfg.KeepAlive)
+					}
+				}
+			})
+		}
+	}
+}
+
+func isPathDead(err error) bool {
+	var pd *stream.PathDeadError
+	var ne net.Error
+	return errors.As(err, &pd) && errors.As(err, &ne) && ne.Timeout() && errors.Is(err, link.ErrDown) && !errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// TestMemPeerClosed: the peer's Close ends the stream with EOF after its
+// data, and Writes fail.
+func TestMemPeerClosed(t *testing.T) {
+	goroutineCheck(t)
+	a, b, _, _ := memPair(t, Config{}, hostModes[0].features)
+	a.Write([]byte("last words"))
+	closeAndWait(t, a)
+	got, err := io.ReadAll(b)
+	if string(got) != "last words" || err != nil {
+		t.Fatalf("ReadAll = %q, %v", got, err)
+	}
+	if _, err := b.Write([]byte("x")); !errors.Is(err, stream.ErrPeerClosed) {
+		t.Fatalf("Write after the peer closed = %v", err)
+	}
+	closeAndWait(t, b)
+}
+
+// TestMemHostilePeer: a peer that breaks the protocol ends its own
+// connection with a protocol error; another connection is unaffected, and
+// nothing panics.
+func TestMemHostilePeer(t *testing.T) {
+	cases := []struct {
+		name     string
+		features wire.Features
+		send     func(p *link.Pipe, victimRing uint64, key uint32)
+	}{
+		{"unknown opcode", 0, func(p *link.Pipe, _ uint64, _ uint32) {
+			var msg [32]byte
+			msg[0], msg[1] = 0x12, 0x34
+			p.PostSend([]link.SendWR{{Kind: link.SendControl, Signaled: true, ID: 1, Msg: msg}})
+		}},
+		{"extension opcode without the extension", 0, func(p *link.Pipe, _ uint64, _ uint32) {
+			p.PostSend([]link.SendWR{{Kind: link.SendControl, Signaled: true, ID: 1, Msg: encode(wire.Message{Op: wire.OpCredit})}})
+		}},
+		{"data beyond the window", 0, func(p *link.Pipe, ring uint64, key uint32) {
+			// The whole window, then a byte more before it was announced again.
+			size := uint32(len(p.SendRing()))
+			p.PostSend([]link.SendWR{
+				{Kind: link.SendData, Signaled: true, ID: 1, N: size, Remote: ring, RKey: key},
+				{Kind: link.SendData, Signaled: true, ID: 2, N: 1, Remote: ring, RKey: key},
+			})
+		}},
+		{"ring of the wrong size", hostModes[0].features, func(p *link.Pipe, ring uint64, key uint32) {
+			p.PostSend([]link.SendWR{{Kind: link.SendControl, Signaled: true, ID: 1, Msg: encode(wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 40, Length: 12345, RKey: 1})}})
+		}},
+		{"credit for bytes never sent", hostModes[0].features, func(p *link.Pipe, ring uint64, key uint32) {
+			p.PostSend([]link.SendWR{
+				{Kind: link.SendControl, Signaled: true, ID: 1, Msg: encode(wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 40, Length: 256 << 10, RKey: 1})},
+				{Kind: link.SendControl, Signaled: true, ID: 2, Msg: encode(wire.Message{Op: wire.OpCredit, ConsumedBytes: 1 << 30})},
+			})
+		}},
+		{"feature flood", 0, func(p *link.Pipe, ring uint64, key uint32) {
+			for i := 0; i < 40; i++ { // the victim's answers are never taken
+				p.PostSend([]link.SendWR{{Kind: link.SendControl, Signaled: true, ID: uint64(i + 1), Msg: encode(wire.Message{Op: wire.OpGetServerFeature})}})
+				var cs [64]link.Completion
+				p.Poll(cs[:])
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			goroutineCheck(t)
+			cfg, _ := Config{}.withDefaults()
+			// The hostile peer is a raw pipe end with room for its flood.
+			hostileCfg := pipeConfig(cfg)
+			hostileCfg.ControlDepth, hostileCfg.SendDepth = 64, 64
+			victimEnd, hostile := link.NewPipe(pipeConfig(cfg), hostileCfg)
+			victim, err := newLinkConn(victimEnd, cfg, true, c.features, helloOf(cfg, c.features))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bystanderA, bystanderB, _, _ := memPair(t, Config{}, hostModes[0].features)
+			ring, key := victimEnd.RecvRingKey()
+			c.send(hostile, ring, key)
+			// What arrived before the violation is readable; then the error.
+			victim.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, err = io.Copy(io.Discard, victim)
+			if !errors.Is(err, wire.ErrProtocol) {
+				t.Fatalf("victim's Read = %v, want a protocol error", err)
+			}
+			if _, err := victim.Write([]byte("x")); !errors.Is(err, wire.ErrProtocol) {
+				t.Fatalf("victim's Write = %v, want the protocol error", err)
+			}
+			bystanderA.Write([]byte("fine"))
+			buf := make([]byte, 4)
+			if _, err := io.ReadFull(bystanderB, buf); err != nil || string(buf) != "fine" {
+				t.Fatalf("another connection: %q, %v", buf, err)
+			}
+			closeAndWait(t, victim)
+			hostile.Close()
+			closeAndWait(t, bystanderA)
+			closeAndWait(t, bystanderB)
+		})
+	}
+}
+
+func encode(m wire.Message) (b [wire.MessageSize]byte) {
+	m.Encode(&b)
+	return b
+}
+
+// guardLink wraps a pipe end and records any use after Close: memory a
+// real link frees on Close (registered buffers, unmapped) must never be
+// touched again, by a poller, a spinner or a timer.
+type guardLink struct {
+	*link.Pipe
+	closed   atomic.Bool
+	violated atomic.Value // string: the first call after Close
+}
+
+func (g *guardLink) check(op string) {
+	if g.closed.Load() {
+		g.violated.CompareAndSwap(nil, op)
+	}
+}
+func (g *guardLink) PostSend(w []link.SendWR) error { g.check("PostSend"); return g.Pipe.PostSend(w) }
+func (g *guardLink) PostRecv(n int) error           { g.check("PostRecv"); return g.Pipe.PostRecv(n) }
+func (g *guardLink) Poll(cs []link.Completion) (int, error) {
+	g.check("Poll")
+	return g.Pipe.Poll(cs)
+}
+func (g *guardLink) Arm() error       { g.check("Arm"); return g.Pipe.Arm() }
+func (g *guardLink) Wait() error      { g.check("Wait"); return g.Pipe.Wait() }
+func (g *guardLink) SendRing() []byte { g.check("SendRing"); return g.Pipe.SendRing() }
+func (g *guardLink) RecvRing() []byte { g.check("RecvRing"); return g.Pipe.RecvRing() }
+func (g *guardLink) Close() error {
+	err := g.Pipe.Close()
+	g.closed.Store(true)
+	return err
+}
+
+// TestMemCloseRaces: Close racing blocked and spinning Reads and Writes,
+// many times. Every call returns (net.ErrClosed, or what it did before),
+// Close returns, and nothing touches the link after it was closed.
+func TestMemCloseRaces(t *testing.T) {
+	goroutineCheck(t)
+	rounds := 2000
+	if testing.Short() {
+		rounds = 200
+	}
+	for i := 0; i < rounds; i++ {
+		cfg, _ := Config{RecvBuffer: 4096, SendBuffer: 4096, RecvDepth: 4}.withDefaults()
+		if i%2 == 1 {
+			cfg.BusyPoll = 50 * time.Microsecond
+		}
+		features := hostModes[i%len(hostModes)].features
+		pa, pb := link.NewPipe(pipeConfig(cfg), pipeConfig(cfg))
+		ga, gb := &guardLink{Pipe: pa}, &guardLink{Pipe: pb}
+		a, b, _, _ := memConns(t, cfg, features, ga, gb)
+		var calls sync.WaitGroup
+		calls.Add(3)
+		go func() { // a Read that blocks: nothing is sent to a
+			defer calls.Done()
+			_, err := a.Read(make([]byte, 10))
+			if !errors.Is(err, net.ErrClosed) {
+				t.Errorf("round %d: blocked Read = %v, want net.ErrClosed", i, err)
+			}
+		}()
+		go func() { // a Write that fills b's ring and blocks: b never reads
+			defer calls.Done()
+			buf := make([]byte, 4096)
+			for {
+				if _, err := a.Write(buf); err != nil {
+					if !errors.Is(err, net.ErrClosed) {
+						t.Errorf("round %d: blocked Write = %v, want net.ErrClosed", i, err)
+					}
+					return
+				}
+			}
+		}()
+		go func() { // b's side reads a little, to keep completions coming
+			defer calls.Done()
+			b.Read(make([]byte, 100))
+		}()
+		if i%3 == 0 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+		}
+		a.Close()
+		b.Close()
+		calls.Wait()
+		<-a.released
+		<-b.released
+		for _, g := range []*guardLink{ga, gb} {
+			if v := g.violated.Load(); v != nil {
+				t.Fatalf("round %d: %s called after the link was closed", i, v)
+			}
+		}
+	}
+}
+
+// TestMemCloseIsPrompt: Close does not wait for the drain: with the peer
+// unable to take anything (a silent link), Close still returns before the
+// drain could end, and wakes the blocked Write; the link is released after
+// lingerTimeout.
+func TestMemCloseIsPrompt(t *testing.T) {
+	goroutineCheck(t)
+	a, b, pa, _ := memPair(t, Config{KeepAlive: -1}, hostModes[0].features)
+	pa.Silence()
+	blocked := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := a.Write(buf); err != nil {
+				blocked <- err
+				return
+			}
+		}
+	}()
+	// Wait until the Write has posted (after the announcement, posted at
+	// start): on a silent link nothing completes, so the Write soon blocks
+	// and the drain can never finish early.
+	for end := time.Now().Add(30 * time.Second); pa.Stats().Posted < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("nothing posted in 30 s")
+		}
+	}
+	closed := make(chan struct{})
+	go func() { a.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close still running after 30 s")
+	}
+	// The drain cannot end before lingerTimeout on a silent link: if Close
+	// had waited for it, the link would be released by now.
+	if isClosed(a.released) {
+		t.Fatal("Close returned only after the drain ended")
+	}
+	if err := <-blocked; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("blocked Write = %v", err)
+	}
+	select {
+	case <-a.released:
+	case <-time.After(3 * lingerTimeout):
+		t.Fatal("not released")
+	}
+	closeAndWait(t, b)
+}
