@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
@@ -79,15 +80,8 @@ const (
 	sendQueueDepth = 256
 	// controlSlots is how many control messages may be in flight at once.
 	controlSlots = 16
-	// maxInlineRequest is the largest inline size asked of the device
-	// (resources.go backs off from it): writes this small are copied by the
-	// post call itself, saving the device a read.
-	maxInlineRequest = 64
 	// transportRetries is how often an unacknowledged packet is sent again.
 	transportRetries = 6
-	// flushGrace is how long a queue pair that went to error may wait for the
-	// disconnect event that explains it before the connection fails on its own.
-	flushGrace = 2 * time.Second
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -115,6 +109,14 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 func (c Config) sendDepth() int { return sendQueueDepth }
+
+// linkConfig is what the RDMA link of a connection with this Config holds.
+func (c Config) linkConfig() rdmalink.Config {
+	return rdmalink.Config{
+		SendBuffer: c.SendBuffer, RecvBuffer: c.RecvBuffer,
+		SendDepth: c.sendDepth(), RecvDepth: c.RecvDepth, ControlDepth: controlSlots,
+	}
+}
 
 // Footprint is what one RDMA connection holds.
 type Footprint struct {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/stream"
 	"github.com/rdmanet/sdk/internal/wire"
 )
@@ -29,7 +30,7 @@ import (
 // lingerTimeout) and frees the registered memory (lifetime.go, linger.go).
 type Conn struct {
 	link          link.Link
-	rdma          *rdmaLink // the link, when it is RDMA (nil over link.Pipe)
+	rdma          *rdmalink.Link // the link, when it is RDMA (nil over link.Pipe)
 	cfg           Config
 	server        bool // answers GetServerFeature
 	local, remote *Addr

@@ -2,6 +2,7 @@ package rdmanet
 
 import (
 	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
@@ -12,7 +13,7 @@ import (
 // newConn makes the verbs objects of a connection on id and posts its
 // receives.
 func newConn(id *cm.ID, cfg Config, server bool) (*Conn, error) {
-	l, err := newRDMALink(id, cfg)
+	l, err := rdmalink.New(id, cfg.linkConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -24,14 +25,14 @@ func newConn(id *cm.ID, cfg Config, server bool) (*Conn, error) {
 // error (a Hello this side cannot work with) nothing was started: the
 // caller discards the connection as after a failed handshake.
 func (c *Conn) start(features wire.Features, peer wire.Hello) error {
-	c.rdma.established()
+	c.rdma.Established()
 	if err := c.begin(features, peer); err != nil {
 		return err
 	}
-	c.rdma.startEvents()
+	c.rdma.StartEvents()
 	return nil
 }
 
 // discard releases a connection that was never started (its handshake
 // failed); the caller has closed or will close its cm ID.
-func (c *Conn) discard() { c.rdma.discard() }
+func (c *Conn) discard() { c.rdma.Discard() }

@@ -1,5 +1,5 @@
 //go:build !linux
 
-package rdmanet
+package rdmalink
 
 func raiseMemlock() {}

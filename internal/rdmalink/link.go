@@ -1,4 +1,9 @@
-package rdmanet
+// Package rdmalink is the RDMA edge of rdmanet: one reliable connection
+// (an rdma_cm ID, its queue pair, a completion queue and channel, and the
+// registered rings) as a link.Link, which rdmanet's connection engine
+// drives. It is tested in the lab, on real queue pairs (Soft-RoCE); the
+// engine above it is tested on any machine over link.Pipe.
+package rdmalink
 
 import (
 	"context"
@@ -15,7 +20,8 @@ import (
 	"github.com/rdmanet/sdk/verbs"
 )
 
-// rdmaLink is a link.Link over one RDMA reliable connection: an rdma_cm ID,
+
+// Link is a link.Link over one RDMA reliable connection: an rdma_cm ID,
 // its queue pair, a completion queue with its channel, and the registered
 // rings (resources). Data goes as RDMA_WRITE_WITH_IMM (the immediate is the
 // byte count), control messages as SENDs from a slot of the control buffer,
@@ -27,7 +33,7 @@ import (
 // reports that after the completions before it. Requests flushed by a
 // queue pair that went to error with no event to explain it fail the link
 // after flushGrace.
-type rdmaLink struct {
+type Link struct {
 	id  *cm.ID
 	res *resources
 
@@ -54,30 +60,44 @@ type rdmaLink struct {
 	eventsDone chan struct{}
 }
 
-var _ link.Link = (*rdmaLink)(nil)
+var _ link.Link = (*Link)(nil)
 
 // wr_id layout: receives carry recvTag and their slot; sends carry the
 // engine's ids.
 const recvTag = 1 << 63
 
-// newRDMALink makes the verbs objects of a connection on id and posts every
+// pollBatch is how many work completions one Poll takes at most.
+const pollBatch = 32
+
+// flushGrace is how long a queue pair that went to error may wait for the
+// event that explains it (DISCONNECTED) before the link fails on its own.
+const flushGrace = 2 * time.Second
+
+// Config sizes a link.
+type Config struct {
+	SendBuffer, RecvBuffer int // the transmit and receive rings, in bytes (rounded up to pages)
+	SendDepth, RecvDepth   int // send queue slots; receives kept posted
+	ControlDepth           int // control messages that may be in flight
+}
+
+// New makes the verbs objects of a connection on id and posts every
 // receive, before connect or accept, as Valkey does: the peer may send the
-// moment the connection is established. Its events goroutine starts with
-// start, once the connection is established.
-func newRDMALink(id *cm.ID, cfg Config) (*rdmaLink, error) {
+// moment the connection is established. Established and StartEvents
+// follow once it is; Discard releases a link whose connection never was.
+func New(id *cm.ID, cfg Config) (*Link, error) {
 	res, err := newResources(id, cfg)
 	if err != nil {
 		return nil, err
 	}
-	l := &rdmaLink{
+	l := &Link{
 		id: id, res: res,
 		caps: link.Caps{
-			SendDepth: cfg.sendDepth(), RecvDepth: cfg.RecvDepth, ControlDepth: controlSlots,
+			SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth, ControlDepth: cfg.ControlDepth,
 			MaxInline: int(res.maxInline), Name: res.name,
 		},
 		consumed: make([]int, 0, cfg.RecvDepth),
 		recvWRs:  make([]verbs.RecvWR, cfg.RecvDepth),
-		sendWRs:  make([]verbs.SendWR, 0, cfg.sendDepth()),
+		sendWRs:  make([]verbs.SendWR, 0, cfg.SendDepth),
 	}
 	for i := range l.recvWRs {
 		l.recvWRs[i] = verbs.RecvWR{ID: recvTag | uint64(i), Local: res.recvSlot(i)}
@@ -89,30 +109,30 @@ func newRDMALink(id *cm.ID, cfg Config) (*rdmaLink, error) {
 	return l, nil
 }
 
-// established records the connection's addresses once it is established.
-func (l *rdmaLink) established() { l.local, l.peer = l.id.LocalAddr(), l.id.RemoteAddr() }
+// Established records the connection's addresses once it is established.
+func (l *Link) Established() { l.local, l.peer = l.id.LocalAddr(), l.id.RemoteAddr() }
 
-// startEvents starts taking the connection manager's events.
-func (l *rdmaLink) startEvents() {
+// StartEvents starts taking the connection manager's events.
+func (l *Link) StartEvents() {
 	l.eventsDone = make(chan struct{})
 	go l.events()
 }
 
-// discard releases a link whose connection was never established; the
+// Discard releases a link whose connection was never established; the
 // caller closes the ID.
-func (l *rdmaLink) discard() { l.res.close() }
+func (l *Link) Discard() { l.res.close() }
 
-func (l *rdmaLink) Caps() link.Caps  { return l.caps }
-func (l *rdmaLink) SendRing() []byte { return l.res.tx.Bytes() }
-func (l *rdmaLink) RecvRing() []byte { return l.res.rx.Bytes() }
-func (l *rdmaLink) RecvRingKey() (uint64, uint32) {
+func (l *Link) Caps() link.Caps  { return l.caps }
+func (l *Link) SendRing() []byte { return l.res.tx.Bytes() }
+func (l *Link) RecvRing() []byte { return l.res.rx.Bytes() }
+func (l *Link) RecvRingKey() (uint64, uint32) {
 	return l.res.rxMR.Addr(), l.res.rxMR.RKey()
 }
-func (l *rdmaLink) Addrs() (local, remote netip.AddrPort) { return l.local, l.peer }
+func (l *Link) Addrs() (local, remote netip.AddrPort) { return l.local, l.peer }
 
 // PostSend turns the engine's requests into work requests and posts them
 // in one call.
-func (l *rdmaLink) PostSend(wrs []link.SendWR) error {
+func (l *Link) PostSend(wrs []link.SendWR) error {
 	out := l.sendWRs[:0]
 	for i := range wrs {
 		wr := &wrs[i]
@@ -148,7 +168,7 @@ func (l *rdmaLink) PostSend(wrs []link.SendWR) error {
 }
 
 // PostRecv posts again the n receive slots consumed longest ago.
-func (l *rdmaLink) PostRecv(n int) error {
+func (l *Link) PostRecv(n int) error {
 	if n > len(l.consumed) {
 		return fmt.Errorf("rdmanet: %d receives to post again, %d were consumed", n, len(l.consumed))
 	}
@@ -162,7 +182,7 @@ func (l *rdmaLink) PostRecv(n int) error {
 
 // Poll takes completions and says what they mean. The link's end comes
 // once, after everything before it.
-func (l *rdmaLink) Poll(cs []link.Completion) (int, error) {
+func (l *Link) Poll(cs []link.Completion) (int, error) {
 	if l.reported {
 		return 0, nil
 	}
@@ -229,7 +249,7 @@ func (l *rdmaLink) Poll(cs []link.Completion) (int, error) {
 // end is the completion that reports the link's end, once the queue is
 // empty: the event the events goroutine saw, or a queue pair that flushed
 // with no event for flushGrace.
-func (l *rdmaLink) end() (link.Completion, bool) {
+func (l *Link) end() (link.Completion, bool) {
 	l.mu.Lock()
 	down, why := l.down, l.why
 	l.mu.Unlock()
@@ -246,11 +266,11 @@ func (l *rdmaLink) end() (link.Completion, bool) {
 // the peer and no device event. It matches link.ErrDown: a path failure.
 var errQueuePairDown = fmt.Errorf("rdmanet: the connection's queue pair failed: %w", link.ErrDown)
 
-func (l *rdmaLink) Arm() error { return l.res.cq.RequestNotify(false) }
+func (l *Link) Arm() error { return l.res.cq.RequestNotify(false) }
 
 // Wait sleeps on the completion channel. Wake forces the channel's
 // deadline into the past; Wait turns that into ErrWoken and clears it.
-func (l *rdmaLink) Wait() error {
+func (l *Link) Wait() error {
 	l.mu.Lock()
 	if l.woken || l.down != 0 {
 		l.woken = false
@@ -270,7 +290,7 @@ func (l *rdmaLink) Wait() error {
 }
 
 // Wake ends the current or next Wait.
-func (l *rdmaLink) Wake() {
+func (l *Link) Wake() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.woken && !l.closed {
@@ -282,7 +302,7 @@ func (l *rdmaLink) Wake() {
 // events takes the connection manager's events for the ID until it is
 // closed: the ones that end the connection are recorded for Poll, and a
 // sleeping poller is woken to take them.
-func (l *rdmaLink) events() {
+func (l *Link) events() {
 	defer close(l.eventsDone)
 	for {
 		ev, err := l.id.WaitEvent(context.Background())
@@ -310,11 +330,11 @@ func (l *rdmaLink) events() {
 	}
 }
 
-func (l *rdmaLink) Disconnect() error { return l.id.Disconnect() }
+func (l *Link) Disconnect() error { return l.id.Disconnect() }
 
 // Close destroys the ID (and with it the queue pair, which ends the events
 // goroutine), then the rest.
-func (l *rdmaLink) Close() error {
+func (l *Link) Close() error {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()

@@ -1,4 +1,4 @@
-package rdmanet
+package rdmalink
 
 import (
 	"sync"

@@ -1,4 +1,4 @@
-package rdmanet
+package rdmalink
 
 import (
 	"errors"
@@ -46,7 +46,7 @@ func newResources(id *cm.ID, cfg Config) (_ *resources, err error) {
 	if r.ch, err = ctx.NewCompChannel(); err != nil {
 		return nil, err
 	}
-	if r.cq, err = ctx.NewCQ(cfg.sendDepth()+cfg.RecvDepth, r.ch, 0); err != nil {
+	if r.cq, err = ctx.NewCQ(cfg.SendDepth+cfg.RecvDepth, r.ch, 0); err != nil {
 		return nil, err
 	}
 	if r.rx, r.rxMR, err = r.register(cfg.RecvBuffer, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
@@ -55,11 +55,11 @@ func newResources(id *cm.ID, cfg Config) (_ *resources, err error) {
 	if r.tx, r.txMR, err = r.register(cfg.SendBuffer, verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
-	if r.ctl, r.ctlMR, err = r.register((cfg.RecvDepth+controlSlots)*wire.MessageSize, verbs.AccessLocalWrite); err != nil {
+	if r.ctl, r.ctlMR, err = r.register((cfg.RecvDepth+cfg.ControlDepth)*wire.MessageSize, verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	qpc := cm.QPConfig{SendCQ: r.cq, RecvCQ: r.cq, Cap: verbs.QPCap{
-		MaxSendWR: uint32(cfg.sendDepth()), MaxRecvWR: uint32(cfg.RecvDepth),
+		MaxSendWR: uint32(cfg.SendDepth), MaxRecvWR: uint32(cfg.RecvDepth),
 		MaxSendSGE: 1, MaxRecvSGE: 1,
 	}}
 	// Devices differ in how much they send inline (some none, some Intel
@@ -85,7 +85,7 @@ func newResources(id *cm.ID, cfg Config) (_ *resources, err error) {
 // itself, saving the device a read of registered memory. More than 64
 // bytes would enlarge every send queue entry (on rxe, and on most
 // devices) for little gain.
-var inlineSizes = []uint32{maxInlineRequest, 32, 0}
+var inlineSizes = []uint32{64, 32, 0}
 
 func (r *resources) register(size int, access verbs.Access) (*verbs.Buffer, *verbs.MR, error) {
 	b, err := verbs.NewBuffer(size)
