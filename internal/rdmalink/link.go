@@ -20,7 +20,6 @@ import (
 	"github.com/rdmanet/sdk/verbs"
 )
 
-
 // Link is a link.Link over one RDMA reliable connection: an rdma_cm ID,
 // its queue pair, a completion queue with its channel, and the registered
 // rings (resources). Data goes as RDMA_WRITE_WITH_IMM (the immediate is the
