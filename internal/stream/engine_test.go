@@ -207,8 +207,8 @@ func TestEngineOverrun(t *testing.T) {
 	}
 }
 
-// TestEngineDeadPath: requests outstanding for KeepAlive with no completion
-// fail the stream with a timeout that names a path failure, whatever the
+// TestEngineDeadPath: requests outstanding for 2 x KeepAlive with no
+// completion fail the stream with a timeout that names a path failure, whatever the
 // link does; an idle connection sends Keepalive, and a keepalive that never
 // completes is a dead path too.
 func TestEngineDeadPath(t *testing.T) {
@@ -228,7 +228,7 @@ func TestEngineDeadPath(t *testing.T) {
 	if m, _ := wire.Decode(r.sent[0].Msg[:], true); m.Op != wire.OpKeepalive {
 		t.Fatalf("posted %v, want Keepalive", m.Op)
 	}
-	clk.advance(ka - time.Millisecond)
+	clk.advance(deadFactor*ka - time.Millisecond)
 	e.Tick()
 	if e.Err() != nil {
 		t.Fatalf("failed before the bound: %v", e.Err())
