@@ -252,10 +252,42 @@ func linkDown(t *testing.T, dev string) {
 // linkUp sets dev up again and waits until the RDMA ports on every one
 // of ports (dev, and the far end of its veth, which lost its carrier) are
 // active.
+//
+// Both ends of the lab's A-B veth have a route to the same prefix, and
+// address resolution from A's address takes the first. Setting dev down
+// deletes its route and setting it up appends it again, after the other
+// end's: RDMA from A would then resolve through B's device and never
+// connect. So the other ends' routes are taken out and put back after
+// dev's, as the lab made them.
 func linkUp(t *testing.T, dev string, ports ...string) {
 	t.Helper()
 	if out, err := exec.Command("ip", "link", "set", dev, "up").CombinedOutput(); err != nil {
 		t.Fatalf("ip link set %s up: %v\n%s", dev, err, out)
+	}
+	for _, other := range ports {
+		if other == dev {
+			continue
+		}
+		out, err := exec.Command("ip", "-o", "route", "show", "dev", other, "proto", "kernel", "scope", "link").Output()
+		if err != nil {
+			t.Fatalf("ip route show dev %s: %v", other, err)
+		}
+		for _, route := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if route == "" {
+				continue
+			}
+			args := append([]string{"route", "del"}, strings.Fields(route)...)
+			args = append(args, "dev", other)
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				t.Fatalf("ip %v: %v\n%s", args, err, out)
+			}
+			// As the kernel made it, so that the next run finds it again.
+			args = append(args, "proto", "kernel", "scope", "link")
+			args[1] = "add"
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				t.Fatalf("ip %v: %v\n%s", args, err, out)
+			}
+		}
 	}
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		out, _ := exec.Command("rdma", "link", "show").CombinedOutput()
