@@ -61,10 +61,15 @@ bench: $(LAB) $(LABBENCH)
 	rev=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown); \
 	git diff --quiet HEAD 2>/dev/null || rev="$$rev with uncommitted changes"; \
 	host="$$(nproc) CPUs, load average $$(cut -d' ' -f1-3 /proc/loadavg) as the run started"; \
+	if ! $(GO) test -run '^$$' -bench Host -benchmem -count 5 ./rdmanet/ > bin/hostbench.txt; then \
+		echo "bench: the host benchmarks failed; BENCHMARKS.md unchanged (bin/hostbench.txt)" >&2; exit 1; fi; \
 	if ! $(LAB) -timeout 20m $(LABBENCH) -rev "$$rev" -host "$$host" > $$tmp; then \
 		echo "bench: the run failed; BENCHMARKS.md unchanged (output so far: $$tmp)" >&2; exit 1; fi; \
 	if [ "$$(tail -n 1 $$tmp)" != '<!-- labbench: end of report -->' ]; then \
 		echo "bench: the report is incomplete; BENCHMARKS.md unchanged (output: $$tmp)" >&2; exit 1; fi; \
+	{ head -n -1 $$tmp; echo; echo "## The engine's own cost, on the host"; echo; \
+	  echo "rdmanet's connection over the in-memory link (internal/link.Pipe: no device, no kernel), beside Go's TCP over loopback, in the same run before the lab's (\`go test -run '^\$$' -bench Host -benchmem -count 5 ./rdmanet/\`, medians of 5):"; echo; \
+	  $(GO) run ./internal/cmd/benchtable < bin/hostbench.txt; echo; tail -n 1 $$tmp; } > $$tmp.host && mv $$tmp.host $$tmp; \
 	mv $$tmp BENCHMARKS.md; cat BENCHMARKS.md; \
 	echo "bench: wrote BENCHMARKS.md in $$(( $$(date +%s) - start ))s"
 

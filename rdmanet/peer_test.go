@@ -283,7 +283,7 @@ func linkUp(t *testing.T, dev string, ports ...string) {
 			}
 			// As the kernel made it, so that the next run finds it again.
 			args = append(args, "proto", "kernel", "scope", "link")
-			args[1] = "add"
+			args[1] = "append" // a second route to the prefix: "add" says it exists
 			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 				t.Fatalf("ip %v: %v\n%s", args, err, out)
 			}

@@ -1,0 +1,112 @@
+package rdmanet
+
+import (
+	"io"
+	"net"
+	"testing"
+)
+
+// The engine's own cost, on the host, over the in-memory link (no device,
+// no kernel: what rdmanet's code costs per operation), beside Go's TCP over
+// loopback in the same run. make bench puts the table in BENCHMARKS.md:
+//
+//	go test -run '^$' -bench Host -benchmem -count 5 ./rdmanet/ | go run ./internal/cmd/benchtable
+
+// hostPairs are the connections compared: rdmanet's two protocols over the
+// in-memory link, and TCP over loopback.
+func hostPairs(b *testing.B) []struct {
+	name string
+	make func() (net.Conn, net.Conn, func())
+} {
+	return []struct {
+		name string
+		make func() (net.Conn, net.Conn, func())
+	}{
+		{"mem-rdmanet", func() (net.Conn, net.Conn, func()) {
+			a, c, _, _ := memPair(b, Config{}, hostModes[0].features)
+			return a, c, func() { a.Close(); c.Close() }
+		}},
+		{"mem-valkey", func() (net.Conn, net.Conn, func()) {
+			a, c, _, _ := memPair(b, Config{}, 0)
+			return a, c, func() { a.Close(); c.Close() }
+		}},
+		{"tcp-loopback", func() (net.Conn, net.Conn, func()) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ln.Close()
+			accepted := make(chan net.Conn, 1)
+			go func() {
+				c, _ := ln.Accept()
+				accepted <- c
+			}()
+			a, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := <-accepted
+			return a, c, func() { a.Close(); c.Close() }
+		}},
+	}
+}
+
+// BenchmarkHostPingPong64: a 64-byte request and its 64-byte answer.
+func BenchmarkHostPingPong64(b *testing.B) {
+	for _, p := range hostPairs(b) {
+		b.Run(p.name, func(b *testing.B) {
+			client, server, stop := p.make()
+			defer stop()
+			go func() {
+				buf := make([]byte, 64)
+				for {
+					if _, err := io.ReadFull(server, buf); err != nil {
+						return
+					}
+					if _, err := server.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+			buf := make([]byte, 64)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := client.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(client, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkHostStream64K: 64 KiB writes one way, read as they come.
+func BenchmarkHostStream64K(b *testing.B) {
+	for _, p := range hostPairs(b) {
+		b.Run(p.name, func(b *testing.B) {
+			client, server, stop := p.make()
+			defer stop()
+			const size = 64 << 10
+			done := make(chan error, 1)
+			go func() {
+				_, err := io.CopyN(io.Discard, server, int64(size)*int64(b.N))
+				done <- err
+			}()
+			buf := make([]byte, size)
+			b.SetBytes(size)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := client.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
