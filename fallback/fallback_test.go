@@ -193,3 +193,25 @@ func TestDiagnoseStopsAtTheFirstFailure(t *testing.T) {
 	}
 	t.Logf("%+v", steps)
 }
+
+// TestHostVerdictRefreshedOffThePath: a stale verdict is still the answer
+// while a goroutine finds the new one.
+func TestHostVerdictRefreshedOffThePath(t *testing.T) {
+	hostCheck() // the real verdict, found once
+	real := host.verdict.Load()
+	t.Cleanup(func() { host.verdict.Store(real) })
+	stale := &hostVerdict{err: &Error{Reason: ReasonPolicy}, until: time.Now().Add(-time.Second)}
+	host.verdict.Store(stale)
+	if got := hostCheck(); got != stale.err {
+		t.Fatalf("hostCheck with a stale verdict = %v; want the stale verdict, answered at once", got)
+	}
+	for deadline := time.Now().Add(30 * time.Second); host.verdict.Load() == stale; {
+		if time.Now().After(deadline) {
+			t.Fatal("the stale verdict was never found again")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got, want := hostCheck(), diagnoseHost(); (got == nil) != (want[len(want)-1].Err == nil) {
+		t.Errorf("after the refresh hostCheck = %v; Diagnose says %+v", got, want)
+	}
+}

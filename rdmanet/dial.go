@@ -145,7 +145,11 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	if policy == fallback.RDMAOnly {
 		return nil, opErr(raddr, why)
 	}
-	slog.Debug("rdmanet: dialing over TCP", "addr", dst, "reason", string(why.Reason), "remembered", why.Remembered, "err", why.Err)
+	// Checked first: building the log call's arguments allocates, and the
+	// dial to a host without RDMA must cost what net.Dial costs.
+	if slog.Default().Enabled(ctx, slog.LevelDebug) {
+		slog.Debug("rdmanet: dialing over TCP", "addr", dst, "reason", string(why.Reason), "remembered", why.Remembered, "err", why.Err)
+	}
 	td := net.Dialer{}
 	if src.IsValid() {
 		td.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
