@@ -38,7 +38,11 @@ type Dialer struct {
 	// peer's answer to the RDMA connection request (default 1 s): a peer
 	// whose host has no RDMA never answers, and the dial falls back to TCP
 	// after this long. The failure is then remembered for a minute, so later
-	// dials to that address go straight to TCP (see ForgetFailures).
+	// dials to that address go straight to TCP (see ForgetFailures); but not
+	// when the peer answered over RDMA within that minute (it is busy, not
+	// without RDMA: the fallback's Error says PeerAnswers), and a request
+	// answered after the dial stopped waiting (it is watched for a few
+	// seconds more) forgets it.
 	RDMATimeout time.Duration
 }
 
@@ -128,7 +132,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		}
 		c, err := dial(ctx, src, dst, cfg, answerWait)
 		if err == nil {
-			failures.Forget(dst)
+			failures.Answered(dst)
 			counters.Dialed(fallback.RDMA)
 			return c, nil
 		}
@@ -138,8 +142,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		}
 		// Only the answer's wait has a deadline of its own: a deadline
 		// error with the caller's context alive is the peer's silence.
-		why = &fallback.Error{Reason: fallback.Classify(err), Err: err}
-		failures.Remember(dst, why)
+		why = attemptFailed(dst, err)
 	}
 	counters.FellBack(why.Reason)
 	if policy == fallback.RDMAOnly {
@@ -177,7 +180,7 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	}
 	var c *Conn
 	defer func() {
-		if err != nil {
+		if err != nil && id != nil {
 			id.Close()
 			if c != nil {
 				c.discard()
@@ -207,6 +210,9 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	}
 	peer, err := id.Connect(connectCtx, cm.ConnParam{PrivateData: cfg.hello(offer), ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
 	if err != nil {
+		if answerWait > 0 && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && watchLateAnswer(dst, id, c) {
+			id = nil // the watch owns it, and c, now
+		}
 		return nil, withRejectReason(err)
 	}
 	// A Valkey server accepts with no private data: Valkey's protocol.

@@ -1,0 +1,117 @@
+package rdmanet
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/fallback"
+)
+
+// A dial that stops waiting for the peer's answer (Dialer.RDMATimeout) falls
+// back to TCP, but the peer may still answer: a busy host answers late, a
+// host without RDMA never does. The request is left to finish in the
+// background, so that a late answer is seen and the destination is not
+// taken for one without RDMA for a whole DefaultMemoryTTL.
+
+// lateAnswerWait bounds how long a request the dial gave up on is watched:
+// far beyond a busy host's delay, short enough to hold its resources
+// (a cm ID, a connection's registered memory) only briefly.
+const lateAnswerWait = 10 * time.Second
+
+// maxLateWatches bounds the requests watched at once; beyond it a request
+// is released at once, as if nothing could answer it.
+const maxLateWatches = 16
+
+// late tracks the watches.
+var late struct {
+	sync.Mutex
+	n      int
+	wg     sync.WaitGroup
+	ctx    context.Context // every watch's parent
+	cancel context.CancelFunc
+}
+
+// attemptFailed says why a dial's RDMA attempt to dst failed, and
+// remembers it when it belongs to dst. A peer that answers RDMA (it did
+// recently, or an RDMA listener there refused this request) was busy: the
+// failure is not remembered and does not claim the host lacks RDMA.
+func attemptFailed(dst netip.AddrPort, err error) *fallback.Error {
+	why := &fallback.Error{Reason: fallback.Classify(err), Err: err}
+	var ee *cm.EventError
+	switch why.Reason {
+	case fallback.ReasonTimeout:
+		why.PeerAnswers = failures.Answers(dst)
+	case fallback.ReasonRejected:
+		// Only "nothing listens on that port" says something lasting about
+		// the destination; a listener's own reject (an rdmanet server out of
+		// resources, a full backlog) is a moment's refusal.
+		why.PeerAnswers = errors.As(err, &ee) && !ee.NoListener()
+	}
+	failures.Remember(dst, why)
+	return why
+}
+
+// lateAnswer records what the peer did with a request after the dial had
+// stopped waiting: any answer shows its host answers RDMA, which forgets
+// the timeout that was remembered for it.
+func lateAnswer(dst netip.AddrPort, ev cm.EventType) {
+	switch ev {
+	case cm.EventEstablished, cm.EventRejected:
+		failures.Answered(dst)
+	}
+}
+
+// watchLateAnswer takes over a connection request to dst whose answer the
+// dial no longer waits for (id, and c made for it), waits for the answer in
+// the background, and then releases both. It reports false, keeping
+// nothing, when too many requests are watched already.
+func watchLateAnswer(dst netip.AddrPort, id *cm.ID, c *Conn) bool {
+	late.Lock()
+	defer late.Unlock()
+	if late.n >= maxLateWatches {
+		return false
+	}
+	if late.ctx == nil {
+		late.ctx, late.cancel = context.WithCancel(context.Background())
+	}
+	late.n++
+	late.wg.Add(1)
+	ctx, cancel := context.WithTimeout(late.ctx, lateAnswerWait)
+	go func() {
+		defer func() {
+			cancel()
+			late.Lock()
+			late.n--
+			late.Unlock()
+			late.wg.Done()
+		}()
+		ev, err := id.WaitEvent(ctx)
+		if err == nil && ev.Type == cm.EventEstablished {
+			// The server accepted: its connection ends at once, as a TCP
+			// server's does when a client that gave up closes.
+			id.Disconnect()
+		}
+		id.Close()
+		c.discard()
+		if err == nil {
+			lateAnswer(dst, ev.Type)
+		}
+	}()
+	return true
+}
+
+// endLateWatches ends every watch now and waits for them to release what
+// they hold (tests use it before counting leftover IDs).
+func endLateWatches() {
+	late.Lock()
+	if late.cancel != nil {
+		late.cancel()
+		late.ctx, late.cancel = nil, nil
+	}
+	late.Unlock()
+	late.wg.Wait()
+}
