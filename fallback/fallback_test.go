@@ -223,6 +223,12 @@ func TestMemoryAnswers(t *testing.T) {
 		t.Error("a listener's refusal was remembered")
 	}
 
+	m.ForgetAnswer(a)
+	if m.Answers(a) {
+		t.Error("ForgetAnswer kept the answer")
+	}
+	m.Answered(a)
+
 	now = now.Add(10 * time.Second)
 	m.Answered(b)
 	m.Answered(c) // full: a, which expires first, goes

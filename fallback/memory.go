@@ -113,6 +113,14 @@ func (m *Memory) Answers(dst netip.AddrPort) bool {
 	return ok
 }
 
+// ForgetAnswer drops the answer recorded for dst: it left a request
+// unanswered for so long that it no longer counts as a busy peer.
+func (m *Memory) ForgetAnswer(dst netip.AddrPort) {
+	m.mu.Lock()
+	delete(m.answered, dst)
+	m.mu.Unlock()
+}
+
 // evict makes room in m, which holds max entries: it drops the expired
 // ones, or, if none has expired, the one that expires first. The Memory's
 // mutex is held.

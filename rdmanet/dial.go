@@ -38,11 +38,12 @@ type Dialer struct {
 	// peer's answer to the RDMA connection request (default 1 s): a peer
 	// whose host has no RDMA never answers, and the dial falls back to TCP
 	// after this long. The failure is then remembered for a minute, so later
-	// dials to that address go straight to TCP (see ForgetFailures); but not
-	// when the peer answered over RDMA within that minute (it is busy, not
-	// without RDMA: the fallback's Error says PeerAnswers), and a request
-	// answered after the dial stopped waiting (it is watched for a few
-	// seconds more) forgets it.
+	// dials to that address go straight to TCP (see ForgetFailures), and a
+	// request answered after the dial stopped waiting (it is watched for a
+	// few seconds more) forgets it. A peer that answered over RDMA within
+	// that minute is busy, not without RDMA: the dial waits up to 10 s for
+	// its answer instead, and if it falls back all the same the failure is
+	// not remembered (the fallback's Error says PeerAnswers).
 	RDMATimeout time.Duration
 }
 
@@ -202,16 +203,15 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	// is 6, not libvalkey's 7: some devices (rxe) treat 7 as "forever", and
 	// then a dead peer is never noticed. Both sides' queue pairs use it.
 	offer := cfg.extensions()
-	connectCtx := ctx
-	if answerWait > 0 {
-		var cancel context.CancelFunc
-		connectCtx, cancel = context.WithTimeout(ctx, answerWait)
-		defer cancel()
-	}
+	connectCtx, stopWait := answerContext(ctx, dst, answerWait, busyAnswerWait)
+	defer stopWait()
 	peer, err := id.Connect(connectCtx, cm.ConnParam{PrivateData: cfg.hello(offer), ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
 	if err != nil {
-		if answerWait > 0 && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && watchLateAnswer(dst, id, c) {
-			id = nil // the watch owns it, and c, now
+		if cause := context.Cause(connectCtx); ctx.Err() == nil && (cause == errNoAnswer || cause == errNoBusyAnswer) {
+			err = cause
+			if watchLateAnswer(dst, id, c) {
+				id = nil // the watch owns it, and c, now
+			}
 		}
 		return nil, withRejectReason(err)
 	}

@@ -3,6 +3,7 @@ package rdmanet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"sync"
 	"time"
@@ -16,6 +17,66 @@ import (
 // host without RDMA never does. The request is left to finish in the
 // background, so that a late answer is seen and the destination is not
 // taken for one without RDMA for a whole DefaultMemoryTTL.
+
+// errNoAnswer and errNoBusyAnswer are a connection request the peer did not
+// answer in time: within RDMATimeout, or, for a peer known to answer RDMA,
+// within busyAnswerWait. They match context.DeadlineExceeded, which makes
+// them a fallback.ReasonTimeout.
+var (
+	errNoAnswer     = fmt.Errorf("no answer to the RDMA connection request in time: %w", context.DeadlineExceeded)
+	errNoBusyAnswer = fmt.Errorf("no answer to the RDMA connection request in %v, though the peer answered RDMA recently: %w", busyAnswerWait, context.DeadlineExceeded)
+)
+
+// busyAnswerWait is how long a dial waits for the answer of a peer that
+// answered over RDMA within the failure memory's TTL: such a peer is busy,
+// not without RDMA, and falling back would give the connection TCP for its
+// whole life. It matches the bound a listener puts on one handshake.
+const busyAnswerWait = acceptTimeout
+
+// answerContext is ctx, also cancelled when dst leaves a connection request
+// unanswered: after answerWait (Dialer.RDMATimeout), with the cause
+// errNoAnswer, or, if by then dst is known to answer RDMA, after busyWait
+// in all, with the cause errNoBusyAnswer. The longer wait takes at most half
+// of what ctx has left, so that falling back to TCP stays possible. Zero
+// answerWait means ctx alone bounds the wait.
+func answerContext(ctx context.Context, dst netip.AddrPort, answerWait, busyWait time.Duration) (context.Context, func()) {
+	if answerWait <= 0 {
+		return ctx, func() {}
+	}
+	busyWait = fallbackRoom(ctx, busyWait)
+	actx, cancel := context.WithCancelCause(ctx)
+	var mu sync.Mutex
+	stopped := false
+	var timer *time.Timer
+	mu.Lock() // the timer may fire before it is stored
+	defer mu.Unlock()
+	timer = time.AfterFunc(answerWait, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		// Asked when the wait ends, not when it starts: in a burst the
+		// first answers come while later requests still wait.
+		if rest := busyWait - answerWait; rest > 0 && !stopped && failures.Answers(dst) {
+			timer = time.AfterFunc(rest, func() { cancel(errNoBusyAnswer) })
+			return
+		}
+		cancel(errNoAnswer)
+	})
+	return actx, func() {
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// fallbackRoom is wait, cut to half of what ctx has left.
+func fallbackRoom(ctx context.Context, wait time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return min(wait, time.Until(dl)/2)
+	}
+	return wait
+}
 
 // lateAnswerWait bounds how long a request the dial gave up on is watched:
 // far beyond a busy host's delay, short enough to hold its resources
@@ -45,6 +106,11 @@ func attemptFailed(dst netip.AddrPort, err error) *fallback.Error {
 	switch why.Reason {
 	case fallback.ReasonTimeout:
 		why.PeerAnswers = failures.Answers(dst)
+		if errors.Is(err, errNoBusyAnswer) {
+			// Silent for busyAnswerWait, which a busy peer is not: the next
+			// dial waits RDMATimeout again, and its timeout counts as any.
+			failures.ForgetAnswer(dst)
+		}
 	case fallback.ReasonRejected:
 		// Only "nothing listens on that port" says something lasting about
 		// the destination; a listener's own reject (an rdmanet server out of
