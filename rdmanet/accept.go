@@ -311,7 +311,15 @@ func (s *rdmaSide) accept(ctx context.Context, req *cm.Request) (net.Conn, error
 	if ok {
 		agreed = h.Features & s.cfg.extensions()
 	}
+	ctx, cancel := context.WithTimeout(ctx, acceptTimeout)
+	defer cancel()
+	if err := acceptSetups.enter(ctx); err != nil {
+		req.ID.Reject(rejectReason(err))
+		req.ID.Close()
+		return nil, err
+	}
 	c, err := newConn(req.ID, s.cfg, true)
+	acceptSetups.leave()
 	if err != nil {
 		req.ID.Reject(rejectReason(err))
 		req.ID.Close()
@@ -323,11 +331,9 @@ func (s *rdmaSide) accept(ctx context.Context, req *cm.Request) (net.Conn, error
 		c.discard()
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, acceptTimeout)
 	// Retry forever on RNR, as for dials: the peer's writes wait for a
 	// reposted receive instead of failing.
 	err = req.ID.Accept(ctx, cm.ConnParam{PrivateData: s.cfg.hello(agreed), ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7})
-	cancel()
 	if err != nil {
 		req.ID.Close()
 		c.discard()

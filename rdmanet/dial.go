@@ -191,7 +191,12 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	if err := id.Resolve(ctx, src, dst); err != nil {
 		return nil, err
 	}
-	if c, err = newConn(id, cfg, false); err != nil {
+	if err := dialSetups.enter(ctx); err != nil {
+		return nil, err
+	}
+	c, err = newConn(id, cfg, false)
+	dialSetups.leave()
+	if err != nil {
 		return nil, err
 	}
 	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
