@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if args := os.Getenv(limitedDialEnv); args != "" {
 		os.Exit(runLimitedDial(args))
 	}
+	if os.Getenv(spinEnv) != "" {
+		spin()
+	}
 	os.Exit(m.Run())
 }
 
