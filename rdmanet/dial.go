@@ -42,8 +42,9 @@ type Dialer struct {
 	// request answered after the dial stopped waiting (it is watched for a
 	// few seconds more) forgets it. A peer that answered over RDMA within
 	// that minute is busy, not without RDMA: the dial waits up to 10 s for
-	// its answer instead, and if it falls back all the same the failure is
-	// not remembered (the fallback's Error says PeerAnswers).
+	// its answer instead (at most half of what its context has left), and
+	// if it falls back all the same the failure is not remembered (the
+	// fallback's Error says PeerAnswers).
 	RDMATimeout time.Duration
 }
 

@@ -12,11 +12,14 @@ import (
 	"github.com/rdmanet/sdk/fallback"
 )
 
-// A dial that stops waiting for the peer's answer (Dialer.RDMATimeout) falls
-// back to TCP, but the peer may still answer: a busy host answers late, a
-// host without RDMA never does. The request is left to finish in the
-// background, so that a late answer is seen and the destination is not
-// taken for one without RDMA for a whole DefaultMemoryTTL.
+// How a dial waits for the peer's answer to its connection request, and
+// what it makes of silence. A host without RDMA never answers; a busy one
+// answers late. Telling them apart matters: a fallback remembered for a
+// busy host gives every dial there TCP for DefaultMemoryTTL. So a dial
+// waits longer for a destination known to answer RDMA, does not remember
+// the failures of one that answers (attemptFailed), and when it stops
+// waiting leaves the request to finish in the background, so that a late
+// answer is seen and forgets the timeout remembered for it.
 
 // errNoAnswer and errNoBusyAnswer are a connection request the peer did not
 // answer in time: within RDMATimeout, or, for a peer known to answer RDMA,
@@ -24,7 +27,7 @@ import (
 // them a fallback.ReasonTimeout.
 var (
 	errNoAnswer     = fmt.Errorf("no answer to the RDMA connection request in time: %w", context.DeadlineExceeded)
-	errNoBusyAnswer = fmt.Errorf("no answer to the RDMA connection request in %v, though the peer answered RDMA recently: %w", busyAnswerWait, context.DeadlineExceeded)
+	errNoBusyAnswer = fmt.Errorf("no answer to the RDMA connection request, even in the longer wait for a peer that answered RDMA recently: %w", context.DeadlineExceeded)
 )
 
 // busyAnswerWait is how long a dial waits for the answer of a peer that
