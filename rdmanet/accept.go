@@ -24,7 +24,8 @@ import (
 // a queue for Accept. A listener that handshakes one request at a time makes
 // the dialers queued behind it wait past their RDMATimeout and fall back to
 // TCP because the server was busy, which they then take for a host without
-// RDMA.
+// RDMA. Making the resources is CPU work, done a few at a time (setup.go);
+// the waits for the network are all concurrent.
 //
 // Bounds: a slot is taken before a request is, and given back when the
 // request's handshake fails or Accept takes its connection; there are
