@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/sdk/verbs"
@@ -91,12 +92,57 @@ func routeStep(src netip.Addr) Step {
 // at most this much later.
 const checkTTL = 5 * time.Second
 
-// checked caches Check's findings; see checkTTL.
-var checked struct {
+// hostVerdict is what Check found about this build and host (rdma-core,
+// devices): nil err when RDMA may work here.
+type hostVerdict struct {
+	err   *Error
+	until time.Time // found again, off the dials' path, after this
+}
+
+// host holds the process's verdict on its own RDMA. On a host without RDMA
+// (the common case for a program that merely may use it) every "tcp" dial
+// asks, and the answer must cost what an atomic load costs, so that the
+// dial costs what net.Dial does.
+var host struct {
+	verdict    atomic.Pointer[hostVerdict]
+	refreshing atomic.Bool // a goroutine is finding the verdict again
+	first      sync.Mutex  // the first dials wait for one finding, not one each
+}
+
+// hostCheck is Check's verdict on this build and host. Only the first call
+// finds it itself; afterwards a stale verdict is still answered while a
+// goroutine finds the new one.
+func hostCheck() *Error {
+	v := host.verdict.Load()
+	if v == nil {
+		host.first.Lock()
+		defer host.first.Unlock()
+		if v = host.verdict.Load(); v == nil {
+			v = findHost()
+		}
+		return v.err
+	}
+	if time.Now().After(v.until) && host.refreshing.CompareAndSwap(false, true) {
+		go func() {
+			defer host.refreshing.Store(false)
+			findHost()
+		}()
+	}
+	return v.err
+}
+
+// findHost checks the host and publishes the verdict.
+func findHost() *hostVerdict {
+	steps := diagnoseHost()
+	v := &hostVerdict{err: steps[len(steps)-1].Err, until: time.Now().Add(checkTTL)}
+	host.verdict.Store(v)
+	return v
+}
+
+// routes caches Check's verdicts on routes, by source address; see checkTTL.
+var routes struct {
 	sync.Mutex
-	host      *Error
-	hostUntil time.Time
-	routes    map[netip.Addr]routeVerdict // by source address
+	m map[netip.Addr]routeVerdict
 }
 
 type routeVerdict struct {
@@ -108,32 +154,29 @@ type routeVerdict struct {
 const maxCachedRoutes = 1024
 
 // Check is Diagnose's verdict, nil when RDMA may work and otherwise why
-// not; unlike Diagnose it reuses its findings for a few seconds (checkTTL).
+// not; unlike Diagnose it reuses its findings for a few seconds (checkTTL),
+// and on a host without RDMA it answers at once without allocating.
 func Check(dst netip.AddrPort, local netip.Addr) *Error {
+	if err := hostCheck(); err != nil {
+		return err
+	}
 	// Routing picks the source per destination: looked up each time, and
 	// outside the lock, so that concurrent dials do not queue behind it.
 	src, step := sourceStep(dst, local)
-	now := time.Now()
-	checked.Lock()
-	defer checked.Unlock()
-	if now.After(checked.hostUntil) {
-		steps := diagnoseHost()
-		checked.host, checked.hostUntil = steps[len(steps)-1].Err, now.Add(checkTTL)
-	}
-	if checked.host != nil {
-		return checked.host
-	}
 	if step.Err != nil {
 		return step.Err
 	}
-	if v, ok := checked.routes[src]; ok && now.Before(v.until) {
+	now := time.Now()
+	routes.Lock()
+	defer routes.Unlock()
+	if v, ok := routes.m[src]; ok && now.Before(v.until) {
 		return v.err
 	}
-	if checked.routes == nil || len(checked.routes) >= maxCachedRoutes {
-		checked.routes = make(map[netip.Addr]routeVerdict)
+	if routes.m == nil || len(routes.m) >= maxCachedRoutes {
+		routes.m = make(map[netip.Addr]routeVerdict)
 	}
 	v := routeVerdict{err: routeStep(src).Err, until: now.Add(checkTTL)}
-	checked.routes[src] = v
+	routes.m[src] = v
 	return v.err
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -192,4 +193,97 @@ func TestDiagnoseStopsAtTheFirstFailure(t *testing.T) {
 		t.Error("Check disagrees with Diagnose")
 	}
 	t.Logf("%+v", steps)
+}
+
+func TestMemoryAnswers(t *testing.T) {
+	now := time.Unix(1000, 0)
+	m := NewMemory(time.Minute, 2)
+	m.now = func() time.Time { return now }
+	a := netip.MustParseAddrPort("198.18.0.2:6379")
+	b := netip.MustParseAddrPort("198.18.0.3:6379")
+	c := netip.MustParseAddrPort("198.18.0.4:6379")
+
+	m.Remember(a, &Error{Reason: ReasonTimeout})
+	if m.Answers(a) {
+		t.Fatal("a destination that never answered Answers")
+	}
+	m.Answered(a)
+	if m.Recall(a) != nil {
+		t.Error("an answer did not forget the timeout remembered for the destination")
+	}
+	if !m.Answers(a) {
+		t.Error("a destination that answered does not Answer")
+	}
+	m.Remember(a, &Error{Reason: ReasonTimeout, PeerAnswers: true})
+	if m.Recall(a) != nil {
+		t.Error("the timeout of a peer that answers RDMA (busy) was remembered")
+	}
+	m.Remember(a, &Error{Reason: ReasonRejected, PeerAnswers: true})
+	if m.Recall(a) != nil {
+		t.Error("a listener's refusal was remembered")
+	}
+
+	m.ForgetAnswer(a)
+	if m.Answers(a) {
+		t.Error("ForgetAnswer kept the answer")
+	}
+	m.Answered(a)
+
+	now = now.Add(10 * time.Second)
+	m.Answered(b)
+	m.Answered(c) // full: a, which expires first, goes
+	if m.Answers(a) || !m.Answers(b) || !m.Answers(c) {
+		t.Errorf("after filling past max: a=%v b=%v c=%v", m.Answers(a), m.Answers(b), m.Answers(c))
+	}
+	if len(m.answered) > 2 {
+		t.Errorf("%d answers kept, max 2", len(m.answered))
+	}
+	now = now.Add(time.Minute)
+	if m.Answers(b) {
+		t.Error("an answer outlived its TTL")
+	}
+	m.Answered(a)
+	m.Clear()
+	if m.Answers(a) {
+		t.Error("Clear kept an answer")
+	}
+}
+
+func TestErrorOfABusyPeer(t *testing.T) {
+	const noRDMA = "may have no RDMA"
+	if s := (&Error{Reason: ReasonTimeout}).Error(); !strings.Contains(s, noRDMA) {
+		t.Errorf("a timeout toward a peer not known to answer says %q; it should say the host may have no RDMA", s)
+	}
+	for _, r := range []Reason{ReasonTimeout, ReasonRejected} {
+		e := &Error{Reason: r, PeerAnswers: true}
+		s := e.Error()
+		if strings.Contains(s, noRDMA) || strings.Contains(s, "no RDMA listener") || !strings.Contains(s, "busy") {
+			t.Errorf("%s from a peer that answers RDMA says %q", r, s)
+		}
+		if !errors.Is(e, r) {
+			t.Errorf("%v does not match its reason", e)
+		}
+	}
+}
+
+// TestHostVerdictRefreshedOffThePath: a stale verdict is still the answer
+// while a goroutine finds the new one.
+func TestHostVerdictRefreshedOffThePath(t *testing.T) {
+	hostCheck() // the real verdict, found once
+	real := host.verdict.Load()
+	t.Cleanup(func() { host.verdict.Store(real) })
+	stale := &hostVerdict{err: &Error{Reason: ReasonPolicy}, until: time.Now().Add(-time.Second)}
+	host.verdict.Store(stale)
+	if got := hostCheck(); got != stale.err {
+		t.Fatalf("hostCheck with a stale verdict = %v; want the stale verdict, answered at once", got)
+	}
+	for deadline := time.Now().Add(30 * time.Second); host.verdict.Load() == stale; {
+		if time.Now().After(deadline) {
+			t.Fatal("the stale verdict was never found again")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got, want := hostCheck(), diagnoseHost(); (got == nil) != (want[len(want)-1].Err == nil) {
+		t.Errorf("after the refresh hostCheck = %v; Diagnose says %+v", got, want)
+	}
 }

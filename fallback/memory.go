@@ -9,16 +9,21 @@ import (
 // Memory remembers, per destination, why RDMA failed there, so that the
 // next dials to it go straight to TCP instead of paying for the attempt
 // again (a peer whose host has no RDMA costs a whole attempt timeout). An
-// entry lasts TTL; a successful RDMA dial forgets it. Only reasons that
-// belong to the destination are remembered (Remembers). The zero value is
-// not usable: use NewMemory.
+// entry lasts TTL; a successful RDMA dial forgets it. Only failures that
+// belong to the destination are remembered (Remembers), and not those of a
+// peer that answers RDMA but was busy (Error.PeerAnswers).
+//
+// It also remembers which destinations answered over RDMA (Answered), so
+// that a dial that times out toward one of them can tell a busy peer from a
+// host without RDMA (Answers). The zero value is not usable: use NewMemory.
 type Memory struct {
 	ttl time.Duration
 	max int
 	now func() time.Time // time.Now; tests replace it
 
-	mu sync.Mutex
-	m  map[netip.AddrPort]memoryEntry
+	mu       sync.Mutex
+	m        map[netip.AddrPort]memoryEntry
+	answered map[netip.AddrPort]time.Time // when each answer stops counting
 }
 
 type memoryEntry struct {
@@ -30,9 +35,11 @@ type memoryEntry struct {
 const DefaultMemoryTTL = time.Minute
 
 // NewMemory returns a Memory whose entries last ttl and which holds at most
-// max destinations (the oldest are dropped first).
+// max destinations that failed and max that answered (the oldest are
+// dropped first).
 func NewMemory(ttl time.Duration, max int) *Memory {
-	return &Memory{ttl: ttl, max: max, now: time.Now, m: make(map[netip.AddrPort]memoryEntry)}
+	return &Memory{ttl: ttl, max: max, now: time.Now,
+		m: make(map[netip.AddrPort]memoryEntry), answered: make(map[netip.AddrPort]time.Time)}
 }
 
 // Remembers reports whether a failure for this reason is kept: those that
@@ -62,55 +69,96 @@ func (m *Memory) Recall(dst netip.AddrPort) *Error {
 	return &r
 }
 
-// Remember records e for dst if its reason is one that is remembered.
+// Remember records e for dst if its reason is one that is remembered and
+// it does not come from a peer that answers RDMA (a busy peer is busy for a
+// moment; the next dial should try RDMA again).
 func (m *Memory) Remember(dst netip.AddrPort, e *Error) {
-	if e == nil || !Remembers(e.Reason) {
+	if e == nil || !Remembers(e.Reason) || e.PeerAnswers {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
 	if _, ok := m.m[dst]; !ok && len(m.m) >= m.max {
-		m.evict(now)
+		evict(m.m, m.max, now, func(e memoryEntry) time.Time { return e.expires })
 	}
 	m.m[dst] = memoryEntry{err: e, expires: now.Add(m.ttl)}
 }
 
-// evict drops expired entries, or, if none has expired, the one that
-// expires first; m.mu is held.
-func (m *Memory) evict(now time.Time) {
+// Answered records that dst answered over RDMA: a connection was made, or
+// the peer answered a request after the dial had stopped waiting. What was
+// remembered of dst is forgotten (the answer contradicts it), and for TTL
+// Answers(dst) is true.
+func (m *Memory) Answered(dst netip.AddrPort) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, dst)
+	now := m.now()
+	if _, ok := m.answered[dst]; !ok && len(m.answered) >= m.max {
+		evict(m.answered, m.max, now, func(t time.Time) time.Time { return t })
+	}
+	m.answered[dst] = now.Add(m.ttl)
+}
+
+// Answers reports whether dst answered over RDMA within TTL: a timeout
+// toward it then means a busy peer, not a host without RDMA.
+func (m *Memory) Answers(dst netip.AddrPort) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	until, ok := m.answered[dst]
+	if ok && !m.now().Before(until) {
+		delete(m.answered, dst)
+		return false
+	}
+	return ok
+}
+
+// ForgetAnswer drops the answer recorded for dst: it left a request
+// unanswered for so long that it no longer counts as a busy peer.
+func (m *Memory) ForgetAnswer(dst netip.AddrPort) {
+	m.mu.Lock()
+	delete(m.answered, dst)
+	m.mu.Unlock()
+}
+
+// evict makes room in m, which holds max entries: it drops the expired
+// ones, or, if none has expired, the one that expires first. The Memory's
+// mutex is held.
+func evict[V any](m map[netip.AddrPort]V, max int, now time.Time, expires func(V) time.Time) {
 	var oldest netip.AddrPort
 	var first time.Time
-	for k, e := range m.m {
-		if !now.Before(e.expires) {
-			delete(m.m, k)
+	for k, v := range m {
+		e := expires(v)
+		if !now.Before(e) {
+			delete(m, k)
 			continue
 		}
-		if first.IsZero() || e.expires.Before(first) {
-			oldest, first = k, e.expires
+		if first.IsZero() || e.Before(first) {
+			oldest, first = k, e
 		}
 	}
-	if len(m.m) >= m.max {
-		delete(m.m, oldest)
+	if len(m) >= max {
+		delete(m, oldest)
 	}
 }
 
-// Forget drops what is remembered of dst.
+// Forget drops the failure remembered for dst.
 func (m *Memory) Forget(dst netip.AddrPort) {
 	m.mu.Lock()
 	delete(m.m, dst)
 	m.mu.Unlock()
 }
 
-// Clear forgets every destination.
+// Clear forgets every destination: its failures and its answers.
 func (m *Memory) Clear() {
 	m.mu.Lock()
 	clear(m.m)
+	clear(m.answered)
 	m.mu.Unlock()
 }
 
-// Len is how many destinations are remembered (expired ones included until
-// they are looked up or evicted).
+// Len is how many destinations' failures are remembered (expired ones
+// included until they are looked up or evicted).
 func (m *Memory) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

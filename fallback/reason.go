@@ -37,8 +37,9 @@ const (
 	// ReasonRejected: the peer's host answered over RDMA but nothing accepted
 	// the connection there (no RDMA listener on that port, or it refused).
 	ReasonRejected Reason = "rejected"
-	// ReasonTimeout: RDMA set-up did not finish within the attempt's bound;
-	// usually the peer's host has no RDMA.
+	// ReasonTimeout: RDMA set-up did not finish within the attempt's bound:
+	// the peer's host has no RDMA, or it was too busy to answer in time
+	// (Error.PeerAnswers says which, when the dial knows).
 	ReasonTimeout Reason = "timeout"
 	// ReasonUnreachable: RDMA address or route resolution, or the connection,
 	// failed (the peer is not reachable over RDMA from here).
@@ -79,7 +80,7 @@ func (r Reason) Describe() string {
 	case ReasonRejected:
 		return "the peer has no RDMA listener on that port (rejected)"
 	case ReasonTimeout:
-		return "RDMA connection set-up timed out (the peer's host may have no RDMA)"
+		return "RDMA connection set-up timed out (the peer's host may have no RDMA, or be too busy to answer in time)"
 	case ReasonUnreachable:
 		return "the peer is not reachable over RDMA"
 	case ReasonResources:
@@ -117,18 +118,25 @@ func (r Reason) Hint() string {
 }
 
 // Error is why RDMA was not used for one connection: the reason, the error
-// RDMA set-up returned (nil when a check decided before trying), and
-// whether the reason was remembered from an earlier dial to the same
-// destination rather than found now. It matches its Reason and its Err with
-// errors.Is.
+// RDMA set-up returned (nil when a check decided before trying), whether
+// the reason was remembered from an earlier dial to the same destination
+// rather than found now, and whether the peer answers RDMA. It matches its
+// Reason and its Err with errors.Is.
 type Error struct {
 	Reason     Reason
 	Remembered bool  // from Memory: this dial did not try RDMA
 	Err        error // what RDMA set-up returned, if it was tried
+
+	// PeerAnswers: the peer's host answers RDMA, so the failure says it was
+	// busy, not that it lacks RDMA. Set for a timeout toward a destination
+	// that answered over RDMA recently (Memory.Answers), and for a reject by
+	// an RDMA listener that is there but refused (busy, out of resources).
+	// Memory never keeps such a failure.
+	PeerAnswers bool
 }
 
 func (e *Error) Error() string {
-	s := string(e.Reason) + ": " + e.Reason.Describe()
+	s := string(e.Reason) + ": " + e.describe()
 	if e.Remembered {
 		s += " (remembered from an earlier dial)"
 	}
@@ -136,6 +144,20 @@ func (e *Error) Error() string {
 		s += ": " + e.Err.Error()
 	}
 	return s
+}
+
+// describe is the reason's description, or, for a peer that answers RDMA,
+// what its failure means instead.
+func (e *Error) describe() string {
+	if e.PeerAnswers {
+		switch e.Reason {
+		case ReasonTimeout:
+			return "the peer's host answers RDMA but did not answer this request in time (busy)"
+		case ReasonRejected:
+			return "the peer's RDMA listener refused the connection (busy, or out of resources)"
+		}
+	}
+	return e.Reason.Describe()
 }
 
 // Unwrap gives the reason and the set-up error, for errors.Is and errors.As.

@@ -20,14 +20,20 @@ func TestDeadline(t *testing.T) {
 	if isClosed(d.expired()) {
 		t.Fatal("cleared deadline still expired")
 	}
-	d.set(time.Now().Add(20 * time.Millisecond))
+	// An hour, so that no stall of a loaded machine can make it pass; then
+	// moved close, on the same channel.
+	d.set(time.Now().Add(time.Hour))
 	ch := d.expired()
 	if isClosed(ch) {
 		t.Fatal("future deadline expired early")
 	}
+	d.set(time.Now().Add(20 * time.Millisecond))
+	if d.expired() != ch {
+		t.Fatal("moving a pending deadline gave a new channel; its waiters would miss it")
+	}
 	select {
 	case <-ch:
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute): // a hang guard
 		t.Fatal("deadline never fired")
 	}
 	// Moving an expired deadline into the future gives a fresh channel.

@@ -38,7 +38,13 @@ type Dialer struct {
 	// peer's answer to the RDMA connection request (default 1 s): a peer
 	// whose host has no RDMA never answers, and the dial falls back to TCP
 	// after this long. The failure is then remembered for a minute, so later
-	// dials to that address go straight to TCP (see ForgetFailures).
+	// dials to that address go straight to TCP (see ForgetFailures), and a
+	// request answered after the dial stopped waiting (it is watched for a
+	// few seconds more) forgets it. A peer that answered over RDMA within
+	// that minute is busy, not without RDMA: the dial waits up to 10 s for
+	// its answer instead (at most half of what its context has left), and
+	// if it falls back all the same the failure is not remembered (the
+	// fallback's Error says PeerAnswers).
 	RDMATimeout time.Duration
 }
 
@@ -128,7 +134,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		}
 		c, err := dial(ctx, src, dst, cfg, answerWait)
 		if err == nil {
-			failures.Forget(dst)
+			failures.Answered(dst)
 			counters.Dialed(fallback.RDMA)
 			return c, nil
 		}
@@ -138,14 +144,17 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		}
 		// Only the answer's wait has a deadline of its own: a deadline
 		// error with the caller's context alive is the peer's silence.
-		why = &fallback.Error{Reason: fallback.Classify(err), Err: err}
-		failures.Remember(dst, why)
+		why = attemptFailed(dst, err)
 	}
 	counters.FellBack(why.Reason)
 	if policy == fallback.RDMAOnly {
 		return nil, opErr(raddr, why)
 	}
-	slog.Debug("rdmanet: dialing over TCP", "addr", dst, "reason", string(why.Reason), "remembered", why.Remembered, "err", why.Err)
+	// Checked first: building the log call's arguments allocates, and the
+	// dial to a host without RDMA must cost what net.Dial costs.
+	if slog.Default().Enabled(ctx, slog.LevelDebug) {
+		slog.Debug("rdmanet: dialing over TCP", "addr", dst, "reason", string(why.Reason), "remembered", why.Remembered, "err", why.Err)
+	}
 	td := net.Dialer{}
 	if src.IsValid() {
 		td.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
@@ -173,7 +182,7 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	}
 	var c *Conn
 	defer func() {
-		if err != nil {
+		if err != nil && id != nil {
 			id.Close()
 			if c != nil {
 				c.discard()
@@ -183,7 +192,12 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	if err := id.Resolve(ctx, src, dst); err != nil {
 		return nil, err
 	}
-	if c, err = newConn(id, cfg, false); err != nil {
+	if err := dialSetups.enter(ctx); err != nil {
+		return nil, err
+	}
+	c, err = newConn(id, cfg, false)
+	dialSetups.leave()
+	if err != nil {
 		return nil, err
 	}
 	// As libvalkey: responder resources and initiator depth 1, and an RNR
@@ -192,14 +206,16 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	// is 6, not libvalkey's 7: some devices (rxe) treat 7 as "forever", and
 	// then a dead peer is never noticed. Both sides' queue pairs use it.
 	offer := cfg.extensions()
-	connectCtx := ctx
-	if answerWait > 0 {
-		var cancel context.CancelFunc
-		connectCtx, cancel = context.WithTimeout(ctx, answerWait)
-		defer cancel()
-	}
+	connectCtx, stopWait := answerContext(ctx, dst, answerWait, busyAnswerWait)
+	defer stopWait()
 	peer, err := id.Connect(connectCtx, cm.ConnParam{PrivateData: cfg.hello(offer), ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
 	if err != nil {
+		if cause := context.Cause(connectCtx); ctx.Err() == nil && (cause == errNoAnswer || cause == errNoBusyAnswer) {
+			err = cause
+			if watchLateAnswer(dst, id, c) {
+				id = nil // the watch owns it, and c, now
+			}
+		}
 		return nil, withRejectReason(err)
 	}
 	// A Valkey server accepts with no private data: Valkey's protocol.

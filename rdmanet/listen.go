@@ -10,18 +10,18 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/fallback"
-	"github.com/rdmanet/sdk/internal/wire"
 	"github.com/rdmanet/sdk/verbs"
 )
 
 // ListenConfig configures a listener, as net.ListenConfig does.
 type ListenConfig struct {
-	// Backlog is how many RDMA connection requests may wait for Accept
-	// (default 128).
+	// Backlog is how many RDMA connection requests the listener holds at
+	// once, in their handshake or established and waiting for Accept
+	// (default 128); beyond it, requests wait in rdma_cm's own backlog of
+	// the same size, and rdma_cm rejects those that find it full.
 	Backlog int
 	// Config sizes each accepted RDMA connection's buffers and queues.
 	Config Config
@@ -31,10 +31,6 @@ type ListenConfig struct {
 	// overrides it. "rdma" networks serve RDMA only.
 	Policy fallback.Policy
 }
-
-// acceptTimeout bounds the handshake of one accepted connection, so a peer
-// that requests and never completes cannot stall Accept.
-const acceptTimeout = 10 * time.Second
 
 // Listen listens on address ("host:port"; an empty host means every
 // address). On network "tcp", "tcp4" or "tcp6" it serves RDMA and TCP on
@@ -68,16 +64,19 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	if err != nil {
 		return nil, opErr(err)
 	}
-	l := &Listener{cfg: cfg, backlog: cmp.Or(max(lc.Backlog, 0), 128), done: make(chan struct{})}
+	l := &Listener{done: make(chan struct{})}
+	backlog := cmp.Or(max(lc.Backlog, 0), 128)
 	switch policy {
 	case fallback.RDMAOnly:
-		if err := l.listenRDMA(ap); err != nil {
-			counters.FellBack(err.Reason)
-			return nil, opErr(err)
+		id, bound, why := listenRDMA(ap, backlog)
+		if why != nil {
+			counters.FellBack(why.Reason)
+			return nil, opErr(why)
 		}
+		l.startRDMA(id, bound, cfg, backlog)
 		return l, nil
 	case fallback.TCPOnly:
-		l.rdmaWhy = &fallback.Error{Reason: fallback.ReasonPolicy}
+		l.noRDMA = &fallback.Error{Reason: fallback.ReasonPolicy}
 		counters.FellBack(fallback.ReasonPolicy)
 		if err := l.listenTCP(ctx, network, ap); err != nil {
 			return nil, opErr(err)
@@ -91,57 +90,53 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		if err := l.listenTCP(ctx, network, ap); err != nil {
 			return nil, opErr(err)
 		}
-		bound := netip.AddrPortFrom(ap.Addr(), l.tcp.Addr().(*net.TCPAddr).AddrPort().Port())
-		why := l.listenRDMA(bound)
+		port := l.tcp.Addr().(*net.TCPAddr).AddrPort().Port()
+		id, bound, why := listenRDMA(netip.AddrPortFrom(ap.Addr(), port), backlog)
 		if why == nil {
+			l.startRDMA(id, bound, cfg, backlog)
 			break
 		}
 		if ap.Port() == 0 && errors.Is(why, syscall.EADDRINUSE) && try < 5 {
 			l.tcp.Close()
 			continue
 		}
-		l.rdmaWhy = why
+		l.noRDMA = why
 		counters.FellBack(why.Reason)
 		slog.Debug("rdmanet: listening on TCP only", "addr", l.tcp.Addr(), "reason", string(why.Reason), "err", why.Err)
 		break
 	}
 	if l.rdma != nil {
-		l.pumps.Add(2)
-		l.accepted = make(chan acceptResult)
-		go l.pump(l.acceptRDMA, true)
-		go l.pump(l.acceptTCP, false)
+		l.startTCPPump()
 	}
 	return l, nil
 }
 
-// listenRDMA starts the RDMA side on ap, or says why it cannot.
-func (l *Listener) listenRDMA(ap netip.AddrPort) *fallback.Error {
+// listenRDMA makes the listening ID on ap, or says why it cannot.
+func listenRDMA(ap netip.AddrPort, backlog int) (requestSource, netip.AddrPort, *fallback.Error) {
 	if err := cm.Available(); err != nil {
-		return &fallback.Error{Reason: fallback.Classify(err), Err: err}
+		return nil, netip.AddrPort{}, &fallback.Error{Reason: fallback.Classify(err), Err: err}
 	}
 	// An address on an interface without RDMA can never take an RDMA
 	// connection; say so rather than report rdma_cm's ENODEV.
 	if !ap.Addr().IsUnspecified() {
 		if _, err := verbs.DeviceForAddr(ap.Addr()); errors.Is(err, verbs.ErrNoDevice) {
 			if _, derr := verbs.Devices(); derr == nil {
-				return &fallback.Error{Reason: fallback.ReasonRouteNoRDMA, Err: err}
+				return nil, netip.AddrPort{}, &fallback.Error{Reason: fallback.ReasonRouteNoRDMA, Err: err}
 			}
 		}
 	}
-	id, err := cm.NewID()
-	if err == nil {
-		if err = id.Bind(ap); err == nil {
-			err = id.Listen(l.backlog)
-		}
-		if err != nil {
-			id.Close()
-		}
-	}
+	id, bound, err := listenCM(ap, backlog)
 	if err != nil {
-		return &fallback.Error{Reason: fallback.Classify(err), Err: err}
+		return nil, netip.AddrPort{}, &fallback.Error{Reason: fallback.Classify(err), Err: err}
 	}
-	l.rdma, l.rdmaAddr = id, &Addr{id.LocalAddr()}
-	return nil
+	return id, bound, nil
+}
+
+// startRDMA serves RDMA connections from id, listening on bound.
+func (l *Listener) startRDMA(id requestSource, bound netip.AddrPort, cfg Config, backlog int) {
+	l.rdmaAddr = &Addr{bound}
+	l.rdma = newRDMASide(bound, cfg, backlog)
+	l.rdma.start(id)
 }
 
 // listenTCP starts the TCP side on ap; network is "tcp", "tcp4" or "tcp6"
@@ -162,19 +157,23 @@ func (l *Listener) listenTCP(ctx context.Context, network string, ap netip.AddrP
 
 // Listener accepts RDMA connections, TCP connections, or both at once. It
 // implements net.Listener.
+//
+// Its RDMA side handshakes requests concurrently (up to
+// ListenConfig.Backlog in hand, established or not yet) and retries passing
+// errors (EMFILE, ENOMEM) after a pause; when its listening ID fails (the
+// device is removed, the address changes) it makes it again on the same
+// address and port, meanwhile serving TCP alone: Transports and RDMAError
+// say so at every moment.
 type Listener struct {
-	cfg     Config
-	backlog int
-
-	rdma     *cm.ID // nil: no RDMA
-	rdmaAddr *Addr
-	rdmaWhy  *fallback.Error  // why there is no RDMA side, or nil
 	tcp      *net.TCPListener // nil: no TCP
+	rdma     *rdmaSide        // nil: no RDMA side (see noRDMA)
+	rdmaAddr *Addr            // the RDMA side's address
+	noRDMA   *fallback.Error  // why there is no RDMA side, or nil
 
-	// With both sides, a goroutine per side accepts and hands connections
-	// to Accept through accepted.
-	accepted chan acceptResult
-	pumps    sync.WaitGroup
+	// With both sides, a goroutine accepts TCP connections and hands them
+	// to Accept through tcpConns.
+	tcpConns chan acceptResult
+	pump     sync.WaitGroup
 	done     chan struct{} // closed by Close
 	closing  sync.Once
 }
@@ -184,22 +183,30 @@ type acceptResult struct {
 	err error
 }
 
-// pump hands what accept returns to Accept until the listener closes, or,
-// if fatal, until accept fails (the RDMA side's errors are all fatal; the
-// TCP side's may be passing, like EMFILE, as for net.TCPListener).
-func (l *Listener) pump(accept func() (net.Conn, error), fatal bool) {
-	defer l.pumps.Done()
+// startTCPPump starts handing the TCP side's connections to Accept, which
+// then waits on both sides.
+func (l *Listener) startTCPPump() {
+	l.pump.Add(1)
+	l.tcpConns = make(chan acceptResult)
+	go l.pumpTCP()
+}
+
+// pumpTCP hands what the TCP side accepts to Accept until the listener
+// closes. Its errors go to Accept too: some are passing, like EMFILE, as
+// for net.TCPListener.
+func (l *Listener) pumpTCP() {
+	defer l.pump.Done()
 	for {
-		c, err := accept()
+		c, err := l.acceptTCP()
 		select {
-		case l.accepted <- acceptResult{c, err}:
+		case l.tcpConns <- acceptResult{c, err}:
 		case <-l.done:
 			if c != nil {
 				c.Close()
 			}
 			return
 		}
-		if err != nil && (fatal || errors.Is(err, net.ErrClosed)) {
+		if errors.Is(err, net.ErrClosed) {
 			return
 		}
 	}
@@ -208,21 +215,35 @@ func (l *Listener) pump(accept func() (net.Conn, error), fatal bool) {
 // Accept waits for the next connection and returns it: a *Conn for RDMA, a
 // *TCPConn for TCP. Close unblocks it with net.ErrClosed. An RDMA request
 // that cannot be served (its resources cannot be allocated, or its
-// handshake does not finish) is rejected and Accept waits for the next.
+// handshake does not finish) is rejected and Accept waits for the next;
+// errors taking RDMA requests are retried, never returned, so on the RDMA
+// side Accept returns a connection or, after Close, net.ErrClosed.
 func (l *Listener) Accept() (net.Conn, error) {
-	switch {
-	case l.accepted != nil:
-		select {
-		case r := <-l.accepted:
-			return r.c, r.err
-		case <-l.done:
-			return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: net.ErrClosed}
-		}
-	case l.rdma != nil:
-		return l.acceptRDMA()
-	default:
+	if l.rdma == nil {
 		return l.acceptTCP()
 	}
+	select {
+	case <-l.done:
+		return nil, l.closedError()
+	default:
+	}
+	select {
+	case c := <-l.rdma.ready:
+		l.rdma.taken()
+		return c, nil
+	case r := <-l.tcpConns: // nil, so never ready, without a TCP side
+		return r.c, r.err
+	case <-l.done:
+		return nil, l.closedError()
+	}
+}
+
+func (l *Listener) closedError() error {
+	network := "tcp"
+	if l.tcp == nil {
+		network = Network
+	}
+	return &net.OpError{Op: "accept", Net: network, Addr: l.Addr(), Err: net.ErrClosed}
 }
 
 func (l *Listener) acceptTCP() (net.Conn, error) {
@@ -232,74 +253,27 @@ func (l *Listener) acceptTCP() (net.Conn, error) {
 	}
 	counters.Accepted(fallback.TCP)
 	var why error
-	if l.rdmaWhy != nil {
-		why = l.rdmaWhy
+	if e := l.rdmaWhy(); e != nil {
+		why = e
 	}
 	return &TCPConn{TCPConn: c, why: why}, nil
 }
 
-func (l *Listener) acceptRDMA() (net.Conn, error) {
-	for {
-		req, err := l.rdma.GetRequest(context.Background())
-		if err != nil {
-			if errors.Is(err, cm.ErrClosed) {
-				err = net.ErrClosed
-			}
-			return nil, &net.OpError{Op: "accept", Net: Network, Addr: l.rdmaAddr, Err: err}
-		}
-		// A Valkey client sends no private data: Valkey's protocol.
-		h, ok, err := wire.DecodeHello(req.Param.PrivateData)
-		if err != nil {
-			req.ID.Reject(rejectReason(err))
-			req.ID.Close()
-			continue
-		}
-		var agreed wire.Features
-		if ok {
-			agreed = h.Features & l.cfg.extensions()
-		}
-		c, err := newConn(req.ID, l.cfg, true)
-		if err != nil {
-			req.ID.Reject(rejectReason(err))
-			req.ID.Close()
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), acceptTimeout)
-		// Retry forever on RNR, as for dials: the peer's writes wait for a
-		// reposted receive instead of failing.
-		err = req.ID.Accept(ctx, cm.ConnParam{PrivateData: l.cfg.hello(agreed), ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7})
-		cancel()
-		if err != nil {
-			req.ID.Close()
-			c.discard()
-			continue
-		}
-		if err := c.start(agreed, h); err != nil {
-			req.ID.Disconnect()
-			req.ID.Close()
-			c.discard()
-			continue
-		}
-		counters.Accepted(fallback.RDMA)
-		return c, nil
-	}
-}
-
 // Close stops listening; pending Accepts return net.ErrClosed. Connections
-// already accepted stay open; one accepted but not yet returned is closed.
+// already accepted stay open; those established but not yet returned by
+// Accept are closed, and handshakes in progress end.
 func (l *Listener) Close() error {
 	err := net.ErrClosed
 	l.closing.Do(func() {
 		close(l.done)
-		var errs []error
-		if l.rdma != nil {
-			errs = append(errs, l.rdma.Close())
-		}
+		err = nil
 		if l.tcp != nil {
-			errs = append(errs, l.tcp.Close())
+			err = l.tcp.Close()
 		}
-		l.pumps.Wait()
-		err = errors.Join(errs...)
+		if l.rdma != nil {
+			l.rdma.close()
+		}
+		l.pump.Wait()
 	})
 	if err != nil {
 		return &net.OpError{Op: "close", Net: "tcp", Addr: l.Addr(), Err: err}
@@ -317,11 +291,15 @@ func (l *Listener) Addr() net.Addr {
 	return l.rdmaAddr
 }
 
-// Transports lists what the listener serves: fallback.RDMA, fallback.TCP or both.
+// Transports lists what the listener serves now: fallback.RDMA,
+// fallback.TCP or both. While the RDMA side is being made again after a
+// failure, it is not listed.
 func (l *Listener) Transports() []fallback.Transport {
-	var ts []fallback.Transport
+	ts := make([]fallback.Transport, 0, 2)
 	if l.rdma != nil {
-		ts = append(ts, fallback.RDMA)
+		if up, _ := l.rdma.serving(); up {
+			ts = append(ts, fallback.RDMA)
+		}
 	}
 	if l.tcp != nil {
 		ts = append(ts, fallback.TCP)
@@ -329,13 +307,29 @@ func (l *Listener) Transports() []fallback.Transport {
 	return ts
 }
 
-// RDMAError says why the listener serves no RDMA (a *fallback.Error), or
-// nil when it does.
+// RDMAError says why the listener serves no RDMA now (a *fallback.Error),
+// or nil when it does.
 func (l *Listener) RDMAError() error {
-	if l.rdmaWhy == nil {
-		return nil
+	if e := l.rdmaWhy(); e != nil {
+		return e
 	}
-	return l.rdmaWhy
+	return nil
+}
+
+func (l *Listener) rdmaWhy() *fallback.Error {
+	if l.rdma == nil {
+		return l.noRDMA
+	}
+	_, why := l.rdma.serving()
+	return why
+}
+
+// Stats counts what happened on the listener's RDMA side (zero without one).
+func (l *Listener) Stats() ListenerStats {
+	if l.rdma == nil {
+		return ListenerStats{}
+	}
+	return l.rdma.stats()
 }
 
 // rejectPrefix starts the private data of a reject that says why, so the

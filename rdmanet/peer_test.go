@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if args := os.Getenv(limitedDialEnv); args != "" {
 		os.Exit(runLimitedDial(args))
 	}
+	if os.Getenv(spinEnv) != "" {
+		spin()
+	}
 	os.Exit(m.Run())
 }
 
@@ -126,7 +129,7 @@ func TestLabPeerUnreachable(t *testing.T) {
 		go func() {
 			took, err := readUntilError(c, start, bound)
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				errs <- fmt.Sprintf("%s: Read still blocked after %v", name, took)
+				errs <- fmt.Sprintf("%s: Read still blocked after %v, bound %v", name, took, bound)
 				return
 			}
 			t.Logf("%s: Read failed after %v: %v", name, took.Round(time.Millisecond), err)

@@ -133,7 +133,7 @@ func TestLabPingBench(t *testing.T) {
 
 	var b benchJSON
 	code = runJSON(t, &b, "bench", "-d", "2s", "-local", local, "-require-rdma", srv.addr)
-	if code != exitOK || b.Transport != fallback.RDMA || b.Bytes == 0 || b.ServerBytes == nil || *b.ServerBytes != b.Bytes || len(b.Intervals) < 2 {
+	if code != exitOK || b.Transport != fallback.RDMA || b.Bytes == 0 || b.ServerBytes == nil || *b.ServerBytes != b.Bytes || !progressEachSecond(b) {
 		t.Errorf("bench over RDMA: exit %d, %+v", code, b)
 	}
 	b = benchJSON{}

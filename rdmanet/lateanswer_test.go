@@ -1,0 +1,133 @@
+package rdmanet
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/fallback"
+)
+
+// TestDialMemoryOfABusyPeer: a timeout toward a peer that answers RDMA is
+// not remembered and does not say the host may have no RDMA; a late answer
+// forgets a timeout remembered before it.
+func TestDialMemoryOfABusyPeer(t *testing.T) {
+	ForgetFailures()
+	t.Cleanup(ForgetFailures)
+	dst := netip.MustParseAddrPort("198.18.0.2:7471")
+	timeout := context.DeadlineExceeded
+
+	why := attemptFailed(dst, timeout)
+	if why.Reason != fallback.ReasonTimeout || why.PeerAnswers || failures.Recall(dst) == nil {
+		t.Fatalf("first timeout: %+v, remembered %v; want a remembered timeout (nothing known of the peer)", why, failures.Recall(dst))
+	}
+	lateAnswer(dst, cm.EventUnreachable) // not an answer
+	if failures.Recall(dst) == nil {
+		t.Fatal("an UNREACHABLE after the dial forgot the timeout")
+	}
+	lateAnswer(dst, cm.EventEstablished)
+	if got := failures.Recall(dst); got != nil {
+		t.Fatalf("a late answer left %v remembered", got)
+	}
+	why = attemptFailed(dst, timeout)
+	if !why.PeerAnswers || failures.Recall(dst) != nil {
+		t.Errorf("a timeout toward a peer that answered: %+v, remembered %v; want a busy peer, not remembered", why, failures.Recall(dst))
+	}
+	if s := why.Error(); !errors.Is(why, fallback.ReasonTimeout) || strings.Contains(s, "may have no RDMA") {
+		t.Errorf("its message: %q", s)
+	}
+
+	// Silent even for busyAnswerWait: not remembered this time, but the
+	// next timeout counts as any other.
+	why = attemptFailed(dst, errNoBusyAnswer)
+	if !why.PeerAnswers || failures.Recall(dst) != nil || failures.Answers(dst) {
+		t.Errorf("no answer in busyAnswerWait: %+v, remembered %v, still answers %v; want a busy peer, not remembered, no longer answering",
+			why, failures.Recall(dst), failures.Answers(dst))
+	}
+	if why := attemptFailed(dst, errNoAnswer); why.PeerAnswers || failures.Recall(dst) == nil {
+		t.Errorf("the timeout after that: %+v, remembered %v; want a remembered timeout", why, failures.Recall(dst))
+	}
+
+	other := netip.MustParseAddrPort("198.18.0.2:7472")
+	lateAnswer(other, cm.EventRejected)
+	if !failures.Answers(other) {
+		t.Error("a late reject is an answer too")
+	}
+
+	refused := &cm.EventError{Op: "connect", Event: cm.EventRejected, Status: cm.RejectConsumer}
+	third := netip.MustParseAddrPort("198.18.0.3:7471")
+	if why := attemptFailed(third, refused); !why.PeerAnswers || failures.Recall(third) != nil {
+		t.Errorf("a listener's refusal: %+v, remembered %v; want not remembered", why, failures.Recall(third))
+	}
+	noListener := &cm.EventError{Op: "connect", Event: cm.EventRejected, Status: cm.RejectInvalidServiceID}
+	if why := attemptFailed(third, noListener); why.PeerAnswers || failures.Recall(third) == nil {
+		t.Errorf("no listener on the port: %+v, remembered %v; want remembered", why, failures.Recall(third))
+	}
+}
+
+// TestAnswerContext: the wait for an answer ends with errNoAnswer toward a
+// peer not known to answer, with errNoBusyAnswer (after the longer wait)
+// toward one that answered, and with neither when the dial stops it or the
+// caller's context ends.
+func TestAnswerContext(t *testing.T) {
+	ForgetFailures()
+	t.Cleanup(ForgetFailures)
+	unknown := netip.MustParseAddrPort("198.18.0.5:7471")
+	known := netip.MustParseAddrPort("198.18.0.6:7471")
+	failures.Answered(known)
+	cause := func(ctx context.Context) error {
+		t.Helper()
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(hangGuard):
+			t.Fatal("the wait never ended")
+			return nil
+		}
+	}
+	ctx, stop := answerContext(context.Background(), unknown, time.Millisecond, 2*time.Millisecond)
+	if c := cause(ctx); c != errNoAnswer {
+		t.Errorf("toward a peer not known to answer: %v, want errNoAnswer", c)
+	}
+	stop()
+	ctx, stop = answerContext(context.Background(), known, time.Millisecond, 2*time.Millisecond)
+	if c := cause(ctx); c != errNoBusyAnswer {
+		t.Errorf("toward a peer that answered: %v, want errNoBusyAnswer", c)
+	}
+	stop()
+	ctx, stop = answerContext(context.Background(), unknown, time.Hour, time.Hour)
+	stop()
+	if c := cause(ctx); c != context.Canceled {
+		t.Errorf("stopped by the dial: %v, want context.Canceled", c)
+	}
+	parent, cancel := context.WithCancel(context.Background())
+	ctx, stop = answerContext(parent, unknown, time.Hour, time.Hour)
+	defer stop()
+	cancel()
+	if c := cause(ctx); c != context.Canceled {
+		t.Errorf("the caller's context ended: %v, want context.Canceled", c)
+	}
+	if !errors.Is(errNoAnswer, context.DeadlineExceeded) || !errors.Is(errNoBusyAnswer, context.DeadlineExceeded) ||
+		fallback.Classify(errNoAnswer) != fallback.ReasonTimeout {
+		t.Error("the answer's timeouts are not timeouts")
+	}
+}
+
+func TestFallbackRoom(t *testing.T) {
+	if got := fallbackRoom(context.Background(), time.Hour); got != time.Hour {
+		t.Errorf("without a deadline: %v, want the whole wait", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	// Half an hour, less the moments since the context was made.
+	if got := fallbackRoom(ctx, 2*time.Hour); got > 30*time.Minute || got < 29*time.Minute {
+		t.Errorf("with an hour left: %v, want half an hour", got)
+	}
+	if got := fallbackRoom(ctx, time.Second); got != time.Second {
+		t.Errorf("a short wait with an hour left: %v, want it whole", got)
+	}
+}

@@ -1,0 +1,237 @@
+//go:build linux
+
+package rdmanet_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/internal/leakcheck"
+	"github.com/rdmanet/sdk/rdmanet"
+	"github.com/rdmanet/sdk/verbs"
+)
+
+// The listener under pressure in the lab: a burst of dials while the VM's
+// CPUs are busy, and a peer that requests and never completes.
+
+// spinEnv, when set, turns the test binary into a process that keeps one
+// CPU busy until it is killed (see TestMain).
+const spinEnv = "RDMANET_TEST_SPIN"
+
+func spin() {
+	runtime.GOMAXPROCS(1)
+	runtime.LockOSThread()
+	for {
+	}
+}
+
+// busyCPUs keeps n CPUs busy, each with a process of its own, until the
+// test ends.
+func busyCPUs(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), spinEnv+"=1")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+		})
+	}
+}
+
+// TestLabListenBurstUnderLoad: 48 dials at once on "tcp" to one listener,
+// with the default RDMATimeout, while two busy loops hold the VM's two
+// CPUs: every connection is RDMA, and echoes.
+func TestLabListenBurstUnderLoad(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	rdmanet.ForgetFailures()
+	t.Cleanup(rdmanet.EndLateWatches)
+	const n = 48
+	ln := listenBoth(t, env)
+	kinds := make(chan (<-chan fallback.Transport), 1)
+	go func() { kinds <- echoAll(t, ln, n) }()
+	busyCPUs(t, 2)
+
+	d := dialerA(env) // the default RDMATimeout: the point is that it suffices
+	conns := make([]net.Conn, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			conns[i], errs[i] = d.Dial("tcp", ln.Addr().String())
+		}()
+	}
+	close(start)
+	wg.Wait()
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	rdma := 0
+	for i, c := range conns {
+		if errs[i] != nil {
+			t.Errorf("dial %d: %v", i, errs[i])
+			continue
+		}
+		if tr, why := rdmanet.TransportOf(c); tr != fallback.RDMA {
+			t.Errorf("dial %d: %s, because %v", i, tr, why)
+			continue
+		}
+		rdma++
+	}
+	t.Logf("%d of %d dials got RDMA; listener %+v", rdma, n, ln.Stats())
+	var echoes sync.WaitGroup
+	for i, c := range conns {
+		if c == nil {
+			continue
+		}
+		echoes.Add(1)
+		go func() {
+			defer echoes.Done()
+			msg := []byte(fmt.Sprintf("connection %d", i))
+			c.SetDeadline(time.Now().Add(time.Minute))
+			if _, err := c.Write(msg); err != nil {
+				t.Errorf("connection %d: write: %v", i, err)
+				return
+			}
+			got := make([]byte, len(msg))
+			if _, err := io.ReadFull(c, got); err != nil || string(got) != string(msg) {
+				t.Errorf("connection %d: echo %q, %v", i, got, err)
+			}
+		}()
+	}
+	echoes.Wait()
+	served := 0
+	for k := range <-kinds {
+		if k != fallback.RDMA {
+			t.Errorf("the listener accepted a %s connection", k)
+		}
+		served++
+	}
+	if served != n {
+		t.Errorf("the listener accepted %d connections, want %d", served, n)
+	}
+}
+
+// stalledRequest sends a connection request from src to dst that never
+// completes: its client never takes the server's answer, so the server's
+// accept waits for a confirmation that does not come.
+func stalledRequest(t *testing.T, src netip.Addr, dst netip.AddrPort) {
+	t.Helper()
+	id, err := cm.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pd *verbs.PD
+	var cq *verbs.CQ
+	t.Cleanup(func() {
+		id.Close() // the ID (and its QP) before the CQ and PD
+		if cq != nil {
+			cq.Close()
+		}
+		if pd != nil {
+			pd.Close()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := id.Resolve(ctx, src, dst); err != nil {
+		t.Fatal(err)
+	}
+	if pd, err = id.Context().AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if cq, err = id.Context().NewCQ(8, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	qpc := cm.QPConfig{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	if _, err := id.CreateQP(pd, qpc); err != nil {
+		t.Fatal(err)
+	}
+	// Connect with a context already done sends the request and returns at
+	// once; the answer then waits, untaken, on the ID's event channel.
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if _, err := id.Connect(done, cm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 6, RNRRetryCount: 7}); err != context.Canceled {
+		t.Fatalf("connect with a cancelled context: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds; the bound is a hang guard.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s", what)
+		}
+	}
+}
+
+// TestLabListenStalledHandshake: a request whose peer never completes the
+// handshake does not delay the next: a dial made while it is pending gets
+// RDMA, and the stalled one is still pending when it has.
+func TestLabListenStalledHandshake(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	leakcheck.Check(t)
+	rdmanet.ForgetFailures()
+	ln := listenBoth(t, env)
+	port := ln.Addr().(*net.TCPAddr).AddrPort().Port()
+	stalledRequest(t, env.AddrA, netip.AddrPortFrom(env.AddrB, port))
+	waitFor(t, "the listener to take the stalled request", func() bool { return ln.Stats().Handshaking == 1 })
+
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	d := dialerA(env)
+	// Below the server's bound on a handshake (10 s): a listener that
+	// waited for the stalled one first would make this dial fall back.
+	d.RDMATimeout = 5 * time.Second
+	c, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if tr, why := rdmanet.TransportOf(c); tr != fallback.RDMA {
+		t.Fatalf("the dial behind a stalled handshake got %s, because %v", tr, why)
+	}
+	s := <-accepted
+	if s == nil {
+		t.Fatal("Accept failed")
+	}
+	defer s.Close()
+	if st := ln.Stats(); st.Handshaking != 1 || st.Handshakes != 1 {
+		t.Errorf("listener %+v: want the stalled handshake still pending beside the finished one", st)
+	}
+	go io.Copy(s, s)
+	roundTrip(t, c)
+	c.Close()
+	s.Close()
+	ln.Close() // ends the stalled handshake; leakcheck then counts
+	if st := ln.Stats(); st.Handshaking != 0 || st.HandshakeFailures != 1 {
+		t.Errorf("listener after Close %+v: want the stalled handshake ended", st)
+	}
+}
