@@ -1,0 +1,103 @@
+package stream
+
+import (
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// FuzzEngine feeds an engine what a hostile or broken peer and link could:
+// any control message, data of any size, completions for requests it never
+// posted, disconnects and failures, mixed with the application's Reads,
+// Writes, CloseWrite and the clock. The engine must never panic, never
+// hand Read bytes from outside its ring, never have more requests in
+// flight than the peer's receives nor post data from outside its ring, and, once it
+// failed, keep failing with a typed error.
+func FuzzEngine(f *testing.F) {
+	f.Add(byte(3), []byte{0, 3, 0, 16, 1, 200, 2, 9, 4, 1, 5, 0, 6, 7})
+	f.Add(byte(0), []byte{1, 255, 1, 255, 1, 255, 3, 3, 3})
+	f.Add(byte(1), []byte{0, 0x72, 0, 0, 8, 8, 8, 8, 2, 1})
+	f.Fuzz(func(t *testing.T, mode byte, ops []byte) {
+		features := wire.Features(mode) & (wire.FeatureRing | wire.FeatureShutdown)
+		const ring = 4096
+		peer := wire.Hello{}
+		if features != 0 {
+			peer = wire.Hello{Version: 1, Features: features, RecvDepth: uint16(1 + mode%8), RingSize: ring}
+		}
+		clk := &clock{now: time.Unix(0, 0)}
+		e, err := New(Config{
+			Features: features, Peer: peer, PeerHello: peer.Version != 0, Server: mode&4 != 0,
+			Caps:     link.Caps{SendDepth: 16, RecvDepth: 16, ControlDepth: 4},
+			SendRing: make([]byte, ring), RecvRing: make([]byte, ring), RecvAddr: 1 << 20, RecvKey: 3,
+			KeepAlive: time.Second, Clock: clk.Now,
+		})
+		if err != nil {
+			return
+		}
+		r := &recorder{}
+		e.Start()
+		buf := make([]byte, 1000)
+		for i := 0; i+1 < len(ops); i += 2 {
+			op, arg := ops[i]%8, ops[i+1]
+			switch op {
+			case 0: // a control message with an opcode and fields from the input
+				var m [wire.MessageSize]byte
+				m[1] = arg
+				if arg&0x80 != 0 {
+					m[0] = 0x72
+				}
+				for j := 2; j < wire.MessageSize; j++ {
+					m[j] = ops[(i+j)%len(ops)]
+				}
+				e.Handle(&link.Completion{Kind: link.ControlArrived, Msg: m})
+			case 1: // data of any size
+				e.Handle(&link.Completion{Kind: link.DataArrived, N: uint32(arg) * 37})
+			case 2: // a completion for some request
+				e.Handle(&link.Completion{Kind: link.SendDone, ID: uint64(arg)})
+			case 3:
+				if _, err := e.Read(buf[:1+int(arg)%len(buf)]); err != nil && err != ErrWouldBlock && err != io.EOF && e.Err() == nil {
+					t.Fatalf("Read failed with %v but the engine has no error", err)
+				}
+			case 4:
+				e.Write(buf[:int(arg)%len(buf)])
+			case 5:
+				e.CloseWrite()
+			case 6:
+				clk.advance(time.Duration(arg) * 50 * time.Millisecond)
+				e.Tick()
+			case 7:
+				if arg%16 == 0 {
+					e.Handle(&link.Completion{Kind: link.Disconnected})
+				} else if arg%16 == 1 {
+					e.Handle(&link.Completion{Kind: link.Failed, Err: link.ErrDown})
+				} else {
+					completeAll(e, r)
+				}
+			}
+			e.AfterCompletions()
+			e.Flush(r)
+			for _, wr := range r.sent {
+				if wr.Kind == link.SendData && uint64(wr.Off)+uint64(wr.N) > ring {
+					t.Fatalf("data request [%d,+%d) outside the %d-byte ring", wr.Off, wr.N, ring)
+				}
+			}
+			// (r.sent cannot tell: a SendDone from the input may retire
+			// requests it still lists.)
+			if out := e.sq.depth - e.sq.SlotsFree(); peer.Version != 0 && out > int(peer.RecvDepth) {
+				t.Fatalf("%d requests in flight to a peer with %d receives", out, peer.RecvDepth)
+			}
+			if off, n := e.recv.Readable(); uint64(off)+uint64(n) > ring {
+				t.Fatalf("readable [%d,+%d) outside the ring", off, n)
+			}
+			if err := e.Err(); err != nil {
+				if _, werr := e.Write([]byte("x")); werr != err && !errors.Is(werr, err) {
+					t.Fatalf("after the failure %v, Write = %v", err, werr)
+				}
+			}
+		}
+	})
+}
