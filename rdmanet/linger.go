@@ -56,12 +56,7 @@ func (c *Conn) drainSweep(cs []link.Completion) bool {
 		return false
 	}
 	c.mu.Lock()
-	for i := range cs[:n] {
-		c.eng.Handle(&cs[i])
-	}
-	c.eng.AfterCompletions()
-	c.eng.Flush(c.link)
+	c.handleLocked(cs[:n])
 	c.mu.Unlock()
-	clear(cs[:n])
 	return true
 }

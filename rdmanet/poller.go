@@ -94,13 +94,20 @@ func (c *Conn) sweepLocked(cs []link.Completion) bool {
 	if n == 0 {
 		return false
 	}
-	for i := range cs[:n] {
+	c.handleLocked(cs[:n])
+	c.wakeReadyLocked()
+	return true
+}
+
+// handleLocked gives a batch of completions to the engine and posts what
+// it answers with; c.mu is held.
+func (c *Conn) handleLocked(cs []link.Completion) {
+	for i := range cs {
 		c.eng.Handle(&cs[i])
 	}
 	c.eng.AfterCompletions()
-	c.flushLocked()
-	clear(cs[:n]) // drop references to errors
-	return true
+	c.eng.Flush(c.link)
+	clear(cs) // drop references to errors
 }
 
 // sleep arms the link, polls once more, and sleeps in the link's Wait until

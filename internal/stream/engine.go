@@ -524,28 +524,3 @@ func (e *Engine) Drain() {
 func (e *Engine) Drained() bool {
 	return e.err != nil || e.peerGone || (e.sq.Idle() && e.sq.Held() == 0 && !e.ctl.pending(true))
 }
-
-// State is a snapshot of an engine's accounting, for diagnostics.
-type State struct {
-	Protocol                       string // "rdmanet" or "valkey"
-	Readable                       uint32 // bytes that arrived and were not read
-	SendRoom                       uint32 // bytes the peer's window or ring takes now
-	Held                           uint64 // bytes of small writes waiting to coalesce
-	Outstanding                    int    // requests posted and not completed
-	PeerGone, PeerEOF, WriteClosed bool
-	Err                            error
-}
-
-// State returns a snapshot of the engine's accounting.
-func (e *Engine) State() State {
-	_, readable := e.recv.Readable()
-	p := "valkey"
-	if e.cfg.Features != 0 {
-		p = "rdmanet"
-	}
-	return State{
-		Protocol: p, Readable: readable, SendRoom: e.send.Room(), Held: e.sq.Held(),
-		Outstanding: e.sq.depth - e.sq.SlotsFree(), PeerGone: e.peerGone, PeerEOF: e.peerDone,
-		WriteClosed: e.wrDone, Err: e.err,
-	}
-}
