@@ -292,22 +292,22 @@ func (e *Engine) postHeld(signal bool) {
 		// completion that frees one posts what is held (AfterCompletions).
 		return
 	}
-	pending := e.sq.SignaledPending()
 	n, id, signaled := e.sq.PostHeld(signal)
 	e.out = append(e.out, link.SendWR{
 		Kind: link.SendData, Signaled: signaled, ID: id,
 		Off: uint32(e.corkOff), N: uint32(n), Remote: e.corkRemote, RKey: e.corkRKey,
 	})
-	e.posted(signaled && !pending)
+	e.posted(signaled)
 	e.arrived = false
 }
 
-// posted notes that a request was queued; first says it is the only
-// signaled one outstanding, from which the path's progress is timed.
-func (e *Engine) posted(first bool) {
+// posted notes that a request was queued (signaled, if it was). A signaled
+// request that is now the only one outstanding starts the clock of the
+// path's progress (see Tick).
+func (e *Engine) posted(signaled bool) {
 	now := e.cfg.Clock()
 	e.lastPost = now
-	if first {
+	if signaled && e.sq.SignaledOutstanding() == 1 {
 		e.lastProgress = now
 	}
 }
@@ -428,12 +428,11 @@ func (e *Engine) flushControl() {
 		if !ok {
 			return
 		}
-		pending := e.sq.SignaledPending()
 		wr := link.SendWR{Kind: link.SendControl, Signaled: true, ID: e.sq.PostControl()}
 		m.Encode(&wr.Msg)
 		e.out = append(e.out, wr)
 		e.ctl.outstanding++
-		e.posted(!pending)
+		e.posted(true)
 	}
 }
 
@@ -513,9 +512,8 @@ func (e *Engine) Drain() {
 	}
 	e.postHeld(true)
 	if addr, rkey, ok := e.send.Target(); ok && e.sq.Unsignaled() && e.sq.SlotsFree() > 0 {
-		pending := e.sq.SignaledPending()
 		e.out = append(e.out, link.SendWR{Kind: link.SendMarker, Signaled: true, ID: e.sq.PostMarker(), Remote: addr, RKey: rkey})
-		e.posted(!pending)
+		e.posted(true)
 	}
 }
 

@@ -79,6 +79,9 @@ func (q *SendQueue) PostHeld(signal bool) (n, id uint64, signaled bool) {
 // so that a completion is on its way.
 func (q *SendQueue) SignaledPending() bool { return q.count > 0 }
 
+// SignaledOutstanding is how many signaled work requests are outstanding.
+func (q *SendQueue) SignaledOutstanding() int { return q.count }
+
 // SlotsFree is how many work requests may be posted now.
 func (q *SendQueue) SlotsFree() int { return q.depth - int(q.posted-q.retired) }
 
