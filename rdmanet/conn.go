@@ -177,8 +177,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 		n, err := c.eng.Read(b)
 		if err != stream.ErrWouldBlock {
 			c.flushLocked() // a credit or an announcement may be due; more may be readable
-			switch {
-			case err == nil || err == io.EOF:
+			if err == nil || err == io.EOF {
 				return n, err
 			}
 			return n, c.opError("read", err)
