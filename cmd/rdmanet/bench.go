@@ -169,10 +169,11 @@ func (r *benchRun) tick(now time.Time) {
 	r.last, r.lastB, r.lastO = now, r.out.Bytes, r.out.Ops
 }
 
-// loop runs op until d has passed, the context ends or op fails, emitting
-// a progress line each second and one for the last part of a second.
-func (r *benchRun) loop(d time.Duration, op func() (int, error)) error {
-	r.start = time.Now()
+// loop runs op from start until d has passed, the context ends or op
+// fails, emitting a progress line each second and one for the last part of
+// a second.
+func (r *benchRun) loop(start time.Time, d time.Duration, op func() (int, error)) error {
+	r.start = start
 	r.last = r.start
 	end := r.start.Add(d)
 	next := r.start.Add(time.Second)
@@ -217,7 +218,7 @@ func (r *benchRun) send(d time.Duration) error {
 	if _, err := r.c.Write(encodeHeader(modeSink, r.size)); err != nil {
 		return err
 	}
-	err := r.loop(d, func() (int, error) { return r.c.Write(buf) })
+	err := r.loop(time.Now(), d, func() (int, error) { return r.c.Write(buf) })
 	defer func() { r.out.Seconds = time.Since(r.start).Seconds() }()
 	if err != nil {
 		return err
@@ -254,11 +255,14 @@ func (r *benchRun) receive(d time.Duration) error {
 		return err
 	}
 	buf := make([]byte, r.size)
-	// Reads end at the run's end: a deadline, not an error.
-	r.c.SetDeadline(time.Now().Add(d))
-	err := r.loop(d, func() (int, error) { return r.c.Read(buf) })
+	// Reads end at the run's end: a deadline, not an error. The run starts
+	// at the instant the deadline is counted from, so its firing always
+	// means the run is over.
+	start := time.Now()
+	r.c.SetDeadline(start.Add(d))
+	err := r.loop(start, d, func() (int, error) { return r.c.Read(buf) })
 	r.out.Seconds = time.Since(r.start).Seconds()
-	if errors.Is(err, os.ErrDeadlineExceeded) && time.Since(r.start) >= d {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
 		err = nil
 	}
 	if err == io.EOF {
