@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 )
 
 // Hello is what an rdmanet peer puts in rdma_cm private data: in the connect
@@ -17,7 +18,31 @@ type Hello struct {
 	RecvDepth uint16
 	// RingSize is the size of the sender's receive ring, in bytes.
 	RingSize uint32
+
+	// The session, with FeatureResume (docs/protocol.md, "Resumable
+	// sessions"). A dialer's first connect carries no session; the
+	// server's accept names the one it made. A dialer's resume connect
+	// (Resume) names the session and the generation it last had; the
+	// server's accept gives the next generation.
+	Resume     bool
+	Session    SessionID
+	Generation uint32
+	// SendRing is the size of the sender's transmit ring, in bytes: what it
+	// can retain, and so how often the peer must return credit.
+	SendRing uint32
 }
+
+// SessionID names a resumable session: 128 random bits from crypto/rand,
+// chosen by the server. Knowing it is what lets a connection resume the
+// session, so it is never logged whole.
+type SessionID [16]byte
+
+// IsZero reports whether id names no session.
+func (id SessionID) IsZero() bool { return id == SessionID{} }
+
+// String is the first 4 bytes in hex: enough to tell sessions apart in a
+// log, too little to resume one.
+func (id SessionID) String() string { return fmt.Sprintf("%x…", id[:4]) }
 
 // Features are the extensions a Hello offers or accepts. The values are
 // on the wire: never renumber them.
@@ -30,6 +55,10 @@ const (
 	FeatureRing Features = 1 << iota
 	// FeatureShutdown: Shutdown messages carry half-close (CloseWrite).
 	FeatureShutdown
+	// FeatureResume: the connection is a session that may move to another
+	// link (another RDMA path, or TCP) and resume there with nothing lost.
+	// It needs FeatureRing.
+	FeatureResume
 )
 
 // HelloVersion is the version this package speaks.
@@ -39,19 +68,38 @@ const HelloVersion = 1
 // from another application is not mistaken for a Hello.
 var helloMagic = [8]byte{'r', 'd', 'm', 'a', 'n', 'e', 't', 0}
 
-// HelloSize is a Hello's encoded size. It fits the 56 bytes of private data
-// that rdma_cm allows in an InfiniBand or RoCE connect request.
-const HelloSize = 20
+// HelloSize is a Hello's encoded size, and SessionHelloSize its size with
+// FeatureResume. Both fit the 56 bytes of private data that rdma_cm allows
+// in an InfiniBand or RoCE connect request.
+const (
+	HelloSize        = 20
+	SessionHelloSize = 44
+)
+
+// helloFlagResume, in byte 9: the connect resumes the Hello's session.
+const helloFlagResume = 1
 
 // Encode returns h in wire format.
 func (h Hello) Encode() []byte {
-	b := make([]byte, HelloSize)
+	size := HelloSize
+	if h.Features&FeatureResume != 0 {
+		size = SessionHelloSize
+	}
+	b := make([]byte, size)
 	copy(b, helloMagic[:])
 	b[8] = h.Version
 	be := binary.BigEndian
 	be.PutUint32(b[10:], uint32(h.Features))
 	be.PutUint16(b[14:], h.RecvDepth)
 	be.PutUint32(b[16:], h.RingSize)
+	if size == SessionHelloSize {
+		if h.Resume {
+			b[9] = helloFlagResume
+		}
+		copy(b[20:36], h.Session[:])
+		be.PutUint32(b[36:], h.Generation)
+		be.PutUint32(b[40:], h.SendRing)
+	}
 	return b
 }
 
@@ -78,6 +126,24 @@ func DecodeHello(data []byte) (h Hello, ok bool, err error) {
 	}
 	if h.RecvDepth == 0 {
 		return Hello{}, false, protocolErrorf("hello with no receives")
+	}
+	if h.Features&FeatureResume != 0 {
+		if len(data) < SessionHelloSize {
+			return Hello{}, false, protocolErrorf("hello offering sessions in %d bytes, want %d", len(data), SessionHelloSize)
+		}
+		if h.Features&FeatureRing == 0 {
+			return Hello{}, false, protocolErrorf("hello offering sessions without the ring")
+		}
+		h.Resume = data[9]&helloFlagResume != 0
+		copy(h.Session[:], data[20:36])
+		h.Generation = be.Uint32(data[36:])
+		h.SendRing = be.Uint32(data[40:])
+		if h.SendRing == 0 {
+			return Hello{}, false, protocolErrorf("hello offering sessions with no transmit ring")
+		}
+		if h.Resume && h.Session.IsZero() {
+			return Hello{}, false, protocolErrorf("resume without a session")
+		}
 	}
 	return h, true, nil
 }

@@ -35,6 +35,10 @@ const (
 	OpCredit Opcode = 0x7201
 	// OpShutdown says the sender will send no more data (CloseWrite).
 	OpShutdown Opcode = 0x7202
+	// OpResume opens a resumed session's new link: the running totals of
+	// bytes the sender received and consumed, so that the peer sends again
+	// what did not arrive.
+	OpResume Opcode = 0x7203
 )
 
 func (o Opcode) String() string {
@@ -51,6 +55,8 @@ func (o Opcode) String() string {
 		return "Credit"
 	case OpShutdown:
 		return "Shutdown"
+	case OpResume:
+		return "Resume"
 	}
 	return fmt.Sprintf("Opcode(%#x)", uint16(o))
 }
@@ -69,9 +75,11 @@ type Message struct {
 	Length uint32
 	RKey   uint32
 
-	// Credit: running totals since the connection began (they wrap).
+	// Credit and Resume: running totals since the connection began.
 	ConsumedBytes uint64
-	Receives      uint32
+	Receives      uint32 // Credit
+	// Resume: the running total of bytes received (arrived, read or not).
+	ReceivedBytes uint64
 }
 
 // ErrProtocol is matched (errors.Is) by every *ProtocolError.
@@ -106,6 +114,9 @@ func (m *Message) Encode(b *[MessageSize]byte) {
 	case OpCredit:
 		be.PutUint64(b[16:], m.ConsumedBytes)
 		be.PutUint32(b[24:], m.Receives)
+	case OpResume:
+		be.PutUint64(b[8:], m.ReceivedBytes)
+		be.PutUint64(b[16:], m.ConsumedBytes)
 	}
 }
 
@@ -127,13 +138,17 @@ func Decode(b []byte, extended bool) (Message, error) {
 		m.Addr = be.Uint64(b[16:])
 		m.Length = be.Uint32(b[24:])
 		m.RKey = be.Uint32(b[28:])
-	case OpCredit, OpShutdown:
+	case OpCredit, OpShutdown, OpResume:
 		if !extended {
 			return Message{}, protocolErrorf("opcode %v without the rdmanet extension", m.Op)
 		}
-		if m.Op == OpCredit {
+		switch m.Op {
+		case OpCredit:
 			m.ConsumedBytes = be.Uint64(b[16:])
 			m.Receives = be.Uint32(b[24:])
+		case OpResume:
+			m.ReceivedBytes = be.Uint64(b[8:])
+			m.ConsumedBytes = be.Uint64(b[16:])
 		}
 	default:
 		return Message{}, protocolErrorf("unknown opcode %#x", uint16(m.Op))

@@ -38,6 +38,8 @@ var exact = []struct {
 		"7201 0000 00000000 00000000 00000000 0102030405060708 00000063 00000000"},
 	{"Shutdown", Message{Op: OpShutdown}, true,
 		"7202 0000 00000000 00000000 00000000 00000000 00000000 00000000 00000000"},
+	{"Resume", Message{Op: OpResume, ReceivedBytes: 0x1112131415161718, ConsumedBytes: 0x0102030405060708}, true,
+		"7203 0000 00000000 1112131415161718 0102030405060708 00000000 00000000"},
 }
 
 func TestMessagesByteExact(t *testing.T) {
@@ -116,6 +118,44 @@ func TestHello(t *testing.T) {
 	got, ok, err := DecodeHello(append(b, make([]byte, 36)...))
 	if err != nil || !ok || got != h {
 		t.Fatalf("DecodeHello = %+v, %v, %v", got, ok, err)
+	}
+}
+
+func TestSessionHello(t *testing.T) {
+	if FeatureResume != 4 {
+		t.Fatalf("feature bit moved: resume %d", FeatureResume)
+	}
+	id := SessionID{0xa0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xaf}
+	h := Hello{Version: HelloVersion, Features: FeatureRing | FeatureShutdown | FeatureResume, RecvDepth: 256, RingSize: 1 << 18,
+		Resume: true, Session: id, Generation: 3, SendRing: 1 << 17}
+	b := h.Encode()
+	want := unhex(t, "72646d616e657400 01 01 00000007 0100 00040000 a00102030405060708090a0b0c0d0eaf 00000003 00020000")
+	if string(b) != string(want) {
+		t.Fatalf("session hello encodes as % x, want % x", b, want)
+	}
+	if len(b) > 56 {
+		t.Fatalf("session hello of %d bytes does not fit a connect request's 56", len(b))
+	}
+	got, ok, err := DecodeHello(append(b, make([]byte, 12)...))
+	if err != nil || !ok || got != h {
+		t.Fatalf("DecodeHello = %+v, %v, %v", got, ok, err)
+	}
+	if s := id.String(); strings.Contains(s, "0405") || !strings.HasPrefix(s, "a0010203") {
+		t.Errorf("a session id prints as %q: it must show no more than its first 4 bytes", s)
+	}
+
+	bad := map[string]Hello{
+		"no transmit ring":     {Version: 1, Features: FeatureRing | FeatureResume, RecvDepth: 1, RingSize: 1},
+		"without the ring":     {Version: 1, Features: FeatureResume, RecvDepth: 1, RingSize: 1, SendRing: 1},
+		"resume of no session": {Version: 1, Features: FeatureRing | FeatureResume, RecvDepth: 1, RingSize: 1, SendRing: 1, Resume: true},
+	}
+	for name, h := range bad {
+		if _, ok, err := DecodeHello(h.Encode()); ok || !errors.Is(err, ErrProtocol) {
+			t.Errorf("%s: DecodeHello = ok %v, %v; want a protocol error", name, ok, err)
+		}
+	}
+	if _, ok, err := DecodeHello(b[:HelloSize]); ok || !errors.Is(err, ErrProtocol) {
+		t.Errorf("a session hello cut to %d bytes: ok %v, %v; want a protocol error", HelloSize, ok, err)
 	}
 }
 
