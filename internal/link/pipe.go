@@ -98,6 +98,10 @@ type PipeConfig struct {
 	// SendRing and RecvRing are the sizes in bytes of this end's transmit
 	// and receive rings.
 	SendRing, RecvRing int
+	// SendMem and RecvMem, when set, are the rings (their lengths are the
+	// sizes): memory that outlives the pipe, as a resumable session's rings
+	// outlive a link. After Close, the pipe touches them no more.
+	SendMem, RecvMem []byte
 	// SendDepth, RecvDepth and ControlDepth are this end's Caps.
 	SendDepth, RecvDepth, ControlDepth int
 	// RNRRetry is what a message from this end does when the peer has no
@@ -149,12 +153,18 @@ func newEnd(p *pair, cfg PipeConfig) *Pipe {
 	e := &Pipe{
 		pair:       p,
 		cfg:        cfg,
-		send:       make([]byte, cfg.SendRing),
-		recv:       make([]byte, cfg.RecvRing),
+		send:       cfg.SendMem,
+		recv:       cfg.RecvMem,
 		addr:       ringBase + uint64(id)<<32,
 		rkey:       rand.Uint32(),
 		local:      netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, byte(id >> 16), byte(id >> 8), byte(id)}), uint16(1024+id%64512)),
 		recvPosted: cfg.RecvDepth,
+	}
+	if e.send == nil {
+		e.send = make([]byte, cfg.SendRing)
+	}
+	if e.recv == nil {
+		e.recv = make([]byte, cfg.RecvRing)
 	}
 	e.cond.L = &p.mu
 	return e

@@ -13,6 +13,7 @@ type controlQueue struct {
 	want           controlWant
 	credit         wire.Message // the newest Credit, when wantCredit
 	announce       wire.Message // this side's RegisterXferMemory
+	resume         wire.Message // this side's Resume, on a resumed link
 	featureReplies int          // GetServerFeature answers owed
 	slots          int          // the link's control slots
 	outstanding    int          // control messages posted and not completed
@@ -25,6 +26,7 @@ const (
 	wantCredit
 	wantKeepalive
 	wantShutdown
+	wantResume
 )
 
 // next takes the next message to send. While draining only Shutdown may go
@@ -37,6 +39,10 @@ func (q *controlQueue) next(draining bool) (wire.Message, bool) {
 			q.want &^= wantShutdown
 			return wire.Message{Op: wire.OpShutdown}, true
 		}
+	case q.want&wantResume != 0:
+		// First on a resumed link: the peer sends nothing before it has it.
+		q.want &^= wantResume
+		return q.resume, true
 	case q.want&wantAnnounce != 0:
 		q.want &^= wantAnnounce
 		return q.announce, true

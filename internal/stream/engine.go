@@ -111,6 +111,17 @@ type Engine struct {
 	arrived             bool // data arrived from the peer since this side last posted data
 
 	err      error // why the stream failed, if it did
+	// A resumable session (wire.FeatureResume) outlives its link: a link
+	// failure that another link may cure (link.ErrDown) suspends the
+	// stream (lost) until Relink gives it a new link. On that link each
+	// side first says what it received (Resume); until the peer's comes
+	// (resuming) and the bytes after what it received are sent again
+	// (resend), nothing new is written.
+	resumable  bool
+	lost       error
+	resuming   bool
+	resend     uint64
+	reshutdown bool // Shutdown goes again after the bytes sent again
 	peerGone bool  // the peer disconnected
 	peerDone bool  // the peer shut down its sending side (Shutdown)
 	wrDone   bool  // this side shut down its sending side (CloseWrite)
@@ -136,7 +147,10 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	e := &Engine{cfg: cfg}
+	e := &Engine{cfg: cfg, resumable: cfg.Features&wire.FeatureResume != 0}
+	if e.resumable && (cfg.Features&wire.FeatureRing == 0 || !cfg.PeerHello) {
+		return nil, errors.New("stream: a resumable session needs the ring and the peer's Hello")
+	}
 	// Honour the peer's receives: never more requests in flight than it
 	// keeps posted, so none finds the peer without a receive (an RNR wait
 	// for an rdmanet peer, a fatal error for a peer that accepted with an
@@ -144,7 +158,12 @@ func New(cfg Config) (*Engine, error) {
 	e.sq = NewSendQueue(min(cfg.Caps.SendDepth, peerDepth), uint64(len(cfg.SendRing)))
 	announce := wire.Message{Op: wire.OpRegisterXferMemory, Addr: cfg.RecvAddr, Length: uint32(len(cfg.RecvRing)), RKey: cfg.RecvKey}
 	if cfg.Features&wire.FeatureRing != 0 {
-		e.recv, e.send = NewRecvRing(announce.Length), &SendRing{}
+		var peerRetain uint32
+		if e.resumable {
+			e.sq.Retain()
+			peerRetain = cfg.Peer.SendRing
+		}
+		e.recv, e.send = NewRecvRing(announce.Length, peerRetain), &SendRing{}
 	} else {
 		e.recv, e.send = NewRecvWindow(announce), &SendWindow{}
 	}
@@ -168,11 +187,62 @@ func (e *Engine) Features() wire.Features { return e.cfg.Features }
 func (e *Engine) Err() error { return e.err }
 
 // Fail ends the stream with err (the first error is kept). Reads still
-// return what already arrived, then err.
+// return what already arrived, then err. In a resumable session, a link
+// failure that another link may cure (err matches link.ErrDown) suspends
+// the stream instead (Lost), unless it is closing.
 func (e *Engine) Fail(err error) {
-	if e.err == nil {
+	switch {
+	case e.err != nil || e.lost != nil:
+	case e.resumable && !e.draining && !e.peerGone && errors.Is(err, link.ErrDown):
+		e.lost = err
+	default:
 		e.err = err
 	}
+}
+
+// Lost is the link failure that suspended a resumable session, until
+// Relink; nil otherwise. Reads return what arrived, Writes wait.
+func (e *Engine) Lost() error { return e.lost }
+
+// Relink resumes a suspended session over a new link with caps, whose
+// receive ring is named by recvAddr and recvKey. The session's rings are
+// the same memory: the new link was made over them, and the bytes this side
+// sent and the peer may not have received are still there. This side says
+// what it received (Resume), announces its ring again, and once the peer's
+// Resume comes, sends again what the peer did not receive.
+func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
+	if e.lost == nil || e.err != nil {
+		return errors.New("stream: Relink of a stream that is not suspended")
+	}
+	if caps.SendDepth < 1 || caps.ControlDepth < 1 {
+		return errors.New("stream: link without send or control slots")
+	}
+	ring := e.recv.(*RecvRing)
+	e.cfg.Caps, e.cfg.RecvAddr, e.cfg.RecvKey = caps, recvAddr, recvKey
+	// Bytes still to be sent again from an earlier Relink go with this one.
+	e.sq = e.sq.Relink(min(caps.SendDepth, int(e.cfg.Peer.RecvDepth)), e.resend)
+	e.send.(*SendRing).Relink(e.resend)
+	clear(e.out)
+	e.out = e.out[:0]
+	e.reposts = 0
+	e.corkOff, e.corkRemote, e.corkRKey = 0, 0, 0
+	e.arrived = false
+	announce := e.ctl.announce
+	announce.Addr, announce.RKey = recvAddr, recvKey
+	received, consumed := ring.Totals()
+	ring.Relinked()
+	e.ctl = controlQueue{
+		want:     wantResume | wantAnnounce,
+		announce: announce,
+		resume:   wire.Message{Op: wire.OpResume, ReceivedBytes: received, ConsumedBytes: consumed},
+		slots:    caps.ControlDepth,
+	}
+	e.lost, e.resuming, e.resend = nil, true, 0
+	e.reshutdown = e.wrDone
+	now := e.cfg.Clock()
+	e.lastPost, e.lastProgress = now, now
+	e.flushControl()
+	return nil
 }
 
 // Readable reports whether a Read would return something other than
@@ -187,6 +257,9 @@ func (e *Engine) Readable() bool {
 func (e *Engine) Writable() bool {
 	if e.err != nil || e.peerGone || e.wrDone {
 		return true
+	}
+	if e.suspended() {
+		return false
 	}
 	_, space := e.sq.RingSpace()
 	return e.send.Room() > 0 && space > 0
@@ -222,6 +295,7 @@ func (e *Engine) queueReply(m wire.Message) {
 	if e.draining || e.err != nil || e.peerGone {
 		return
 	}
+	// While the link is lost, the consumed total goes with Resume.
 	switch m.Op {
 	case wire.OpRegisterXferMemory:
 		e.ctl.want |= wantAnnounce
@@ -255,6 +329,8 @@ func (e *Engine) Write(b []byte) (int, error) {
 			return written, ErrWriteShutdown
 		case written == len(b):
 			return written, nil
+		case e.suspended():
+			return written, ErrWouldBlock
 		}
 		room := e.send.Room()
 		off, space := e.sq.RingSpace()
@@ -287,7 +363,7 @@ func (e *Engine) Write(b []byte) (int, error) {
 // postHeld queues the held bytes as one data request, signaled if signal
 // is set or the send queue's accounting wants it.
 func (e *Engine) postHeld(signal bool) {
-	if e.sq.Held() == 0 || e.sq.SlotsFree() == 0 {
+	if e.sq.Held() == 0 || e.sq.SlotsFree() == 0 || e.lost != nil {
 		// With no slot free, signaled requests are in flight, and the
 		// completion that frees one posts what is held (AfterCompletions).
 		return
@@ -326,6 +402,11 @@ func (e *Engine) CloseWrite() error {
 	}
 	e.wrDone = true
 	e.postHeld(false)
+	if e.suspended() {
+		// It goes after the bytes that are sent again (resendData).
+		e.reshutdown = true
+		return nil
+	}
 	if !e.peerGone {
 		e.ctl.want |= wantShutdown
 		e.flushControl()
@@ -349,6 +430,10 @@ func (e *Engine) Handle(c *link.Completion) {
 		}
 	case link.DataArrived:
 		e.reposts++
+		if e.resuming {
+			e.Fail(protocolErrorf("data before the peer's Resume on a resumed link"))
+			return
+		}
 		if err := e.recv.Arrived(c.N); err != nil {
 			e.Fail(err)
 			return
@@ -373,7 +458,27 @@ func (e *Engine) Handle(c *link.Completion) {
 
 // control acts on a control message from the peer.
 func (e *Engine) control(m wire.Message) {
+	switch {
+	case e.resuming && m.Op != wire.OpResume:
+		e.Fail(protocolErrorf("%v before the peer's Resume on a resumed link", m.Op))
+		return
+	case !e.resuming && m.Op == wire.OpResume:
+		e.Fail(protocolErrorf("Resume on a link that was not resumed"))
+		return
+	}
 	switch m.Op {
+	case wire.OpResume:
+		if !e.resumable {
+			e.Fail(protocolErrorf("Resume without the session extension"))
+			return
+		}
+		sent := e.send.(*SendRing).Sent()
+		if err := e.send.(*SendRing).Rewind(m.ReceivedBytes, m.ConsumedBytes); err != nil {
+			e.Fail(err)
+			return
+		}
+		e.sq.Rewind(m.ReceivedBytes, m.ConsumedBytes)
+		e.resuming, e.resend = false, sent-m.ReceivedBytes
 	case wire.OpRegisterXferMemory:
 		if e.cfg.Features&wire.FeatureRing != 0 && e.cfg.PeerHello && m.Length != e.cfg.Peer.RingSize {
 			e.Fail(protocolErrorf("peer announced a %d-byte ring after offering %d bytes", m.Length, e.cfg.Peer.RingSize))
@@ -385,7 +490,9 @@ func (e *Engine) control(m wire.Message) {
 	case wire.OpCredit:
 		if err := e.send.Credit(m); err != nil {
 			e.Fail(err)
+			return
 		}
+		e.sq.Ack(m.ConsumedBytes)
 	case wire.OpShutdown:
 		if e.cfg.Features&wire.FeatureShutdown == 0 {
 			e.Fail(protocolErrorf("Shutdown without the half-close extension"))
@@ -408,9 +515,10 @@ func (e *Engine) control(m wire.Message) {
 // signaled request completed go out, and control messages waiting for a
 // slot take the ones that came free.
 func (e *Engine) AfterCompletions() {
-	if e.err != nil {
+	if e.err != nil || e.lost != nil {
 		return
 	}
+	e.resendData()
 	if e.sq.Held() > 0 && !e.sq.SignaledPending() {
 		// What the held bytes waited for completed: send them, signaled,
 		// so that Writes meanwhile hold theirs behind them.
@@ -423,7 +531,7 @@ func (e *Engine) AfterCompletions() {
 // send queue slot, in a fixed order (the announcement first: the peer may
 // send nothing before it).
 func (e *Engine) flushControl() {
-	for e.err == nil && e.ctl.outstanding < e.ctl.slots && e.sq.SlotsFree() > 0 {
+	for e.err == nil && e.lost == nil && e.ctl.outstanding < e.ctl.slots && e.sq.SlotsFree() > 0 {
 		m, ok := e.ctl.next(e.draining)
 		if !ok {
 			return
@@ -471,7 +579,7 @@ type Poster interface {
 // outstanding with no completion for deadFactor x KeepAlive.
 func (e *Engine) Tick() {
 	now := e.cfg.Clock()
-	if e.cfg.KeepAlive <= 0 || e.err != nil || e.peerGone {
+	if e.cfg.KeepAlive <= 0 || e.err != nil || e.lost != nil || e.peerGone {
 		return
 	}
 	if e.sq.SignaledPending() {
@@ -490,7 +598,7 @@ func (e *Engine) Tick() {
 // NextTick is when Tick has something to check: the next keepalive, or the
 // moment outstanding requests would count as a dead path. Zero: never.
 func (e *Engine) NextTick() time.Time {
-	if e.cfg.KeepAlive <= 0 || e.err != nil || e.peerGone {
+	if e.cfg.KeepAlive <= 0 || e.err != nil || e.lost != nil || e.peerGone {
 		return time.Time{}
 	}
 	next := e.lastPost.Add(e.cfg.KeepAlive)
@@ -507,7 +615,7 @@ func (e *Engine) NextTick() time.Time {
 // signaled marker after them, so that Idle tells when all have completed.
 func (e *Engine) Drain() {
 	e.draining = true
-	if e.err != nil || e.peerGone {
+	if e.err != nil || e.lost != nil || e.peerGone {
 		return
 	}
 	e.postHeld(true)
@@ -520,5 +628,34 @@ func (e *Engine) Drain() {
 // Drained reports whether an orderly close may disconnect now: every
 // request completed (and no control message waits), or the stream ended.
 func (e *Engine) Drained() bool {
-	return e.err != nil || e.peerGone || (e.sq.Idle() && e.sq.Held() == 0 && !e.ctl.pending(true))
+	return e.err != nil || e.lost != nil || e.peerGone || (e.sq.Idle() && e.sq.Held() == 0 && !e.ctl.pending(true))
+}
+
+// suspended reports whether new bytes must wait: the link is lost, or a
+// new one has not yet resumed where the peer's stream ends.
+func (e *Engine) suspended() bool { return e.lost != nil || e.resuming || e.resend > 0 }
+
+// resendData sends again, after the peer's Resume, the bytes it did not
+// receive. They are still in the transmit ring, at the same positions (the
+// ring keeps what the peer has not consumed), and go to the same positions
+// of the peer's ring. Then a Shutdown that was sent or due goes again.
+func (e *Engine) resendData() {
+	for e.resend > 0 && e.lost == nil && !e.resuming {
+		room := e.send.Room()
+		off, space := e.sq.RingSpace()
+		if room == 0 || space == 0 {
+			return
+		}
+		n := min(e.resend, uint64(room), space)
+		remote, rkey, _ := e.send.Take(uint32(n))
+		e.corkOff, e.corkRemote, e.corkRKey = off, remote, rkey
+		e.sq.Hold(n)
+		e.resend -= n
+		e.postHeld(e.resend == 0)
+	}
+	if e.resend == 0 && !e.resuming && e.reshutdown {
+		e.reshutdown = false
+		e.ctl.want |= wantShutdown
+		e.flushControl()
+	}
 }

@@ -21,12 +21,14 @@ func FuzzEngine(f *testing.F) {
 	f.Add(byte(3), []byte{0, 3, 0, 16, 1, 200, 2, 9, 4, 1, 5, 0, 6, 7})
 	f.Add(byte(0), []byte{1, 255, 1, 255, 1, 255, 3, 3, 3})
 	f.Add(byte(1), []byte{0, 0x72, 0, 0, 8, 8, 8, 8, 2, 1})
+	// A resumable session: data written, the link lost, a new one, a Resume.
+	f.Add(byte(7), []byte{4, 200, 7, 1, 7, 0x32, 0, 0x83, 0, 3, 7, 1})
 	f.Fuzz(func(t *testing.T, mode byte, ops []byte) {
-		features := wire.Features(mode) & (wire.FeatureRing | wire.FeatureShutdown)
+		features := wire.Features(mode) & (wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume)
 		const ring = 4096
 		peer := wire.Hello{}
 		if features != 0 {
-			peer = wire.Hello{Version: 1, Features: features, RecvDepth: uint16(1 + mode%8), RingSize: ring}
+			peer = wire.Hello{Version: 1, Features: features, RecvDepth: uint16(1 + mode%8), RingSize: ring, SendRing: ring / 2}
 		}
 		clk := &clock{now: time.Unix(0, 0)}
 		e, err := New(Config{
@@ -74,6 +76,11 @@ func FuzzEngine(f *testing.F) {
 					e.Handle(&link.Completion{Kind: link.Disconnected})
 				} else if arg%16 == 1 {
 					e.Handle(&link.Completion{Kind: link.Failed, Err: link.ErrDown})
+				} else if arg%16 == 2 && e.Lost() != nil {
+					// A resumable session gets a new link.
+					if err := e.Relink(link.Caps{SendDepth: 1 + int(arg>>4), RecvDepth: 16, ControlDepth: 2}, 2<<20, 5); err != nil {
+						t.Fatalf("Relink of a lost session: %v", err)
+					}
 				} else {
 					completeAll(e, r)
 				}

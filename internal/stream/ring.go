@@ -18,10 +18,23 @@ type RecvRing struct {
 	creditEvery   uint64
 }
 
-// NewRecvRing returns the state of a ring of size bytes.
-func NewRecvRing(size uint32) *RecvRing {
-	return &RecvRing{size: uint64(size), creditEvery: max(uint64(size)/4, 1)}
+// NewRecvRing returns the state of a ring of size bytes. Credit goes back
+// every quarter of it, or of peerRetain when the peer keeps its sent bytes
+// until they are credited (a resumable session) in a smaller transmit ring:
+// a sender that fills what it can retain must see credit come back.
+func NewRecvRing(size, peerRetain uint32) *RecvRing {
+	every := uint64(size)
+	if peerRetain > 0 {
+		every = min(every, uint64(peerRetain))
+	}
+	return &RecvRing{size: uint64(size), creditEvery: max(every/4, 1)}
 }
+
+// Totals are the running totals of bytes that arrived and were read.
+func (r *RecvRing) Totals() (received, consumed uint64) { return r.written, r.read }
+
+// Relinked notes that the peer learns the consumed total from Resume.
+func (r *RecvRing) Relinked() { r.credited = r.read }
 
 // Arrived records n bytes written by the peer at the ring's write position.
 // A write that overruns the space the peer was given, or crosses the ring's
@@ -106,6 +119,27 @@ func (s *SendRing) Take(n uint32) (remoteAddr uint64, rkey uint32, got uint32) {
 	remoteAddr = s.addr + s.sent%s.size
 	s.sent += uint64(got)
 	return remoteAddr, s.rkey, got
+}
+
+// Sent is the running total of bytes taken.
+func (s *SendRing) Sent() uint64 { return s.sent }
+
+// Relink forgets the peer's ring, which its new link announces again.
+// unsent bytes that a Rewind took back and were not sent again count as
+// sent, until the next Rewind.
+func (s *SendRing) Relink(unsent uint64) {
+	s.announced = false
+	s.sent += unsent
+}
+
+// Rewind takes the peer's Resume: it received the stream up to received and
+// read it up to consumed. What follows received is sent again.
+func (s *SendRing) Rewind(received, consumed uint64) error {
+	if consumed > received || received > s.sent || consumed < s.peerRead || received-consumed > s.size {
+		return protocolErrorf("resume at %d bytes received, %d consumed; %d were sent and %d credited", received, consumed, s.sent, s.peerRead)
+	}
+	s.sent, s.peerRead = received, consumed
+	return nil
 }
 
 // Target is the ring's base address and key, for a zero-length write.

@@ -16,7 +16,7 @@ func TestRingStreams(t *testing.T) {
 	for seed := uint64(0); seed < 100; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 3))
 		size := uint32(16 + rng.IntN(5000))
-		recv := NewRecvRing(size)
+		recv := NewRecvRing(size, 0)
 		var send SendRing
 		if err := send.Announce(wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: size, RKey: 9}); err != nil {
 			t.Fatal(err)
@@ -65,7 +65,7 @@ func TestRingStreams(t *testing.T) {
 }
 
 func TestRingProtocolErrors(t *testing.T) {
-	r := NewRecvRing(100)
+	r := NewRecvRing(100, 0)
 	if err := r.Arrived(101); !errors.Is(err, wire.ErrProtocol) {
 		t.Errorf("overrun: %v", err)
 	}
@@ -100,7 +100,7 @@ func FuzzRecvRing(f *testing.F) {
 		if size == 0 {
 			return
 		}
-		r := NewRecvRing(size)
+		r := NewRecvRing(size, 0)
 		for i, op := range ops {
 			if i%2 == 0 {
 				r.Arrived(uint32(op) * (size/256 + 1))

@@ -18,8 +18,14 @@ type SendQueue struct {
 	retired     uint64 // work requests known complete, ever
 	put         uint64 // ring bytes posted, ever
 	held        uint64 // ring bytes copied after put and not posted yet (Hold)
-	freed       uint64 // ring bytes freed, ever
+	freed       uint64 // ring bytes whose requests completed, ever
 	sinceSignal int
+
+	// With retain (a resumable session), bytes are released only once the
+	// peer has also reported them consumed (acked), so that what the peer
+	// may not have received can be sent again on another link.
+	retain bool
+	acked  uint64
 
 	// Signaled work requests not yet completed, oldest first.
 	pending []pendingSignal
@@ -52,7 +58,7 @@ func (q *SendQueue) RingSpace() (off uint64, n uint64) {
 	if q.SlotsFree() == 0 {
 		return 0, 0
 	}
-	free := q.ring - (q.put + q.held - q.freed)
+	free := q.ring - (q.put + q.held - q.released())
 	off = (q.put + q.held) % q.ring
 	n = min(free, q.ring-off, q.chunk)
 	return off, n
@@ -97,7 +103,7 @@ func (q *SendQueue) postData(n uint64, signal bool) (id uint64, signaled bool) {
 	q.posted++
 	q.put += n
 	q.sinceSignal++
-	free := q.ring - (q.put - q.freed)
+	free := q.ring - (q.put - q.released())
 	// Signal every quarter queue, and whenever space is getting short, so a
 	// writer who finds too little space always has a completion coming.
 	if signal || q.sinceSignal >= max(q.depth/4, 1) || free < q.ring/2 || q.SlotsFree() < q.depth/2 {
@@ -135,6 +141,47 @@ func (q *SendQueue) Complete(id uint64) (control bool, err error) {
 	q.retired = p.posted
 	q.freed = p.put
 	return p.control, nil
+}
+
+// released is the running total of ring bytes that may be written over.
+func (q *SendQueue) released() uint64 {
+	if q.retain {
+		return min(q.freed, q.acked)
+	}
+	return q.freed
+}
+
+// Retain makes the queue keep ring bytes until Ack releases them as well
+// as their completion. Positions are running totals of the stream's bytes
+// (the ring's offset is the total modulo its size), so what the peer
+// reports in stream bytes is a ring position here too.
+func (q *SendQueue) Retain() { q.retain = true }
+
+// Ack records that the peer consumed the stream up to consumed.
+func (q *SendQueue) Ack(consumed uint64) { q.acked = max(q.acked, consumed) }
+
+// Relink returns the accounting for the same ring over a new link with
+// depth slots: nothing is outstanding there, and every byte copied so far
+// (posted, held, or still to be sent again after an earlier Rewind: unsent)
+// counts as sent until Rewind says what arrived.
+func (q *SendQueue) Relink(depth int, unsent uint64) *SendQueue {
+	n := NewSendQueue(depth, q.ring)
+	n.retain, n.acked = q.retain, q.acked
+	n.put = q.put + q.held + unsent
+	n.freed = n.put
+	return n
+}
+
+// Rewind goes back to received, where the peer's stream ends, to send the
+// bytes after it again; consumed is what the peer has read. Requests
+// already posted on this link (control messages) hold no ring bytes.
+func (q *SendQueue) Rewind(received, consumed uint64) {
+	q.Ack(consumed)
+	q.put, q.held, q.freed = received, 0, received
+	for i := range q.count {
+		p := &q.pending[(q.head+i)%len(q.pending)]
+		p.put = min(p.put, received)
+	}
 }
 
 // PostMarker records a signaled work request that carries no data (a
