@@ -110,7 +110,12 @@ type Engine struct {
 	corkRKey            uint32
 	arrived             bool // data arrived from the peer since this side last posted data
 
-	err error // why the stream failed, if it did
+	err      error // why the stream failed, if it did
+	peerGone bool  // the peer disconnected
+	peerDone bool  // the peer shut down its sending side (Shutdown)
+	wrDone   bool  // this side shut down its sending side (CloseWrite)
+	draining bool  // the connection is closing: nothing new is sent but what drains
+
 	// A resumable session (wire.FeatureResume) outlives its link: a link
 	// failure that another link may cure (link.ErrDown) suspends the
 	// stream (lost) until Relink gives it a new link. On that link each
@@ -122,10 +127,6 @@ type Engine struct {
 	resuming   bool
 	resend     uint64
 	reshutdown bool // Shutdown goes again after the bytes sent again
-	peerGone   bool // the peer disconnected
-	peerDone   bool // the peer shut down its sending side (Shutdown)
-	wrDone     bool // this side shut down its sending side (CloseWrite)
-	draining   bool // the connection is closing: nothing new is sent but what drains
 
 	lastPost     time.Time // when anything was last posted (keepalive is due KeepAlive after)
 	lastProgress time.Time // when a send last completed, or a signaled request was posted with none outstanding
