@@ -49,6 +49,10 @@ type Config struct {
 	// lasted more than 10 x BusyPoll is taken to be idle and sleeps at once.
 	// Default 0: always sleep. See BENCHMARKS.md.
 	BusyPoll time.Duration
+	// ResumeTimeout bounds how long a resumable session (between two
+	// rdmanet peers) may go without a link before it ends with a
+	// *ResumeError (default 15 s).
+	ResumeTimeout time.Duration
 	// ValkeyCompatible makes the connection speak Valkey's protocol only:
 	// a dialer sends no Hello, a listener accepts no extension. Without it,
 	// two rdmanet peers negotiate the ring and half-close (docs/protocol.md),
@@ -69,7 +73,16 @@ func (c Config) hello(features wire.Features) []byte {
 	if features == 0 {
 		return nil
 	}
-	return wire.Hello{Version: wire.HelloVersion, Features: features, RecvDepth: uint16(c.RecvDepth), RingSize: uint32(c.RecvBuffer)}.Encode()
+	return c.helloOf(features).Encode()
+}
+
+// helloOf is this side's Hello with features.
+func (c Config) helloOf(features wire.Features) wire.Hello {
+	h := wire.Hello{Version: wire.HelloVersion, Features: features, RecvDepth: uint16(c.RecvDepth), RingSize: uint32(c.RecvBuffer)}
+	if features&wire.FeatureResume != 0 {
+		h.SendRing = uint32(c.SendBuffer)
+	}
+	return h
 }
 
 const (
@@ -97,6 +110,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.KeepAlive == 0 {
 		c.KeepAlive = defaultKeepAlive
+	}
+	if c.ResumeTimeout == 0 {
+		c.ResumeTimeout = defaultResumeTimeout
 	}
 	switch {
 	case c.RecvBuffer < 4096 || c.RecvBuffer > 1<<30:

@@ -31,6 +31,7 @@ import (
 type Conn struct {
 	link          link.Link
 	rdma          *rdmalink.Link // the link, when it is RDMA (nil over link.Pipe)
+	sess          *session       // a resumable session's state (session.go), or nil
 	cfg           Config
 	server        bool // answers GetServerFeature
 	local, remote *Addr
@@ -44,6 +45,7 @@ type Conn struct {
 	// failed (failedLocked).
 	disconnected bool
 	poll         pollerState // who takes completions (poller.go)
+	waitLink     link.Link   // the link the poller sleeps on in Wait, if it does
 
 	readable   chan struct{} // a Read may make progress (capacity 1)
 	writable   chan struct{} // a Write may make progress (capacity 1)
@@ -89,6 +91,12 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 	local, remote := c.link.Addrs()
 	c.local, c.remote = &Addr{local}, &Addr{remote}
 	c.eng = eng
+	if c.sess != nil {
+		c.sess.tx, c.sess.rx = c.link.SendRing(), c.link.RecvRing()
+		c.sess.lost = newLostLink(c.sess.tx, c.sess.rx)
+		c.sess.path = c.link.Caps().Name
+		c.sess.cancel = func() {}
+	}
 	c.readable = make(chan struct{}, 1)
 	c.writable = make(chan struct{}, 1)
 	c.pollerFree = make(chan struct{}, 1)
@@ -125,6 +133,9 @@ func (c *Conn) wakeReadyLocked() {
 	}
 	if c.eng.Writable() {
 		notify(c.writable)
+	}
+	if c.eng.Lost() != nil && c.sess != nil {
+		c.suspendLocked()
 	}
 	if c.eng.Err() != nil {
 		c.failedLocked()
@@ -250,9 +261,13 @@ func (c *Conn) Close() error {
 	}
 	c.closing = true
 	c.ticker.Stop()
+	if c.sess != nil {
+		c.sess.cancel() // a resume under way
+	}
+	l := c.link
 	c.mu.Unlock()
 	close(c.closed)
-	c.link.Wake() // a Read or Write, or the engine, asleep on the link
+	l.Wake() // a Read or Write, or the engine, asleep on the link
 	c.calls.closeAndWait()
 	<-c.engineDone
 	go c.linger()

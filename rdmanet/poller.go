@@ -108,6 +108,11 @@ func (c *Conn) handleLocked(cs []link.Completion) {
 	c.eng.AfterCompletions()
 	c.eng.Flush(c.link)
 	clear(cs) // drop references to errors
+	if s := c.sess; s != nil && s.next != 0 && s.dial == nil && !c.eng.Resuming() && c.eng.Lost() == nil {
+		// The dialer's first message on the new link came: it has the
+		// generation this side gave out, and names it from now on.
+		s.gen, s.next = s.next, 0
+	}
 }
 
 // sleep arms the link, polls once more, and sleeps in the link's Wait until
@@ -132,27 +137,29 @@ func (c *Conn) sleep(cs []link.Completion) (took bool) {
 		c.mu.Unlock()
 		return true
 	}
-	failed := c.eng.Err() != nil
-	c.mu.Unlock()
-	if failed {
+	if c.eng.Err() != nil {
+		c.mu.Unlock()
 		return false
 	}
+	// The link may change while the poller sleeps on it (a session's link
+	// fails over): the one it waits on is the one it woke from.
+	l := c.link
+	c.waitLink = l // a session retiring l waits until it is not (session.go)
+	c.mu.Unlock()
 	slept := time.Now()
-	err := c.link.Wait()
+	err := l.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.waitLink = nil
 	if err != nil && !errors.Is(err, link.ErrWoken) {
-		c.mu.Lock()
-		if !c.closing {
+		if !c.closing && l == c.link {
 			c.eng.Fail(err)
 			c.wakeReadyLocked()
 		}
-		c.mu.Unlock()
 		return false
 	}
 	if err == nil && c.cfg.BusyPoll > 0 {
-		short := time.Since(slept) < 10*c.cfg.BusyPoll
-		c.mu.Lock()
-		c.poll.busy = short
-		c.mu.Unlock()
+		c.poll.busy = time.Since(slept) < 10*c.cfg.BusyPoll
 	}
 	return false
 }

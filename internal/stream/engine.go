@@ -201,6 +201,17 @@ func (e *Engine) Fail(err error) {
 	}
 }
 
+// Resuming reports whether a relinked stream waits for the peer's Resume.
+func (e *Engine) Resuming() bool { return e.resuming }
+
+// End fails a suspended session for good (it could not resume), or any
+// stream, with err.
+func (e *Engine) End(err error) {
+	if e.err == nil {
+		e.err, e.lost = err, nil
+	}
+}
+
 // Lost is the link failure that suspended a resumable session, until
 // Relink; nil otherwise. Reads return what arrived, Writes wait.
 func (e *Engine) Lost() error { return e.lost }
@@ -548,6 +559,12 @@ func (e *Engine) flushControl() {
 // Flush posts what the engine queued: requests, then the receives to post
 // again. A link error fails the stream.
 func (e *Engine) Flush(l Poster) error {
+	if e.lost != nil {
+		// Nothing goes to a lost link; Relink starts the new one afresh.
+		clear(e.out)
+		e.out, e.reposts = e.out[:0], 0
+		return nil
+	}
 	if len(e.out) > 0 {
 		err := l.PostSend(e.out)
 		clear(e.out)

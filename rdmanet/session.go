@@ -1,0 +1,341 @@
+package rdmanet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// Resumable sessions (wire.FeatureResume, docs/protocol.md). Between two
+// rdmanet peers a connection is a session that outlives the link it runs
+// on: when the link fails in a way another link may cure (link.ErrDown: a
+// dead path, a port or device gone, an address change), the engine
+// suspends the stream instead of failing it. The connection's link becomes
+// the session's lostLink, on which pollers sleep until a new link comes or
+// the session ends; the old link is closed once nobody waits on it, and
+// only then is a new one made over the same rings (the old one may not
+// write into them any more). The dialing side makes the new link
+// (resumeDialer); the listening side waits for it (resumeFrom), for at most
+// Config.ResumeTimeout each.
+
+// defaultResumeTimeout is Config.ResumeTimeout's default.
+const defaultResumeTimeout = 15 * time.Second
+
+// resumeDialer makes a new link to the session's server, over the
+// session's rings, with h in its connect request. It returns the link, the
+// server's Hello, and a name for the path it took.
+type resumeDialer func(ctx context.Context, h wire.Hello, tx, rx []byte) (l link.Link, peer wire.Hello, path string, err error)
+
+// session is a resumable connection's state beyond its engine; Conn.mu
+// guards it.
+type session struct {
+	id wire.SessionID
+	// gen is the generation the session is at: the one the dialer names
+	// in a resume. The server gives out gen+1 in its accept and moves to
+	// it when the dialer's first message arrives on the new link (next).
+	gen, next uint32
+	tx, rx    []byte // the rings, which every link of the session uses
+	lost      *lostLink
+	dial      resumeDialer // the dialer's; nil on the server
+	timeout   time.Duration
+
+	retired   chan struct{} // closed when the lost link was closed (nil when none is)
+	attaching bool          // the server is making a new link for the session
+	failovers int           // links replaced
+	path      string        // the current link's path, for errors and logs
+	cancel    context.CancelFunc
+}
+
+// ResumeError ends a session that could not resume within
+// Config.ResumeTimeout, or that the server refused to resume: what broke
+// the link, and each path tried, with why it failed.
+type ResumeError struct {
+	Cause    error // what broke the link
+	Attempts []ResumeAttempt
+	Waited   time.Duration
+	Refused  bool // the server refused the session (unknown, stale, closed)
+}
+
+// ResumeAttempt is one try to resume a session.
+type ResumeAttempt struct {
+	Path string
+	Err  error
+}
+
+func (e *ResumeError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rdmanet: the session could not resume in %v after %v", e.Waited.Round(time.Millisecond), e.Cause)
+	if e.Refused {
+		b.WriteString(" (the server refused it)")
+	}
+	for i, a := range e.Attempts {
+		if i == 0 {
+			b.WriteString("; tried:")
+		}
+		fmt.Fprintf(&b, " %s: %v;", a.Path, a.Err)
+	}
+	return strings.TrimSuffix(b.String(), ";")
+}
+
+func (e *ResumeError) Unwrap() error { return e.Cause }
+
+// Timeout reports whether the session ran out of time (not refused).
+func (e *ResumeError) Timeout() bool { return !e.Refused }
+
+// ErrSessionRefused is matched by the error of a resume the server
+// refused: the session is unknown to it (it restarted, or the session
+// ended), the generation is stale (a replay, or a resume that another
+// already won), or a resume of it is already under way.
+var ErrSessionRefused = errors.New("rdmanet: session refused")
+
+// lostLink is a session's link while it has none: nothing arrives, nothing
+// may be posted, and a poller sleeps in Wait until Wake (a new link, a
+// deadline, Close).
+type lostLink struct {
+	tx, rx        []byte
+	local, remote netip.AddrPort // the last link's
+	wake          chan struct{}
+}
+
+func newLostLink(tx, rx []byte) *lostLink {
+	return &lostLink{tx: tx, rx: rx, wake: make(chan struct{}, 1)}
+}
+
+var errLinkLost = errors.New("rdmanet: the session has no link")
+
+func (l *lostLink) Caps() link.Caps                     { return link.Caps{Name: "none"} }
+func (l *lostLink) SendRing() []byte                    { return l.tx }
+func (l *lostLink) RecvRing() []byte                    { return l.rx }
+func (l *lostLink) RecvRingKey() (uint64, uint32)       { return 0, 0 }
+func (l *lostLink) PostSend([]link.SendWR) error        { return errLinkLost }
+func (l *lostLink) PostRecv(int) error                  { return errLinkLost }
+func (l *lostLink) Poll([]link.Completion) (int, error) { return 0, nil }
+func (l *lostLink) Arm() error                          { return nil }
+func (l *lostLink) Disconnect() error                   { return nil }
+func (l *lostLink) Close() error                        { return nil }
+func (l *lostLink) Wake()                               { notify(l.wake) }
+func (l *lostLink) Wait() error {
+	<-l.wake
+	return link.ErrWoken
+}
+func (l *lostLink) Addrs() (local, remote netip.AddrPort) { return l.local, l.remote }
+
+// suspendLocked runs once the engine lost its link: the session's lost
+// link takes its place, the old one is woken (a poller asleep on it moves
+// to the lost link) and closed in the background, and the session starts
+// to resume. c.mu is held.
+func (c *Conn) suspendLocked() {
+	s := c.sess
+	old := c.link
+	if old == link.Link(s.lost) {
+		return
+	}
+	c.link = s.lost
+	s.lost.local, s.lost.remote = old.Addrs()
+	s.retired = make(chan struct{})
+	cause := c.eng.Lost()
+	slog.Info("rdmanet: session lost its link", "session", s.id, "path", s.path, "err", cause)
+	old.Wake()
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go c.recoverSession(ctx, cancel, old, s.retired, cause)
+}
+
+// recoverSession closes the old link once nobody waits on it, then, on the
+// dialing side, makes a new one, and on the listening side waits for one,
+// for up to Config.ResumeTimeout; after that the connection fails with a
+// *ResumeError.
+func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, old link.Link, retired chan struct{}, cause error) {
+	defer cancel()
+	start := time.Now()
+	c.retire(old)
+	close(retired)
+	deadline := start.Add(c.sess.timeout)
+	if c.sess.dial == nil {
+		// The server: resumeFrom attaches a link; this only ends the wait.
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			c.giveUp(&ResumeError{Cause: cause, Waited: time.Since(start)})
+		case <-ctx.Done():
+		}
+		return
+	}
+	var attempts []ResumeAttempt
+	backoff := 10 * time.Millisecond
+	for {
+		c.mu.Lock()
+		if c.closing || c.eng.Err() != nil {
+			c.mu.Unlock()
+			return
+		}
+		h := c.cfg.helloOf(c.eng.Features())
+		h.Resume, h.Session, h.Generation = true, c.sess.id, c.sess.gen
+		c.mu.Unlock()
+
+		actx, cancel := context.WithDeadline(ctx, deadline)
+		l, peer, path, err := c.sess.dial(actx, h, c.sess.tx, c.sess.rx)
+		cancel()
+		if err == nil {
+			if err = c.attach(l, peer, path); err == nil {
+				return
+			}
+		}
+		attempts = append(attempts, ResumeAttempt{Path: path, Err: err})
+		if len(attempts) > 16 {
+			attempts = append(attempts[:8], attempts[len(attempts)-8:]...)
+		}
+		refused := errors.Is(err, ErrSessionRefused)
+		if refused || !time.Now().Before(deadline) || ctx.Err() != nil {
+			c.giveUp(&ResumeError{Cause: cause, Attempts: attempts, Waited: time.Since(start), Refused: refused})
+			return
+		}
+		// Try again after the backoff, and once more at the deadline.
+		select {
+		case <-time.After(min(backoff, max(time.Until(deadline), time.Millisecond))):
+		case <-ctx.Done():
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// retire waits until no poller waits on old, then closes it: the old link
+// may then touch the session's rings no more.
+func (c *Conn) retire(old link.Link) {
+	for {
+		c.mu.Lock()
+		waiting := c.waitLink == old
+		c.mu.Unlock()
+		if !waiting {
+			break
+		}
+		old.Wake()
+		time.Sleep(time.Millisecond)
+	}
+	old.Close()
+}
+
+// giveUp ends a session that did not resume.
+func (c *Conn) giveUp(err *ResumeError) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || c.link != link.Link(c.sess.lost) {
+		return
+	}
+	slog.Info("rdmanet: session ended without resuming", "session", c.sess.id, "err", err)
+	c.eng.End(err)
+	c.wakeReadyLocked()
+	c.sess.lost.Wake()
+}
+
+// attach makes l the session's link: the engine resumes on it. A closed or
+// failed connection refuses it (and closes it).
+func (c *Conn) attach(l link.Link, peer wire.Hello, path string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closing:
+		l.Close()
+		return net.ErrClosed
+	case c.eng.Err() != nil:
+		l.Close()
+		return c.eng.Err()
+	case c.link != link.Link(c.sess.lost):
+		l.Close()
+		return errors.New("rdmanet: session already has a link")
+	}
+	addr, key := l.RecvRingKey()
+	if err := c.eng.Relink(l.Caps(), addr, key); err != nil {
+		l.Close()
+		return err
+	}
+	if c.sess.dial != nil {
+		c.sess.gen = peer.Generation
+	} else {
+		c.sess.attaching = false
+	}
+	c.sess.cancel() // the server's wait for a link
+	c.link = l
+	c.sess.failovers++
+	slog.Info("rdmanet: session resumed", "session", c.sess.id, "from", c.sess.path, "to", path, "failovers", c.sess.failovers)
+	c.sess.path = path
+	c.flushLocked()
+	c.rearmLocked()
+	c.sess.lost.Wake() // the poller asleep on the lost link moves to l
+	return nil
+}
+
+// errResumedElsewhere suspends a session whose dialer resumed it on a new
+// link while this side's link still looked alive: the dialer found it dead.
+var errResumedElsewhere = fmt.Errorf("rdmanet: the peer resumed the session on another link: %w", link.ErrDown)
+
+// resumeBegin starts to resume c's session, at generation gen, for a
+// dialer that asked: the generation must be the session's (or the one its
+// last resume gave out, if the dialer got that answer and this side has not
+// yet heard from it on that link). A session whose link still looks alive
+// is suspended: the dialer found that link dead. It returns the rings to
+// make the new link over, once the old link is closed, and the generation
+// to give the dialer; resumeEnd must follow.
+func (c *Conn) resumeBegin(gen uint32) (tx, rx []byte, next uint32, err error) {
+	c.mu.Lock()
+	s := c.sess
+	switch {
+	case c.closing || c.eng.Err() != nil:
+		err = fmt.Errorf("%w: it has ended", ErrSessionRefused)
+	case s.attaching:
+		err = fmt.Errorf("%w: a resume of it is under way", ErrSessionRefused)
+	case gen != s.gen && (s.next == 0 || gen != s.next):
+		err = fmt.Errorf("%w: generation %d, the session is at %d", ErrSessionRefused, gen, s.gen)
+	}
+	if err != nil {
+		c.mu.Unlock()
+		return nil, nil, 0, err
+	}
+	if c.link != link.Link(s.lost) {
+		c.eng.Fail(errResumedElsewhere)
+		c.wakeReadyLocked()
+		if c.link != link.Link(s.lost) { // the stream had ended: the peer closed
+			c.mu.Unlock()
+			return nil, nil, 0, fmt.Errorf("%w: it has ended", ErrSessionRefused)
+		}
+	}
+	s.attaching = true
+	s.gen, s.next = gen, gen+1
+	retired := s.retired
+	c.mu.Unlock()
+	<-retired
+	return s.tx, s.rx, gen + 1, nil
+}
+
+// resumeEnd ends what resumeBegin started: with l, the session resumes on
+// it; with nil (the new link was not made), the session waits for another
+// try.
+func (c *Conn) resumeEnd(l link.Link, path string) error {
+	if l == nil {
+		c.mu.Lock()
+		c.sess.attaching = false
+		c.mu.Unlock()
+		return nil
+	}
+	return c.attach(l, wire.Hello{}, path)
+}
+
+// newSessionConn makes a resumable connection over l, which is established
+// with the session extension agreed: the session id, and on the dialing
+// side the way to make a new link.
+func newSessionConn(l link.Link, cfg Config, server bool, features wire.Features, peer wire.Hello, id wire.SessionID, dial resumeDialer) (*Conn, error) {
+	c := &Conn{link: l, cfg: cfg, server: server, sess: &session{id: id, dial: dial, timeout: cfg.ResumeTimeout}}
+	if err := c.begin(features, peer); err != nil {
+		return nil, err
+	}
+	return c, nil
+}

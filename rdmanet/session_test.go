@@ -1,0 +1,377 @@
+package rdmanet
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/nettest"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// Resumable sessions over link.Pipe: the links are cut, silenced or taken
+// away in mid-stream, and a new pipe over the same rings takes their place,
+// as another RDMA path or TCP will in the lab.
+
+const sessionFeatures = wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume
+
+// sessionPair is a client and a server Conn in one session, and the
+// current pipe between them.
+type sessionPair struct {
+	client, server *Conn
+	cfg            Config
+
+	mu      sync.Mutex
+	a, b    *link.Pipe // the current pipe: the client's end, the server's
+	dials   int
+	refuse  error                             // the next dials fail with it
+	hold    chan struct{}                     // dials wait for it while not nil
+	tamper  func(h *wire.Hello) (gen uint32) // changes what the dialer asks for
+	resumed atomic.Int32
+}
+
+func sessionPipe(cfg Config, ctx, crx, stx, srx []byte) (*link.Pipe, *link.Pipe) {
+	pc := func(tx, rx []byte) link.PipeConfig {
+		p := pipeConfig(cfg)
+		p.SendMem, p.RecvMem = tx, rx
+		return p
+	}
+	return link.NewPipe(pc(ctx, crx), pc(stx, srx))
+}
+
+func newSessionPair(t testing.TB, cfg Config) *sessionPair {
+	t.Helper()
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &sessionPair{cfg: cfg}
+	p.a, p.b = sessionPipe(cfg, make([]byte, cfg.SendBuffer), make([]byte, cfg.RecvBuffer), make([]byte, cfg.SendBuffer), make([]byte, cfg.RecvBuffer))
+	var id wire.SessionID
+	for i := range id {
+		id[i] = byte(rand.Uint32())
+	}
+	hello := cfg.helloOf(sessionFeatures)
+	p.client, err = newSessionConn(p.a, cfg, false, sessionFeatures, hello, id, p.dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.server, err = newSessionConn(p.b, cfg, true, sessionFeatures, hello, id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// dial is the client's resumeDialer: the server's side of a resume, then a
+// new pipe over both sides' rings.
+func (p *sessionPair) dial(ctx context.Context, h wire.Hello, tx, rx []byte) (link.Link, wire.Hello, string, error) {
+	p.mu.Lock()
+	p.dials++
+	path := fmt.Sprintf("memory#%d", p.dials)
+	hold, refuse, tamper := p.hold, p.refuse, p.tamper
+	p.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, wire.Hello{}, path, ctx.Err()
+		}
+	}
+	if refuse != nil {
+		return nil, wire.Hello{}, path, refuse
+	}
+	if !h.Resume || h.Session != p.server.sess.id {
+		return nil, wire.Hello{}, path, fmt.Errorf("the dialer asked for %+v", h)
+	}
+	gen := h.Generation
+	if tamper != nil {
+		gen = tamper(&h)
+	}
+	stx, srx, next, err := p.server.resumeBegin(gen)
+	if err != nil {
+		return nil, wire.Hello{}, path, err
+	}
+	a, b := sessionPipe(p.cfg, tx, rx, stx, srx)
+	if err := p.server.resumeEnd(b, path); err != nil {
+		a.Close()
+		return nil, wire.Hello{}, path, err
+	}
+	p.mu.Lock()
+	p.a, p.b = a, b
+	p.mu.Unlock()
+	p.resumed.Add(1)
+	peer := p.cfg.helloOf(sessionFeatures)
+	peer.Generation = next
+	return a, peer, path, nil
+}
+
+// pipes returns the current pipe's ends.
+func (p *sessionPair) pipes() (*link.Pipe, *link.Pipe) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.a, p.b
+}
+
+// fault breaks the current pipe in one of the ways a path breaks.
+func (p *sessionPair) fault(rng *rand.Rand) string {
+	a, b := p.pipes()
+	switch rng.IntN(3) {
+	case 0:
+		a.Cut(errors.New("test: port down"))
+		return "cut"
+	case 1:
+		// Silent, as rxe after a link went down: the engines find it by
+		// their dead-path timers.
+		a.Silence()
+		return "silence"
+	default:
+		// Only the server's side learns, as when its device is removed;
+		// the client finds out by its timer.
+		b.Silence()
+		b.Cut(nil)
+		return "server-side"
+	}
+}
+
+func TestSessionSurvivesFaultsMidStream(t *testing.T) {
+	goroutineCheck(t)
+	cfg := Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, RecvDepth: 16, KeepAlive: 50 * time.Millisecond}
+	p := newSessionPair(t, cfg)
+	const size = 32 << 20
+	var wg sync.WaitGroup
+	sums := make([][2][32]byte, 2)
+	for i, ends := range [][2]*Conn{{p.client, p.server}, {p.server, p.client}} {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			sums[i][0] = writeRandom(t, ends[0], size, uint64(i))
+		}()
+		go func() {
+			defer wg.Done()
+			h := sha256.New()
+			if n, err := io.CopyN(h, ends[1], size); err != nil {
+				t.Errorf("direction %d: read %d bytes: %v", i, n, err)
+			}
+			copy(sums[i][1][:], h.Sum(nil))
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	rng := rand.New(rand.NewPCG(1, 2))
+	faults := map[string]int{}
+	for n := 0; n < 12; n++ {
+		select {
+		case <-done:
+		case <-time.After(time.Duration(2+rng.IntN(20)) * time.Millisecond):
+			faults[p.fault(rng)]++
+			// The next fault waits for this one's resumption.
+			for want := int32(n + 1); p.resumed.Load() < want; {
+				select {
+				case <-done:
+					want = 0
+				case <-time.After(time.Millisecond):
+				}
+				if want == 0 {
+					break
+				}
+			}
+		}
+	}
+	<-done
+	for i := range sums {
+		if sums[i][0] != sums[i][1] {
+			t.Errorf("direction %d: SHA-256 differs", i)
+		}
+	}
+	t.Logf("faults %v, resumptions %d", faults, p.resumed.Load())
+	if p.resumed.Load() < 3 {
+		t.Errorf("%d resumptions: the streams ended before the faults tested anything", p.resumed.Load())
+	}
+	closeAndWait(t, p.client)
+	closeAndWait(t, p.server)
+}
+
+// nettest's whole contract on a resumable connection whose link fails
+// again and again.
+func TestSessionNetConnWithFaults(t *testing.T) {
+	goroutineCheck(t)
+	var resumed atomic.Int32
+	t.Cleanup(func() {
+		t.Logf("%d resumptions", resumed.Load())
+		if resumed.Load() == 0 {
+			t.Error("no link failed: the test tested nothing")
+		}
+	})
+	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+		p := newSessionPair(t, Config{KeepAlive: 50 * time.Millisecond})
+		quit := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
+			for {
+				select {
+				case <-quit:
+					return
+				case <-time.After(time.Duration(1+rng.IntN(20)) * time.Millisecond):
+					p.fault(rng)
+				}
+			}
+		}()
+		return p.client, p.server, func() {
+			close(quit)
+			wg.Wait()
+			resumed.Add(p.resumed.Load())
+			p.client.Close()
+			p.server.Close()
+		}, nil
+	})
+}
+
+// Deadlines work while the session has no link, and the stream goes on
+// once it has one again.
+func TestSessionDeadlinesDuringPause(t *testing.T) {
+	goroutineCheck(t)
+	p := newSessionPair(t, Config{KeepAlive: 50 * time.Millisecond})
+	hold := make(chan struct{})
+	p.mu.Lock()
+	p.hold = hold
+	p.mu.Unlock()
+	a, _ := p.pipes()
+	a.Cut(nil)
+
+	p.client.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	var b [8]byte
+	if _, err := p.client.Read(b[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read during the pause: %v, want a deadline error", err)
+	}
+	p.client.SetWriteDeadline(time.Now().Add(30 * time.Millisecond))
+	big := make([]byte, 4*p.cfg.SendBuffer) // more than the ring holds: it waits for the link
+	if n, err := p.client.Write(big); !errors.Is(err, os.ErrDeadlineExceeded) || n >= len(big) {
+		t.Fatalf("Write during the pause: %d, %v; want a deadline error", n, err)
+	}
+	p.client.SetDeadline(time.Time{})
+	close(hold)
+	msg := []byte("after the pause")
+	go p.server.Write(msg)
+	if _, err := io.ReadFull(p.client, b[:]); err != nil || string(b[:]) != string(msg[:8]) {
+		t.Fatalf("after the pause read %q, %v", b, err)
+	}
+	closeAndWait(t, p.client)
+	closeAndWait(t, p.server)
+}
+
+// A session that cannot resume ends within Config.ResumeTimeout, with an
+// error naming every path tried; so does the server's side, which waits.
+func TestSessionResumeTimeout(t *testing.T) {
+	goroutineCheck(t)
+	p := newSessionPair(t, Config{KeepAlive: 50 * time.Millisecond, ResumeTimeout: 300 * time.Millisecond})
+	p.mu.Lock()
+	p.refuse = errors.New("test: no route to host")
+	p.mu.Unlock()
+	a, _ := p.pipes()
+	a.Cut(nil)
+	start := time.Now()
+	var b [1]byte
+	_, err := p.client.Read(b[:])
+	var re *ResumeError
+	if !errors.As(err, &re) || re.Refused || len(re.Attempts) < 2 || re.Attempts[0].Path != "memory#1" {
+		t.Fatalf("Read: %v, want a *ResumeError after several attempts", err)
+	}
+	if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Errorf("%v is not a timeout", err)
+	}
+	if !errors.Is(err, link.ErrDown) {
+		t.Errorf("%v does not say what broke the link", err)
+	}
+	t.Logf("after %v: %v", time.Since(start), err)
+	if _, err := p.server.Read(b[:]); !errors.As(err, &re) {
+		t.Fatalf("server Read: %v, want a *ResumeError", err)
+	}
+	closeAndWait(t, p.client)
+	closeAndWait(t, p.server)
+}
+
+// The server refuses a resume with a stale or wrong generation, and the
+// dialer ends the session at once instead of trying until its timeout.
+func TestSessionRefusesStaleGeneration(t *testing.T) {
+	for name, tamper := range map[string]func(*wire.Hello) uint32{
+		"replayed": func(h *wire.Hello) uint32 { return h.Generation - 1 },
+		"guessed":  func(h *wire.Hello) uint32 { return h.Generation + 7 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			goroutineCheck(t)
+			p := newSessionPair(t, Config{KeepAlive: 50 * time.Millisecond})
+			// One good resume first, so the generation is 1 and a replay of
+			// the first request (generation 0) is stale.
+			a, _ := p.pipes()
+			a.Cut(nil)
+			roundTrip(t, p.client, p.server)
+			if p.resumed.Load() != 1 {
+				t.Fatalf("%d resumptions, want 1", p.resumed.Load())
+			}
+			p.mu.Lock()
+			p.tamper = tamper
+			p.mu.Unlock()
+			a, _ = p.pipes()
+			a.Cut(nil)
+			var b [1]byte
+			_, err := p.client.Read(b[:])
+			var re *ResumeError
+			if !errors.As(err, &re) || !re.Refused || !errors.Is(re.Attempts[len(re.Attempts)-1].Err, ErrSessionRefused) {
+				t.Fatalf("Read: %v, want a refused resume", err)
+			}
+			closeAndWait(t, p.client)
+			closeAndWait(t, p.server)
+		})
+	}
+}
+
+// A peer that closes ends the session as today: no resumption.
+func TestSessionPeerCloseIsNotAFailure(t *testing.T) {
+	goroutineCheck(t)
+	p := newSessionPair(t, Config{KeepAlive: 50 * time.Millisecond})
+	roundTrip(t, p.client, p.server)
+	closeAndWait(t, p.server)
+	var b [1]byte
+	if _, err := p.client.Read(b[:]); err != io.EOF {
+		t.Fatalf("Read after the peer closed: %v, want EOF", err)
+	}
+	if _, err := p.client.Write(b[:]); err == nil {
+		t.Fatal("Write after the peer closed succeeded")
+	}
+	p.mu.Lock()
+	dials := p.dials
+	p.mu.Unlock()
+	if dials != 0 {
+		t.Fatalf("%d resume dials after the peer closed", dials)
+	}
+	closeAndWait(t, p.client)
+}
+
+// roundTrip sends a byte each way.
+func roundTrip(t *testing.T, a, b *Conn) {
+	t.Helper()
+	var buf [1]byte
+	for _, c := range [][2]*Conn{{a, b}, {b, a}} {
+		if _, err := c[0].Write([]byte{'x'}); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		if _, err := io.ReadFull(c[1], buf[:]); err != nil {
+			t.Fatalf("read: %v", err)
+		}
+	}
+}
