@@ -35,8 +35,8 @@ type sessionPair struct {
 	mu      sync.Mutex
 	a, b    *link.Pipe // the current pipe: the client's end, the server's
 	dials   int
-	refuse  error                             // the next dials fail with it
-	hold    chan struct{}                     // dials wait for it while not nil
+	refuse  error                            // the next dials fail with it
+	hold    chan struct{}                    // dials wait for it while not nil
 	tamper  func(h *wire.Hello) (gen uint32) // changes what the dialer asks for
 	resumed atomic.Int32
 }
