@@ -51,9 +51,10 @@
 //
 //   - Disconnect: requests not yet written are flushed (they never land
 //     nor complete; those written may or may not land), this end reports
-//     Disconnected at once after what it had already received, and a
-//     Disconnect frame goes behind what was written; the peer reports
-//     Disconnected after the frames before it.
+//     Disconnected at once after what it had already received, and an Ack
+//     of everything that landed here, then a Disconnect frame, go behind
+//     what was written; the peer reports Disconnected after the frames
+//     before it (its requests that landed here complete first).
 //   - The socket ending without a Disconnect frame (EOF, including in the
 //     middle of a frame, ECONNRESET, EPIPE, io.ErrClosedPipe): the peer's
 //     process closed or died and its kernel closed the socket. That is

@@ -342,7 +342,7 @@ func (l *Link) nextBatch() (last, ok bool) {
 		l.mu.Unlock()
 		return false, false
 	}
-	ack, hasAck := l.ackWanted, l.ackWanted > l.ackWritten && !l.down
+	ack, hasAck := l.ackWanted, l.ackWanted > l.ackWritten
 	l.ackWritten = l.ackWanted
 	l.batch = l.batch[:0]
 	if !l.down {

@@ -128,6 +128,11 @@ var errMisuse = errors.New("misuse")
 // starts its reader and writer. The link owns c from now on: Close closes
 // it. On a *net.TCPConn it makes sure TCP_NODELAY is set (Go's default).
 func New(c net.Conn, cfg Config) (*Link, error) {
+	return newLink(c, cfg, rand.Uint32())
+}
+
+// newLink is New with the ring's key given (tests fix it).
+func newLink(c net.Conn, cfg Config, rkey uint32) (*Link, error) {
 	if cfg.SendDepth < 0 || cfg.RecvDepth < 0 || cfg.ControlDepth < 0 {
 		return nil, fmt.Errorf("tcplink: negative depth in %+v", cfg)
 	}
@@ -148,7 +153,7 @@ func New(c net.Conn, cfg Config) (*Link, error) {
 			ControlDepth: cfg.ControlDepth,
 			Name:         cfg.Name,
 		},
-		rkey:       rand.Uint32(),
+		rkey:       rkey,
 		local:      addrPort(c.LocalAddr()),
 		remote:     addrPort(c.RemoteAddr()),
 		reqs:       make([]link.SendWR, max(cfg.SendDepth, 1)),
@@ -356,7 +361,9 @@ func (l *Link) Wake() {
 // written are flushed (written ones may or may not land; none completes
 // any more), this end's Poll reports Disconnected after what already
 // arrived, and a Disconnect frame tells the peer, whose Poll reports
-// Disconnected after what arrived before it. Requests posted after it are
+// Disconnected after what arrived before it. An Ack of everything that
+// landed here goes before the Disconnect frame, so the peer's requests
+// that landed complete before its Disconnected. Requests posted after it are
 // flushed. A second Disconnect, or one after the link ended, does nothing.
 func (l *Link) Disconnect() error {
 	l.mu.Lock()
@@ -371,6 +378,9 @@ func (l *Link) Disconnect() error {
 	if l.down {
 		return nil
 	}
+	// What landed here is acknowledged before the Disconnect frame, as a
+	// device has acknowledged it at once.
+	l.publishAckLocked()
 	l.sendDisconnect = true
 	l.endLocked(link.Completion{Kind: link.Disconnected})
 	return nil
