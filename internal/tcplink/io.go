@@ -16,7 +16,7 @@ var be = binary.BigEndian
 // The reader: it takes frames from the socket until the link ends.
 
 func (l *Link) read() {
-	defer l.done.Done()
+	defer close(l.readerDone)
 	for {
 		if l.br.Buffered() == 0 {
 			// What one read gave is used up, and the next may block: the
@@ -296,7 +296,7 @@ func peerGone(err error) bool {
 // link ends.
 
 func (l *Link) write() {
-	defer l.done.Done()
+	defer close(l.writerDone)
 	for {
 		last, ok := l.nextBatch()
 		if !ok {

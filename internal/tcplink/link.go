@@ -100,7 +100,10 @@ type Link struct {
 	woken  bool // Wake was called: the next Wait returns ErrWoken
 	closed bool
 
-	done sync.WaitGroup // the reader and the writer
+	// Closed when the reader and the writer return. The writer returns soon
+	// after the link ends, once it wrote what it owed (an Abort or a
+	// Disconnect frame); the reader when it ends, or at Close.
+	readerDone, writerDone chan struct{}
 
 	// The writer's own.
 	batch []link.SendWR
@@ -167,7 +170,7 @@ func newLink(c net.Conn, cfg Config, rkey uint32) (*Link, error) {
 	l.waitCond.L = &l.mu
 	l.writeCond.L = &l.mu
 	l.recvCond.L = &l.mu
-	l.done.Add(2)
+	l.readerDone, l.writerDone = make(chan struct{}), make(chan struct{})
 	go l.read()
 	go l.write()
 	return l, nil
@@ -402,7 +405,8 @@ func (l *Link) Close() error {
 	l.recvCond.Broadcast()
 	l.mu.Unlock()
 	err := l.conn.Close()
-	l.done.Wait()
+	<-l.readerDone
+	<-l.writerDone
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("tcplink: %s: close: %w", l.cfg.Name, err)
 	}
