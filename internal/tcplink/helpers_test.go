@@ -292,6 +292,12 @@ func (l *Link) recvPostedNow() int {
 	return l.recvPosted
 }
 
+func (l *Link) rnrWaitsNow() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rnrWaits
+}
+
 func (l *Link) seqNow() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()

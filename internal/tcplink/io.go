@@ -200,6 +200,9 @@ func (l *Link) ringOffset(addr uint64, rkey uint32, n uint32) (uint64, bool) {
 func (l *Link) takeRecv() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.recvPosted == 0 {
+		l.rnrWaits++
+	}
 	for l.recvPosted == 0 && !l.down && !l.closed && !l.peerGone {
 		// What landed before this message is acknowledged now, not when
 		// a receive is posted.

@@ -90,7 +90,8 @@ type Link struct {
 	peerGone                      bool // the writer found the peer gone (EPIPE and the like)
 	landed, ackWanted, ackWritten uint64
 
-	recvPosted int // receives posted now
+	recvPosted int    // receives posted now
+	rnrWaits   uint64 // messages that found no receive posted and waited (for tests)
 
 	cq     []entry // completions for Poll: cq[head:]
 	head   int
