@@ -86,14 +86,14 @@ func (l *Link) readData() bool {
 }
 
 func (l *Link) readControl() bool {
-	var c link.Completion
-	if !l.readFull(c.Msg[:]) {
+	if !l.readFull(l.hdr[:wire.MessageSize]) {
 		return false
 	}
 	if !l.takeRecv() {
 		return false
 	}
-	c.Kind = link.ControlArrived
+	c := link.Completion{Kind: link.ControlArrived}
+	copy(c.Msg[:], l.hdr[:])
 	return l.arrived(c)
 }
 
