@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/rdmanet/sdk/internal/link"
 )
@@ -130,7 +131,10 @@ var errMisuse = errors.New("misuse")
 
 // New makes a link over c, on which the caller has done any handshake, and
 // starts its reader and writer. The link owns c from now on: Close closes
-// it. On a *net.TCPConn it makes sure TCP_NODELAY is set (Go's default).
+// it. New clears any deadline the handshake left on c (the link's reader
+// waits as long as the peer is silent: finding a dead path is the engine's
+// job, by its completions), and on a *net.TCPConn it makes sure
+// TCP_NODELAY is set (Go's default).
 func New(c net.Conn, cfg Config) (*Link, error) {
 	return newLink(c, cfg, rand.Uint32())
 }
@@ -142,6 +146,9 @@ func newLink(c net.Conn, cfg Config, rkey uint32) (*Link, error) {
 	}
 	if cfg.Name == "" {
 		cfg.Name = "tcp"
+	}
+	if err := c.SetDeadline(time.Time{}); err != nil {
+		return nil, fmt.Errorf("tcplink: %s: clearing deadlines: %w", cfg.Name, err)
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		if err := tc.SetNoDelay(true); err != nil {

@@ -548,3 +548,14 @@ func TestUseAfterClose(t *testing.T) {
 		wantKinds(t, "b", waitEnd(t, b), "disconnected")
 	})
 }
+
+// A deadline the handshake left on the socket does not end the link.
+func TestNewClearsDeadlines(t *testing.T) {
+	ca, cb := connPair(t, "tcp")
+	ca.SetDeadline(time.Now().Add(-time.Second))
+	a, b := newLinks(t, ca, cb, testSpec(), testSpec())
+	post(t, b, control(1, 0))
+	wantKinds(t, "a", waitFor(t, a, 1), "control-arrived")
+	post(t, a, control(1, 0))
+	wantKinds(t, "a", waitFor(t, a, 1), "send-done 1")
+}
