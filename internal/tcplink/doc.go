@@ -14,10 +14,11 @@
 //
 // New starts two goroutines. The writer takes the posted requests (PostSend
 // only queues them: it never blocks on the network) and writes them in
-// batches, one writev per batch (net.Buffers), reading each request's bytes
-// from the send ring at that moment; payloads of inlineMax bytes or less are
-// copied next to their header, larger ones are written straight from the
-// ring. The reader takes frames from the socket through a fixed buffer and
+// batches (up to 128 requests, with the Ack it owes), one writev per batch
+// on a TCP socket (net.Buffers; other net.Conns get one Write per piece),
+// reading each request's bytes from the send ring at that moment; payloads
+// of 128 bytes or less are copied next to their header, larger ones are
+// written straight from the ring. The reader takes frames from the socket through a fixed buffer and
 // reads a data frame's payload straight into the receive ring at its place:
 // the data lands when it arrives, as a NIC writes it.
 //
@@ -69,8 +70,9 @@
 //     it).
 //   - A malformed frame from the peer: Failed with a *wire.ProtocolError,
 //     and an Abort frame tells the peer. Nothing the peer sends makes this
-//     end allocate: frames have fixed headers, and a data payload is read
-//     only into the range of the receive ring it was checked against.
+//     end allocate by what it says: frames have fixed headers, and a data
+//     payload is read only into the range of the receive ring it was
+//     checked against.
 //
 // Close closes the socket and waits for both goroutines to return: once it
 // returns, nothing of the link touches SendRing or RecvRing again, and the
