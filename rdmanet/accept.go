@@ -125,11 +125,14 @@ type rdmaSide struct {
 
 	handshakes, handshakeFailures, requestErrors, stops, restarts atomic.Uint64
 	handshaking                                                   atomic.Int64
+
+	sessions               *sessionTable // the resumable sessions this side accepted
+	resumes, refusedResumes atomic.Uint64
 }
 
 func newRDMASide(addr netip.AddrPort, cfg Config, backlog int) *rdmaSide {
 	s := &rdmaSide{cfg: cfg, addr: addr, listen: listenCM, pause: pause,
-		slots: make(chan struct{}, backlog), ready: make(chan net.Conn, backlog)}
+		slots: make(chan struct{}, backlog), ready: make(chan net.Conn, backlog), sessions: newSessionTable()}
 	s.handshake = s.accept
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	return s
@@ -279,6 +282,10 @@ func (s *rdmaSide) serve(id requestSource) (served bool, err error) {
 				slog.Debug("rdmanet: an RDMA connection request failed its handshake", "addr", s.addr, "err", err)
 				return
 			}
+			if c == nil { // a session resumed: its Conn is the application's already
+				<-s.slots
+				return
+			}
 			s.handshakes.Add(1)
 			s.ready <- c // never blocks: ready has room for every slot
 		}()
@@ -313,30 +320,54 @@ func (s *rdmaSide) accept(ctx context.Context, req *cm.Request) (net.Conn, error
 	}
 	ctx, cancel := context.WithTimeout(ctx, acceptTimeout)
 	defer cancel()
+	if ok && h.Resume {
+		if agreed&wire.FeatureResume == 0 {
+			req.ID.Reject([]byte(rejectPrefix + refusedPrefix + "this listener keeps no sessions"))
+			req.ID.Close()
+			return nil, fmt.Errorf("%w: this listener keeps no sessions", ErrSessionRefused)
+		}
+		return nil, s.acceptResume(ctx, req, h)
+	}
 	if err := acceptSetups.enter(ctx); err != nil {
 		req.ID.Reject(rejectReason(err))
 		req.ID.Close()
 		return nil, err
 	}
-	c, err := newConn(req.ID, s.cfg, true)
+	var mem *ringMem
+	if agreed&wire.FeatureResume != 0 {
+		mem, err = newRingMem(s.cfg)
+	}
+	var c *Conn
+	if err == nil {
+		c, err = newConn(req.ID, s.cfg, true, mem)
+	}
 	acceptSetups.leave()
 	if err != nil {
+		mem.close()
 		req.ID.Reject(rejectReason(err))
 		req.ID.Close()
 		return nil, err
 	}
+	accept := s.cfg.helloOf(agreed)
+	if mem != nil {
+		accept = s.acceptNewSession(c, agreed)
+	}
 	// Retry forever on RNR, as for dials: the peer's writes wait for a
 	// reposted receive instead of failing.
-	err = req.ID.Accept(ctx, cm.ConnParam{PrivateData: s.cfg.hello(agreed), ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7})
+	var private []byte
+	if agreed != 0 {
+		private = accept.Encode()
+	}
+	err = req.ID.Accept(ctx, cm.ConnParam{PrivateData: private, ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7})
 	if err != nil {
 		req.ID.Close()
-		c.discard()
+		c.discardSession()
 		return nil, err
 	}
 	if err := c.start(agreed, h); err != nil {
 		req.ID.Disconnect()
 		req.ID.Close()
-		c.discard()
+		c.discardSession()
 		return nil, err
 	}
 	return c, nil

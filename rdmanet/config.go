@@ -49,9 +49,13 @@ type Config struct {
 	// lasted more than 10 x BusyPoll is taken to be idle and sleeps at once.
 	// Default 0: always sleep. See BENCHMARKS.md.
 	BusyPoll time.Duration
-	// ResumeTimeout bounds how long a resumable session (between two
-	// rdmanet peers) may go without a link before it ends with a
-	// *ResumeError (default 15 s).
+	// ResumeTimeout, when positive, makes the connection a resumable
+	// session if the peer is rdmanet and agrees (docs/protocol.md): when
+	// its path fails, the dialing side moves it to another RDMA path
+	// (Dialer.FailoverAddrs) with nothing lost, and the application sees a
+	// pause. It bounds how long the session may go without a link before
+	// it ends with a *ResumeError. Both sides must set it. Zero: no
+	// sessions (the default while failover to TCP is being built).
 	ResumeTimeout time.Duration
 	// ValkeyCompatible makes the connection speak Valkey's protocol only:
 	// a dialer sends no Hello, a listener accepts no extension. Without it,
@@ -64,6 +68,9 @@ type Config struct {
 func (c Config) extensions() wire.Features {
 	if c.ValkeyCompatible {
 		return 0
+	}
+	if c.ResumeTimeout > 0 {
+		return wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume
 	}
 	return wire.FeatureRing | wire.FeatureShutdown
 }
@@ -111,9 +118,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.KeepAlive == 0 {
 		c.KeepAlive = defaultKeepAlive
 	}
-	if c.ResumeTimeout == 0 {
-		c.ResumeTimeout = defaultResumeTimeout
-	}
+
 	switch {
 	case c.RecvBuffer < 4096 || c.RecvBuffer > 1<<30:
 		return c, fmt.Errorf("rdmanet: RecvBuffer %d outside 4 KiB to 1 GiB", c.RecvBuffer)

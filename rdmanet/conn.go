@@ -32,6 +32,7 @@ type Conn struct {
 	link          link.Link
 	rdma          *rdmalink.Link // the link, when it is RDMA (nil over link.Pipe)
 	sess          *session       // a resumable session's state (session.go), or nil
+	mem           *ringMem       // the rings, when the connection owns them (a session's)
 	cfg           Config
 	server        bool // answers GetServerFeature
 	local, remote *Addr

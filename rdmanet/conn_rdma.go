@@ -4,6 +4,7 @@ import (
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/wire"
+	"github.com/rdmanet/sdk/verbs"
 )
 
 // An RDMA connection is made in two steps around rdma_cm's handshake: newConn
@@ -11,13 +12,18 @@ import (
 // can send), start once it is established, or discard if it never was.
 
 // newConn makes the verbs objects of a connection on id and posts its
-// receives.
-func newConn(id *cm.ID, cfg Config, server bool) (*Conn, error) {
-	l, err := rdmalink.New(id, cfg.linkConfig())
+// receives. With mem (a connection that may become a resumable session),
+// its rings are mem's, which the connection owns from now on.
+func newConn(id *cm.ID, cfg Config, server bool, mem *ringMem) (*Conn, error) {
+	lc := cfg.linkConfig()
+	if mem != nil {
+		lc.SendMem, lc.RecvMem = mem.tx, mem.rx
+	}
+	l, err := rdmalink.New(id, lc)
 	if err != nil {
 		return nil, err
 	}
-	return &Conn{link: l, rdma: l, cfg: cfg, server: server}, nil
+	return &Conn{link: l, rdma: l, cfg: cfg, server: server, mem: mem}, nil
 }
 
 // start runs once the connection is established, with the extensions both
@@ -35,4 +41,42 @@ func (c *Conn) start(features wire.Features, peer wire.Hello) error {
 
 // discard releases a connection that was never started (its handshake
 // failed); the caller has closed or will close its cm ID.
-func (c *Conn) discard() { c.rdma.Discard() }
+func (c *Conn) discard() {
+	c.rdma.Discard()
+	c.mem.close()
+}
+
+// discardSession is discard for a connection that may have been given a
+// session id: the listener forgets it.
+func (c *Conn) discardSession() {
+	if c.sess != nil && c.sess.table != nil {
+		c.sess.table.remove(c.sess.id, c)
+	}
+	c.discard()
+}
+
+// ringMem is a connection's rings when it owns them: a resumable session's,
+// which every link of the session registers in turn.
+type ringMem struct{ tx, rx *verbs.Buffer }
+
+func newRingMem(cfg Config) (*ringMem, error) {
+	tx, err := verbs.NewBuffer(cfg.SendBuffer)
+	if err != nil {
+		return nil, err
+	}
+	rx, err := verbs.NewBuffer(cfg.RecvBuffer)
+	if err != nil {
+		tx.Close()
+		return nil, err
+	}
+	return &ringMem{tx: tx, rx: rx}, nil
+}
+
+// close unmaps the rings; no link may have them registered. A nil
+// ringMem is none.
+func (m *ringMem) close() {
+	if m != nil {
+		m.tx.Close()
+		m.rx.Close()
+	}
+}

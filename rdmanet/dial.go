@@ -46,6 +46,11 @@ type Dialer struct {
 	// if it falls back all the same the failure is not remembered (the
 	// fallback's Error says PeerAnswers).
 	RDMATimeout time.Duration
+	// FailoverAddrs are other addresses of the same server ("ip" or
+	// "ip:port"; the port defaults to the dialed one), for a resumable
+	// session (Config.ResumeTimeout) to move to when the path it runs on
+	// fails: another port of the server, on another network.
+	FailoverAddrs []string
 }
 
 // defaultRDMATimeout is Dialer.RDMATimeout's default: far above an RDMA
@@ -133,6 +138,14 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 			answerWait = cmp.Or(d.RDMATimeout, defaultRDMATimeout)
 		}
 		c, err := dial(ctx, src, dst, cfg, answerWait)
+		if err == nil && c.sess != nil {
+			var alts []netip.AddrPort
+			if alts, err = d.failoverAddrs(dst); err != nil {
+				c.Close()
+				return nil, opErr(raddr, err)
+			}
+			c.sess.paths = rdmaResumePaths(c, append([]netip.AddrPort{dst}, alts...), cfg)
+		}
 		if err == nil {
 			failures.Answered(dst)
 			counters.Dialed(fallback.RDMA)
@@ -195,9 +208,17 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	if err := dialSetups.enter(ctx); err != nil {
 		return nil, err
 	}
-	c, err = newConn(id, cfg, false)
+	offer := cfg.extensions()
+	var mem *ringMem
+	if offer&wire.FeatureResume != 0 {
+		mem, err = newRingMem(cfg)
+	}
+	if err == nil {
+		c, err = newConn(id, cfg, false, mem)
+	}
 	dialSetups.leave()
 	if err != nil {
+		mem.close()
 		return nil, err
 	}
 	// As libvalkey: responder resources and initiator depth 1, and an RNR
@@ -205,7 +226,6 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	// this side's writes instead of failing them). The transport retry count
 	// is 6, not libvalkey's 7: some devices (rxe) treat 7 as "forever", and
 	// then a dead peer is never noticed. Both sides' queue pairs use it.
-	offer := cfg.extensions()
 	connectCtx, stopWait := answerContext(ctx, dst, answerWait, busyAnswerWait)
 	defer stopWait()
 	peer, err := id.Connect(connectCtx, cm.ConnParam{PrivateData: cfg.hello(offer), ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
@@ -226,6 +246,13 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	var agreed wire.Features
 	if ok {
 		agreed = h.Features & offer
+	}
+	if agreed&wire.FeatureResume != 0 {
+		if h.Session.IsZero() {
+			return nil, &wire.ProtocolError{Reason: "the server agreed on sessions and named none"}
+		}
+		// The paths are the Dialer's to set.
+		c.sess = &session{id: h.Session, gen: h.Generation, timeout: cfg.ResumeTimeout}
 	}
 	if err := c.start(agreed, h); err != nil {
 		return nil, err
@@ -321,4 +348,21 @@ func withRejectReason(err error) error {
 		return err
 	}
 	return &ServerRefusedError{Reason: strings.TrimPrefix(data, rejectPrefix), Err: err}
+}
+
+// failoverAddrs resolves FailoverAddrs, with dst's port where they name none.
+func (d *Dialer) failoverAddrs(dst netip.AddrPort) ([]netip.AddrPort, error) {
+	var out []netip.AddrPort
+	for _, a := range d.FailoverAddrs {
+		if ap, err := netip.ParseAddrPort(a); err == nil {
+			out = append(out, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+			continue
+		}
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return nil, fmt.Errorf("rdmanet: failover address %q: want an IP address, with or without a port", a)
+		}
+		out = append(out, netip.AddrPortFrom(ip.Unmap(), dst.Port()))
+	}
+	return out, nil
 }

@@ -47,6 +47,10 @@ func (c *Conn) linger() {
 	}
 	c.link.Disconnect()
 	c.link.Close()
+	if c.sess != nil {
+		c.sess.end(c)
+	}
+	c.mem.close()
 }
 
 // drainSweep takes one batch of completions while lingering.

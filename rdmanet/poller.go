@@ -108,7 +108,7 @@ func (c *Conn) handleLocked(cs []link.Completion) {
 	c.eng.AfterCompletions()
 	c.eng.Flush(c.link)
 	clear(cs) // drop references to errors
-	if s := c.sess; s != nil && s.next != 0 && s.dial == nil && !c.eng.Resuming() && c.eng.Lost() == nil {
+	if s := c.sess; s != nil && s.next != 0 && s.paths == nil && !c.eng.Resuming() && c.eng.Lost() == nil {
 		// The dialer's first message on the new link came: it has the
 		// generation this side gave out, and names it from now on.
 		s.gen, s.next = s.next, 0

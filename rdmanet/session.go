@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
@@ -26,13 +27,14 @@ import (
 // (resumeDialer); the listening side waits for it (resumeFrom), for at most
 // Config.ResumeTimeout each.
 
-// defaultResumeTimeout is Config.ResumeTimeout's default.
-const defaultResumeTimeout = 15 * time.Second
-
-// resumeDialer makes a new link to the session's server, over the
-// session's rings, with h in its connect request. It returns the link, the
-// server's Hello, and a name for the path it took.
-type resumeDialer func(ctx context.Context, h wire.Hello, tx, rx []byte) (l link.Link, peer wire.Hello, path string, err error)
+// resumePath is one way to the session's server that the dialing side
+// tries, in order: other RDMA paths first, TCP last. dial makes a new link
+// over the session's rings with h in its request, and returns it with the
+// server's Hello; an error matching ErrSessionRefused ends the session.
+type resumePath struct {
+	name string
+	dial func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error)
+}
 
 // session is a resumable connection's state beyond its engine; Conn.mu
 // guards it.
@@ -44,7 +46,8 @@ type session struct {
 	gen, next uint32
 	tx, rx    []byte // the rings, which every link of the session uses
 	lost      *lostLink
-	dial      resumeDialer // the dialer's; nil on the server
+	paths     []resumePath  // the dialer's; nil on the server
+	table     *sessionTable // the server's
 	timeout   time.Duration
 
 	retired   chan struct{} // closed when the lost link was closed (nil when none is)
@@ -159,7 +162,7 @@ func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, ol
 	c.retire(old)
 	close(retired)
 	deadline := start.Add(c.sess.timeout)
-	if c.sess.dial == nil {
+	if c.sess.paths == nil {
 		// The server: resumeFrom attaches a link; this only ends the wait.
 		t := time.NewTimer(time.Until(deadline))
 		defer t.Stop()
@@ -173,31 +176,33 @@ func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, ol
 	var attempts []ResumeAttempt
 	backoff := 10 * time.Millisecond
 	for {
-		c.mu.Lock()
-		if c.closing || c.eng.Err() != nil {
-			c.mu.Unlock()
-			return
-		}
-		h := c.cfg.helloOf(c.eng.Features())
-		h.Resume, h.Session, h.Generation = true, c.sess.id, c.sess.gen
-		c.mu.Unlock()
-
-		actx, cancel := context.WithDeadline(ctx, deadline)
-		l, peer, path, err := c.sess.dial(actx, h, c.sess.tx, c.sess.rx)
-		cancel()
-		if err == nil {
-			if err = c.attach(l, peer, path); err == nil {
+		for _, p := range c.sess.paths {
+			c.mu.Lock()
+			if c.closing || c.eng.Err() != nil {
+				c.mu.Unlock()
 				return
 			}
-		}
-		attempts = append(attempts, ResumeAttempt{Path: path, Err: err})
-		if len(attempts) > 16 {
-			attempts = append(attempts[:8], attempts[len(attempts)-8:]...)
-		}
-		refused := errors.Is(err, ErrSessionRefused)
-		if refused || !time.Now().Before(deadline) || ctx.Err() != nil {
-			c.giveUp(&ResumeError{Cause: cause, Attempts: attempts, Waited: time.Since(start), Refused: refused})
-			return
+			h := c.cfg.helloOf(c.eng.Features())
+			h.Resume, h.Session, h.Generation = true, c.sess.id, c.sess.gen
+			c.mu.Unlock()
+
+			actx, cancel := context.WithDeadline(ctx, deadline)
+			l, peer, err := p.dial(actx, h)
+			cancel()
+			if err == nil {
+				if err = c.attach(l, peer, p.name); err == nil {
+					return
+				}
+			}
+			attempts = append(attempts, ResumeAttempt{Path: p.name, Err: err})
+			if len(attempts) > 16 {
+				attempts = append(attempts[:8], attempts[len(attempts)-8:]...)
+			}
+			refused := errors.Is(err, ErrSessionRefused)
+			if refused || !time.Now().Before(deadline) || ctx.Err() != nil {
+				c.giveUp(&ResumeError{Cause: cause, Attempts: attempts, Waited: time.Since(start), Refused: refused})
+				return
+			}
 		}
 		// Try again after the backoff, and once more at the deadline.
 		select {
@@ -258,7 +263,7 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string) error {
 		l.Close()
 		return err
 	}
-	if c.sess.dial != nil {
+	if c.sess.paths != nil {
 		c.sess.gen = peer.Generation
 	} else {
 		c.sess.attaching = false
@@ -268,6 +273,7 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string) error {
 	c.sess.failovers++
 	slog.Info("rdmanet: session resumed", "session", c.sess.id, "from", c.sess.path, "to", path, "failovers", c.sess.failovers)
 	c.sess.path = path
+	c.rdma, _ = l.(*rdmalink.Link)
 	c.flushLocked()
 	c.rearmLocked()
 	c.sess.lost.Wake() // the poller asleep on the lost link moves to l
@@ -331,11 +337,26 @@ func (c *Conn) resumeEnd(l link.Link, path string) error {
 
 // newSessionConn makes a resumable connection over l, which is established
 // with the session extension agreed: the session id, and on the dialing
-// side the way to make a new link.
-func newSessionConn(l link.Link, cfg Config, server bool, features wire.Features, peer wire.Hello, id wire.SessionID, dial resumeDialer) (*Conn, error) {
-	c := &Conn{link: l, cfg: cfg, server: server, sess: &session{id: id, dial: dial, timeout: cfg.ResumeTimeout}}
+// side the paths to make a new link on.
+func newSessionConn(l link.Link, cfg Config, server bool, features wire.Features, peer wire.Hello, id wire.SessionID, paths []resumePath) (*Conn, error) {
+	c := &Conn{link: l, cfg: cfg, server: server, sess: &session{id: id, paths: paths, timeout: cfg.ResumeTimeout}}
 	if err := c.begin(features, peer); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// end runs when the connection has released its last link: the old link a
+// resume retired is closed too (so the rings may be freed), and the server
+// forgets the session.
+func (s *session) end(c *Conn) {
+	c.mu.Lock()
+	retired := s.retired
+	c.mu.Unlock()
+	if retired != nil {
+		<-retired
+	}
+	if s.table != nil {
+		s.table.remove(s.id, c)
+	}
 }

@@ -75,6 +75,10 @@ const flushGrace = 2 * time.Second
 // Config sizes a link.
 type Config struct {
 	SendBuffer, RecvBuffer int // the transmit and receive rings, in bytes (rounded up to pages)
+	// SendMem and RecvMem, when set, are the rings: memory the caller owns
+	// (a resumable session's, which outlives its links). The link
+	// registers them and deregisters them at Close, and never unmaps them.
+	SendMem, RecvMem *verbs.Buffer
 	SendDepth, RecvDepth   int // send queue slots; receives kept posted
 	ControlDepth           int // control messages that may be in flight
 }

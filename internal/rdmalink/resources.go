@@ -21,6 +21,7 @@ type resources struct {
 	ctl *verbs.Buffer // receive slots, then control send slots, 32 bytes each
 
 	rxMR, txMR, ctlMR *verbs.MR
+	borrowed          bool // rx and tx are the caller's (Config.SendMem and RecvMem)
 	recvDepth         int
 	maxInline         uint32
 	name              string // the device and port, for errors and diagnostics
@@ -49,11 +50,21 @@ func newResources(id *cm.ID, cfg Config) (_ *resources, err error) {
 	if r.cq, err = ctx.NewCQ(cfg.SendDepth+cfg.RecvDepth, r.ch, 0); err != nil {
 		return nil, err
 	}
-	if r.rx, r.rxMR, err = r.register(cfg.RecvBuffer, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
-		return nil, err
-	}
-	if r.tx, r.txMR, err = r.register(cfg.SendBuffer, verbs.AccessLocalWrite); err != nil {
-		return nil, err
+	if cfg.SendMem != nil && cfg.RecvMem != nil {
+		r.borrowed, r.rx, r.tx = true, cfg.RecvMem, cfg.SendMem
+		if r.rxMR, err = r.pd.Register(r.rx, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+			return nil, err
+		}
+		if r.txMR, err = r.pd.Register(r.tx, verbs.AccessLocalWrite); err != nil {
+			return nil, err
+		}
+	} else {
+		if r.rx, r.rxMR, err = r.register(cfg.RecvBuffer, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+			return nil, err
+		}
+		if r.tx, r.txMR, err = r.register(cfg.SendBuffer, verbs.AccessLocalWrite); err != nil {
+			return nil, err
+		}
 	}
 	if r.ctl, r.ctlMR, err = r.register((cfg.RecvDepth+cfg.ControlDepth)*wire.MessageSize, verbs.AccessLocalWrite); err != nil {
 		return nil, err
@@ -134,7 +145,11 @@ func (r *resources) close() error {
 			add(mr.Close())
 		}
 	}
-	for _, b := range []*verbs.Buffer{r.rx, r.tx, r.ctl} {
+	bufs := []*verbs.Buffer{r.rx, r.tx, r.ctl}
+	if r.borrowed {
+		bufs = bufs[2:]
+	}
+	for _, b := range bufs {
 		if b != nil {
 			add(b.Close())
 		}

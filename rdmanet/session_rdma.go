@@ -1,0 +1,190 @@
+package rdmanet
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+
+	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/rdmalink"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// Sessions over rdma_cm: the listener's table of its sessions, the
+// server's side of a resume request, and the dialer's RDMA paths.
+
+// sessionTable is a listener's sessions, by id.
+type sessionTable struct {
+	mu sync.Mutex
+	m  map[wire.SessionID]*Conn
+}
+
+func newSessionTable() *sessionTable { return &sessionTable{m: make(map[wire.SessionID]*Conn)} }
+
+// add gives c a new session id, unguessable (128 bits from crypto/rand).
+func (t *sessionTable) add(c *Conn) wire.SessionID {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for {
+		var id wire.SessionID
+		rand.Read(id[:]) // never fails (crypto/rand's contract since Go 1.24)
+		if _, taken := t.m[id]; !taken && !id.IsZero() {
+			t.m[id] = c
+			return id
+		}
+	}
+}
+
+func (t *sessionTable) lookup(id wire.SessionID) *Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[id]
+}
+
+func (t *sessionTable) remove(id wire.SessionID, c *Conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m[id] == c {
+		delete(t.m, id)
+	}
+}
+
+// refusedPrefix starts the reject reason of a refused resume, so that the
+// dialer tells a refusal (the session is gone: stop) from a path that
+// failed (try another).
+const refusedPrefix = "session refused: "
+
+// acceptNewSession is accept's part for a request that agreed on
+// sessions: the connection's rings are its own (every link of the session
+// registers them), and it gets an id. It returns the Hello to accept with.
+func (s *rdmaSide) acceptNewSession(c *Conn, agreed wire.Features) wire.Hello {
+	c.sess = &session{table: s.sessions, timeout: s.cfg.ResumeTimeout}
+	c.sess.id = s.sessions.add(c)
+	h := s.cfg.helloOf(agreed)
+	h.Session = c.sess.id
+	return h
+}
+
+// acceptResume serves a request to resume a session on a new RDMA link.
+// It never returns a connection for Accept: the session's Conn, which the
+// application has, goes on over the new link.
+func (s *rdmaSide) acceptResume(ctx context.Context, req *cm.Request, h wire.Hello) error {
+	reject := func(err error) error {
+		req.ID.Reject([]byte(rejectPrefix + refusedPrefix + err.Error()))
+		req.ID.Close()
+		return err
+	}
+	c := s.sessions.lookup(h.Session)
+	if c == nil {
+		s.refusedResumes.Add(1)
+		return reject(fmt.Errorf("%w: unknown session %v", ErrSessionRefused, h.Session))
+	}
+	if _, _, next, err := c.resumeBegin(h.Generation); err != nil {
+		s.refusedResumes.Add(1)
+		return reject(err)
+	} else {
+		h.Generation = next
+	}
+	abort := func(err error) error {
+		c.resumeEnd(nil, "")
+		return err
+	}
+	lc := s.cfg.linkConfig()
+	lc.SendMem, lc.RecvMem = c.mem.tx, c.mem.rx
+	l, err := rdmalink.New(req.ID, lc)
+	if err != nil {
+		req.ID.Reject(rejectReason(err))
+		req.ID.Close()
+		return abort(err)
+	}
+	accept := s.cfg.helloOf(h.Features & s.cfg.extensions())
+	accept.Session, accept.Generation = h.Session, h.Generation
+	if err := req.ID.Accept(ctx, cm.ConnParam{PrivateData: accept.Encode(), ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
+		req.ID.Close()
+		l.Discard()
+		return abort(err)
+	}
+	l.Established()
+	if err := c.resumeEnd(l, rdmaPathName(l)); err != nil {
+		return err // resumeEnd closed l
+	}
+	l.StartEvents()
+	s.resumes.Add(1)
+	return nil
+}
+
+// rdmaPathName names an RDMA link for logs and errors.
+func rdmaPathName(l *rdmalink.Link) string {
+	local, remote := l.Addrs()
+	return fmt.Sprintf("rdma %s (%s) -> %s", local.Addr(), l.Caps().Name, remote)
+}
+
+// rdmaResumePaths are the dialer's RDMA paths to resume a session on: to
+// each of the server's addresses, the one dialed first, from wherever
+// routing picks (another port, when the first is down).
+func rdmaResumePaths(c *Conn, dsts []netip.AddrPort, cfg Config) []resumePath {
+	var paths []resumePath
+	for _, dst := range dsts {
+		paths = append(paths, resumePath{
+			name: "rdma -> " + dst.String(),
+			dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
+				return dialResume(ctx, dst, cfg, c.mem, h)
+			},
+		})
+	}
+	return paths
+}
+
+// dialResume makes an RDMA link to dst over mem that resumes h's session.
+func dialResume(ctx context.Context, dst netip.AddrPort, cfg Config, mem *ringMem, h wire.Hello) (_ link.Link, _ wire.Hello, err error) {
+	id, err := cm.NewID()
+	if err != nil {
+		return nil, wire.Hello{}, err
+	}
+	var l *rdmalink.Link
+	defer func() {
+		if err != nil {
+			id.Close()
+			if l != nil {
+				l.Discard()
+			}
+		}
+	}()
+	if err := id.Resolve(ctx, netip.Addr{}, dst); err != nil {
+		return nil, wire.Hello{}, err
+	}
+	lc := cfg.linkConfig()
+	lc.SendMem, lc.RecvMem = mem.tx, mem.rx
+	if l, err = rdmalink.New(id, lc); err != nil {
+		return nil, wire.Hello{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, defaultRDMATimeout)
+	defer cancel()
+	peer, err := id.Connect(cctx, cm.ConnParam{PrivateData: h.Encode(), ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
+	if err != nil {
+		err = withRejectReason(err)
+		var refused *ServerRefusedError
+		if errors.As(err, &refused) && strings.HasPrefix(refused.Reason, refusedPrefix) {
+			err = fmt.Errorf("%w: %s", ErrSessionRefused, strings.TrimPrefix(refused.Reason, refusedPrefix))
+		}
+		return nil, wire.Hello{}, err
+	}
+	ph, ok, err := wire.DecodeHello(peer.PrivateData)
+	switch {
+	case err != nil:
+	case !ok || ph.Features&wire.FeatureResume == 0 || ph.Session != h.Session:
+		err = fmt.Errorf("%w: the server answered without the session", ErrSessionRefused)
+	}
+	if err != nil {
+		id.Disconnect()
+		return nil, wire.Hello{}, err
+	}
+	l.Established()
+	l.StartEvents()
+	return l, ph, nil
+}
