@@ -126,7 +126,7 @@ type rdmaSide struct {
 	handshakes, handshakeFailures, requestErrors, stops, restarts atomic.Uint64
 	handshaking                                                   atomic.Int64
 
-	sessions               *sessionTable // the resumable sessions this side accepted
+	sessions                *sessionTable // the resumable sessions this side accepted
 	resumes, refusedResumes atomic.Uint64
 }
 

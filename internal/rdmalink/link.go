@@ -78,9 +78,9 @@ type Config struct {
 	// SendMem and RecvMem, when set, are the rings: memory the caller owns
 	// (a resumable session's, which outlives its links). The link
 	// registers them and deregisters them at Close, and never unmaps them.
-	SendMem, RecvMem *verbs.Buffer
-	SendDepth, RecvDepth   int // send queue slots; receives kept posted
-	ControlDepth           int // control messages that may be in flight
+	SendMem, RecvMem     *verbs.Buffer
+	SendDepth, RecvDepth int // send queue slots; receives kept posted
+	ControlDepth         int // control messages that may be in flight
 }
 
 // New makes the verbs objects of a connection on id and posts every
