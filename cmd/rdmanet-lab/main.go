@@ -39,17 +39,22 @@ Flags end at CMD, so it works as a go test runner:
 
 The lab's network (all in 198.18.0.0/15), as CMD's environment describes it:
     RDMANET_LAB=1
-    RDMANET_LAB_ADDR_A, _DEV_A          %[1]v on %[3]s
-    RDMANET_LAB_ADDR_B, _DEV_B          %[2]v on %[4]s
-    RDMANET_LAB_NORDMA_HOST, _NETNS     %[5]v in netns %[6]s: a host without
+    RDMANET_LAB_ADDR_A, _DEV_A, _NETDEV_A      path 1: %[1]v on %[3]s (%[5]s)
+    RDMANET_LAB_ADDR_B, _DEV_B, _NETDEV_B              %[2]v on %[4]s (%[6]s)
+    RDMANET_LAB_ADDR_A2, _DEV_A2, _NETDEV_A2   path 2: %[7]v on %[9]s (%[11]s)
+    RDMANET_LAB_ADDR_B2, _DEV_B2, _NETDEV_B2           %[8]v on %[10]s (%[12]s)
+                 A and B reach each other over RDMA on either path, each a
+                 veth pair of its own; TCP between these addresses goes
+                 through lo, untouched by faults on the veths
+    RDMANET_LAB_NORDMA_HOST, _NETNS     %[13]v in netns %[14]s: a host without
                                         RDMA (TCP works, RDMA gets no answer)
-    RDMANET_LAB_PLAIN_HOST, _NETNS      %[7]v in netns %[8]s, behind a netdev
+    RDMANET_LAB_PLAIN_HOST, _NETNS      %[15]v in netns %[16]s, behind a netdev
                                         without RDMA (address resolution fails)
 Package internal/labenv reads them for tests.
 
--selfcheck boots the lab and checks it with ibv_devices, rping, ib_write_bw and
-ib_send_lat, printing each tool's summary (inside the lab it checks the lab it
-is in).
+-selfcheck boots the lab and checks it with ibv_devices, rping (on both paths),
+ib_write_bw and ib_send_lat, printing each tool's summary (inside the lab it
+checks the lab it is in).
 
 The kernel and initramfs it boots are built from the host's and cached in
 ~/.cache/rdmanet-lab (or $XDG_CACHE_HOME/rdmanet-lab). Runs of one user wait
@@ -80,7 +85,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	)
 	fs.Usage = func() {
 		d := labenv.Default
-		fmt.Fprintf(stderr, usage, d.AddrA, d.AddrB, d.DevA, d.DevB,
+		fmt.Fprintf(stderr, usage, d.AddrA, d.AddrB, d.DevA, d.DevB, d.NetdevA, d.NetdevB,
+			d.AddrA2, d.AddrB2, d.DevA2, d.DevB2, d.NetdevA2, d.NetdevB2,
 			d.NoRDMAHost, d.NoRDMANetns, d.PlainHost, d.PlainNetns)
 		fs.VisitAll(func(f *flag.Flag) {
 			if f.Name == "guest" { // for /init only

@@ -39,10 +39,13 @@ func TestUsage(t *testing.T) {
 	}
 	var stderr bytes.Buffer
 	run([]string{"-h"}, &bytes.Buffer{}, &stderr)
-	for _, want := range []string{"go test -exec", "198.18.0.1", "RDMANET_LAB_PLAIN_HOST", "-selfcheck", "-timeout"} {
+	for _, want := range []string{"go test -exec", "198.18.0.1", "198.18.3.2", "rxe4", "lab-d", "RDMANET_LAB_ADDR_A2", "RDMANET_LAB_PLAIN_HOST", "-selfcheck", "-timeout"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("usage lacks %q", want)
 		}
+	}
+	if strings.Contains(stderr.String(), "%!") {
+		t.Errorf("usage has a formatting error:\n%s", &stderr)
 	}
 	if strings.Contains(stderr.String(), "-guest") {
 		t.Error("usage shows the internal -guest flag")

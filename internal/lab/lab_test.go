@@ -186,9 +186,41 @@ func TestTopology(t *testing.T) {
 		}
 	}
 	d := labenv.Default
-	for _, a := range []netip.Addr{d.AddrA, d.AddrB, d.NoRDMAHost, d.PlainHost} {
+	for _, a := range []netip.Addr{d.AddrA, d.AddrB, d.AddrA2, d.AddrB2, d.NoRDMAHost, d.PlainHost} {
 		if !addrs[a] {
 			t.Errorf("labenv address %v is not in the lab's topology", a)
+		}
+	}
+	// Every interface, rxe device and subnet once; a pair's ends share one
+	// subnet; no two pairs share one (a shared subnet would make each
+	// path's routes the other's).
+	names := map[string]bool{}
+	subnets := map[netip.Prefix]int{}
+	ends := map[string]linkEnd{}
+	for i, pair := range topology() {
+		for _, e := range pair {
+			for _, n := range []string{e.dev, e.rxe} {
+				if n != "" && names[n] {
+					t.Errorf("%s appears twice in the topology", n)
+				}
+				names[n] = true
+			}
+			ends[e.dev] = e
+		}
+		p := netip.PrefixFrom(pair[0].addr, prefixLen).Masked()
+		if q := netip.PrefixFrom(pair[1].addr, prefixLen).Masked(); q != p {
+			t.Errorf("pair %s-%s spans %v and %v", pair[0].dev, pair[1].dev, p, q)
+		}
+		if j, ok := subnets[p]; ok {
+			t.Errorf("pairs %d and %d share %v", j, i, p)
+		}
+		subnets[p] = i
+	}
+	for _, path := range d.Paths() {
+		for _, want := range []linkEnd{{dev: path.NetdevA, addr: path.A, rxe: path.DevA}, {dev: path.NetdevB, addr: path.B, rxe: path.DevB}} {
+			if got := ends[want.dev]; got != want {
+				t.Errorf("labenv's path end %+v is %+v in the topology", want, got)
+			}
 		}
 	}
 }

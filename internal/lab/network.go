@@ -49,7 +49,14 @@ func topology() [][2]linkEnd {
 		// A and B: RDMA bound to A goes out on lab-a and comes in on lab-b.
 		// Both ends stay in the initial namespace, the only one where
 		// Debian 6.1's rxe receives.
-		{{dev: "lab-a", addr: d.AddrA, rxe: d.DevA}, {dev: "lab-b", addr: d.AddrB, rxe: d.DevB}},
+		{{dev: d.NetdevA, addr: d.AddrA, rxe: d.DevA}, {dev: d.NetdevB, addr: d.AddrB, rxe: d.DevB}},
+		// Path 2 between A and B, the same again on a veth pair and a
+		// subnet of its own: a fault on one path leaves the other alone.
+		// Each subnet's two routes (one per end) are distinct from the
+		// other path's, and rdma_cm and rxe pick the route out of the
+		// source address's own interface, so neither path's traffic
+		// crosses the other's veths.
+		{{dev: d.NetdevA2, addr: d.AddrA2, rxe: d.DevA2}, {dev: d.NetdevB2, addr: d.AddrB2, rxe: d.DevB2}},
 		// A host without RDMA: the near end has rxe, so RDMA toward the far
 		// end is sent and never answered.
 		{{dev: "lab-n0", addr: netip.MustParseAddr("198.18.1.1"), rxe: "rxe2"},

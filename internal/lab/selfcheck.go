@@ -50,19 +50,24 @@ func SelfCheck(ctx context.Context, w io.Writer) error {
 		return fmt.Errorf("not in a working lab: %w", err)
 	}
 	a, b := env.AddrA.String(), env.AddrB.String()
-	steps := []struct {
-		title string
-		run   func(context.Context) (string, error)
-	}{
-		{"ibv_devices lists " + env.DevA + " and " + env.DevB, func(ctx context.Context) (string, error) {
-			return devicesStep(ctx, env)
-		}},
-		{fmt.Sprintf("rping %s -> %s, 3 round trips", a, b), func(ctx context.Context) (string, error) {
+	a2, b2 := env.AddrA2.String(), env.AddrB2.String()
+	rping := func(a, b string) func(context.Context) (string, error) {
+		return func(ctx context.Context) (string, error) {
 			out, err := serverClient(ctx,
 				[]string{"rping", "-s", "-a", b, "-C", "3", "-v"},
 				[]string{"rping", "-c", "-I", a, "-a", b, "-C", "3", "-v"})
 			return grepLines(out, "ping data:"), err
+		}
+	}
+	steps := []struct {
+		title string
+		run   func(context.Context) (string, error)
+	}{
+		{fmt.Sprintf("ibv_devices lists %s, %s, %s and %s", env.DevA, env.DevB, env.DevA2, env.DevB2), func(ctx context.Context) (string, error) {
+			return devicesStep(ctx, env)
 		}},
+		{fmt.Sprintf("rping %s -> %s (path 1), 3 round trips", a, b), rping(a, b)},
+		{fmt.Sprintf("rping %s -> %s (path 2), 3 round trips", a2, b2), rping(a2, b2)},
 		{fmt.Sprintf("ib_write_bw %s -> %s, 64 KiB x 100", env.DevA, env.DevB), func(ctx context.Context) (string, error) {
 			out, err := serverClient(ctx,
 				[]string{"ib_write_bw", "-F", "-d", env.DevB, "-s", "65536", "-n", "100"},
@@ -95,13 +100,13 @@ func SelfCheck(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
-// devicesStep runs ibv_devices and checks that it lists env's two devices.
+// devicesStep runs ibv_devices and checks that it lists env's four devices.
 func devicesStep(ctx context.Context, env labenv.Env) (string, error) {
 	out, err := exec.CommandContext(ctx, "ibv_devices").CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("ibv_devices: %v", err)
 	}
-	for _, dev := range []string{env.DevA, env.DevB} {
+	for _, dev := range []string{env.DevA, env.DevB, env.DevA2, env.DevB2} {
 		if !hasField(string(out), dev) {
 			return string(out), fmt.Errorf("ibv_devices does not list %s", dev)
 		}

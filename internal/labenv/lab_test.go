@@ -1,11 +1,14 @@
 package labenv
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -13,9 +16,17 @@ import (
 func TestLab(t *testing.T) {
 	env := RequireRDMA(t)
 
-	for _, dev := range []string{env.DevA, env.DevB} {
-		if _, err := os.Stat(filepath.Join("/sys/class/infiniband", dev)); err != nil {
-			t.Errorf("RDMA device %s: %v", dev, err)
+	for _, p := range env.Paths() {
+		for _, dev := range []struct{ rxe, netdev string }{{p.DevA, p.NetdevA}, {p.DevB, p.NetdevB}} {
+			dir := filepath.Join("/sys/class/infiniband", dev.rxe)
+			if _, err := os.Stat(dir); err != nil {
+				t.Errorf("RDMA device %s: %v", dev.rxe, err)
+				continue
+			}
+			// GID 0 (the link-local one) names the device's netdev.
+			if nd, err := os.ReadFile(filepath.Join(dir, "ports/1/gid_attrs/ndevs/0")); err != nil || strings.TrimSpace(string(nd)) != dev.netdev {
+				t.Errorf("RDMA device %s: netdev %q (%v), want %s", dev.rxe, bytes.TrimSpace(nd), err, dev.netdev)
+			}
 		}
 	}
 
@@ -37,16 +48,36 @@ func TestLab(t *testing.T) {
 			}
 		}
 	}
-	for _, a := range []netip.Addr{env.AddrA, env.AddrB} {
-		if ifname, ok := local[a]; !ok {
-			t.Errorf("address %v is on no interface", a)
-		} else {
-			t.Logf("%v is on %s", a, ifname)
+	for _, p := range env.Paths() {
+		for _, want := range []struct {
+			a      netip.Addr
+			netdev string
+		}{{p.A, p.NetdevA}, {p.B, p.NetdevB}} {
+			if ifname, ok := local[want.a]; !ok || ifname != want.netdev {
+				t.Errorf("address %v is on interface %q, want %s", want.a, ifname, want.netdev)
+			}
+		}
+		// What rdma_cm and rxe do: a route bound to the source address's
+		// interface, which must lead out of that interface, each way.
+		for _, r := range [][3]string{{p.A.String(), p.B.String(), p.NetdevA}, {p.B.String(), p.A.String(), p.NetdevB}} {
+			out, err := exec.Command("ip", "-o", "route", "get", r[1], "from", r[0], "oif", r[2]).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), " dev "+r[2]+" ") {
+				t.Errorf("ip route get %s from %s oif %s: %v: %s", r[1], r[0], r[2], err, out)
+			}
 		}
 	}
 	for _, a := range []netip.Addr{env.NoRDMAHost, env.PlainHost} {
 		if ifname, ok := local[a]; ok {
 			t.Errorf("address %v of another namespace is on %s in this one", a, ifname)
+		}
+	}
+
+	// TCP between A's and B's addresses is local traffic: it goes through
+	// lo, not the veths, so no fault on an RDMA path touches it.
+	for _, p := range env.Paths() {
+		out, err := exec.Command("ip", "-o", "route", "get", p.B.String(), "from", p.A.String()).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), " dev lo ") {
+			t.Errorf("ip route get %s from %s: %v: %s, want dev lo", p.B, p.A, err, out)
 		}
 	}
 

@@ -20,13 +20,25 @@ import (
 const VarLab = "RDMANET_LAB"
 
 // Env describes the lab's network as a test sees it.
+//
+// A and B are two hosts joined by two independent RDMA paths: path 1
+// (AddrA, AddrB) and path 2 (AddrA2, AddrB2), each a veth pair of its own
+// with an rxe device on each end, so that a fault on one path's netdevs or
+// devices leaves the other path alone. All four addresses are in the VM's
+// initial network namespace: TCP between any two of them goes through the
+// loopback interface, not through the veths, so it keeps working whatever
+// happens to an RDMA path.
 type Env struct {
-	AddrA, AddrB netip.Addr // two addresses on RDMA devices that reach each other
-	DevA, DevB   string     // their RDMA device names
-	NoRDMAHost   netip.Addr // a host without RDMA (TCP works, RDMA gets no answer)
-	NoRDMANetns  string     // the network namespace holding NoRDMAHost
-	PlainHost    netip.Addr // reached through a netdev that has no RDMA device
-	PlainNetns   string     // the network namespace holding PlainHost
+	AddrA, AddrB       netip.Addr // path 1: two addresses on RDMA devices that reach each other
+	DevA, DevB         string     // their RDMA device names
+	NetdevA, NetdevB   string     // the network interfaces under DevA and DevB
+	AddrA2, AddrB2     netip.Addr // path 2, independent of path 1: A's and B's second addresses
+	DevA2, DevB2       string     // their RDMA device names
+	NetdevA2, NetdevB2 string     // the network interfaces under DevA2 and DevB2
+	NoRDMAHost         netip.Addr // a host without RDMA (TCP works, RDMA gets no answer)
+	NoRDMANetns        string     // the network namespace holding NoRDMAHost
+	PlainHost          netip.Addr // reached through a netdev that has no RDMA device
+	PlainNetns         string     // the network namespace holding PlainHost
 }
 
 // Default is the lab's topology. Every address is in 198.18.0.0/15, the range
@@ -37,10 +49,34 @@ var Default = Env{
 	AddrB:       netip.MustParseAddr("198.18.0.2"),
 	DevA:        "rxe0",
 	DevB:        "rxe1",
+	NetdevA:     "lab-a",
+	NetdevB:     "lab-b",
+	AddrA2:      netip.MustParseAddr("198.18.3.1"),
+	AddrB2:      netip.MustParseAddr("198.18.3.2"),
+	DevA2:       "rxe3",
+	DevB2:       "rxe4",
+	NetdevA2:    "lab-c",
+	NetdevB2:    "lab-d",
 	NoRDMAHost:  netip.MustParseAddr("198.18.1.2"),
 	NoRDMANetns: "nordma",
 	PlainHost:   netip.MustParseAddr("198.18.2.2"),
 	PlainNetns:  "plain",
+}
+
+// Path is one of the RDMA paths between A and B: an address on each host,
+// the RDMA device it is on and that device's network interface.
+type Path struct {
+	A, B             netip.Addr
+	DevA, DevB       string
+	NetdevA, NetdevB string
+}
+
+// Paths returns path 1 and path 2.
+func (e Env) Paths() [2]Path {
+	return [2]Path{
+		{e.AddrA, e.AddrB, e.DevA, e.DevB, e.NetdevA, e.NetdevB},
+		{e.AddrA2, e.AddrB2, e.DevA2, e.DevB2, e.NetdevA2, e.NetdevB2},
+	}
 }
 
 // variables maps each field of Env to its environment variable. field returns
@@ -53,6 +89,14 @@ var variables = []struct {
 	{"RDMANET_LAB_ADDR_B", func(e *Env) any { return &e.AddrB }},
 	{"RDMANET_LAB_DEV_A", func(e *Env) any { return &e.DevA }},
 	{"RDMANET_LAB_DEV_B", func(e *Env) any { return &e.DevB }},
+	{"RDMANET_LAB_NETDEV_A", func(e *Env) any { return &e.NetdevA }},
+	{"RDMANET_LAB_NETDEV_B", func(e *Env) any { return &e.NetdevB }},
+	{"RDMANET_LAB_ADDR_A2", func(e *Env) any { return &e.AddrA2 }},
+	{"RDMANET_LAB_ADDR_B2", func(e *Env) any { return &e.AddrB2 }},
+	{"RDMANET_LAB_DEV_A2", func(e *Env) any { return &e.DevA2 }},
+	{"RDMANET_LAB_DEV_B2", func(e *Env) any { return &e.DevB2 }},
+	{"RDMANET_LAB_NETDEV_A2", func(e *Env) any { return &e.NetdevA2 }},
+	{"RDMANET_LAB_NETDEV_B2", func(e *Env) any { return &e.NetdevB2 }},
 	{"RDMANET_LAB_NORDMA_HOST", func(e *Env) any { return &e.NoRDMAHost }},
 	{"RDMANET_LAB_NORDMA_NETNS", func(e *Env) any { return &e.NoRDMANetns }},
 	{"RDMANET_LAB_PLAIN_HOST", func(e *Env) any { return &e.PlainHost }},
@@ -167,7 +211,7 @@ func requireRDMA(t testing.TB, lookup func(string) (string, bool), root string) 
 // checkDevices verifies that the kernel knows e's RDMA devices and that the
 // device files user space opens exist.
 func checkDevices(root string, e Env) error {
-	for _, dev := range []string{e.DevA, e.DevB} {
+	for _, dev := range []string{e.DevA, e.DevB, e.DevA2, e.DevB2} {
 		p := filepath.Join(root, "sys/class/infiniband", dev)
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("RDMA device %s: %w", dev, err)

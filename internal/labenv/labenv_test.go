@@ -3,6 +3,7 @@ package labenv
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -38,10 +39,37 @@ func TestEnvironRoundTrip(t *testing.T) {
 }
 
 func TestDefaultIsInBenchmarkRange(t *testing.T) {
-	for _, a := range []string{Default.AddrA.String(), Default.AddrB.String(), Default.NoRDMAHost.String(), Default.PlainHost.String()} {
+	for _, a := range []string{Default.AddrA.String(), Default.AddrB.String(), Default.AddrA2.String(), Default.AddrB2.String(), Default.NoRDMAHost.String(), Default.PlainHost.String()} {
 		if !strings.HasPrefix(a, "198.18.") && !strings.HasPrefix(a, "198.19.") {
 			t.Errorf("lab address %s is outside 198.18.0.0/15", a)
 		}
+	}
+}
+
+// TestPathsIndependent checks that the two RDMA paths share no address,
+// device, interface or subnet.
+func TestPathsIndependent(t *testing.T) {
+	p := Default.Paths()
+	if p[0].A != Default.AddrA || p[1].B != Default.AddrB2 || p[1].NetdevA != Default.NetdevA2 {
+		t.Errorf("Paths() = %+v, does not match Default", p)
+	}
+	seen := map[string]int{}
+	for i, path := range p {
+		for _, s := range []string{path.A.String(), path.B.String(), path.DevA, path.DevB, path.NetdevA, path.NetdevB} {
+			if j, ok := seen[s]; ok {
+				t.Errorf("%q is in path %d and path %d", s, j+1, i+1)
+			}
+			seen[s] = i
+		}
+	}
+	subnet := func(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, 24).Masked() }
+	for _, path := range p {
+		if subnet(path.A) != subnet(path.B) {
+			t.Errorf("%v and %v are not in one /24", path.A, path.B)
+		}
+	}
+	if subnet(p[0].A) == subnet(p[1].A) {
+		t.Errorf("both paths are in %v", subnet(p[0].A))
 	}
 }
 
@@ -54,6 +82,7 @@ func TestFromEnvironErrors(t *testing.T) {
 		wantErr bool   // an underlying parse error, not just a missing variable
 	}{
 		{name: "missing", drop: "RDMANET_LAB_DEV_B"},
+		{name: "missing path 2", drop: "RDMANET_LAB_NETDEV_A2"},
 		{name: "empty", set: "RDMANET_LAB_NORDMA_NETNS="},
 		{name: "bad address", set: "RDMANET_LAB_ADDR_A=198.18.0", wantErr: true},
 	} {
@@ -127,7 +156,8 @@ func callRequireRDMA(env []string, root string) (*fakeTB, Env) {
 // fakeLabRoot makes a directory tree with the lab's device files under it.
 func fakeLabRoot(t *testing.T) string {
 	root := t.TempDir()
-	for _, d := range []string{"sys/class/infiniband/rxe0", "sys/class/infiniband/rxe1", "dev/infiniband"} {
+	for _, d := range []string{"sys/class/infiniband/rxe0", "sys/class/infiniband/rxe1",
+		"sys/class/infiniband/rxe3", "sys/class/infiniband/rxe4", "dev/infiniband"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -159,6 +189,7 @@ func TestRequireRDMAFailsInBrokenLab(t *testing.T) {
 	}{
 		{name: "no variables", env: []string{VarLab + "=1"}},
 		{name: "no device", env: env, remove: "sys/class/infiniband/rxe1"},
+		{name: "no path 2 device", env: env, remove: "sys/class/infiniband/rxe4"},
 		{name: "no uverbs", env: env, remove: "dev/infiniband/uverbs0"},
 		{name: "no rdma_cm", env: env, remove: "dev/infiniband/rdma_cm"},
 	} {
