@@ -144,7 +144,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 				c.Close()
 				return nil, opErr(raddr, err)
 			}
-			c.sess.paths = rdmaResumePaths(c, append([]netip.AddrPort{dst}, alts...), cfg)
+			c.sess.paths = rdmaResumePaths(c, src, append([]netip.AddrPort{dst}, alts...), cfg)
 		}
 		if err == nil {
 			failures.Answered(dst)

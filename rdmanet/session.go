@@ -360,3 +360,35 @@ func (s *session) end(c *Conn) {
 		s.table.remove(s.id, c)
 	}
 }
+
+// SessionState describes a resumable session (Config.ResumeTimeout).
+type SessionState struct {
+	// Resumable: the connection is a session (both sides agreed).
+	Resumable bool
+	// ID is the first bytes of the session's id, enough to find it in
+	// logs (the whole id is what a resume presents, and is not shown).
+	ID string
+	// Generation counts the resumes the server has confirmed.
+	Generation uint32
+	// Failovers is how many times this side moved the session to a new link.
+	Failovers int
+	// Path is the link the session runs on now ("" while it has none).
+	Path string
+	// Suspended: the session lost its link and is resuming.
+	Suspended bool
+}
+
+// Session reports the connection's session, if it is one.
+func (c *Conn) Session() SessionState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.sess
+	if s == nil {
+		return SessionState{}
+	}
+	st := SessionState{Resumable: true, ID: s.id.String(), Generation: s.gen, Failovers: s.failovers, Path: s.path}
+	if c.link == link.Link(s.lost) {
+		st.Suspended, st.Path = true, ""
+	}
+	return st
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/wire"
+	"github.com/rdmanet/sdk/verbs"
 )
 
 // Sessions over rdma_cm: the listener's table of its sessions, the
@@ -125,23 +127,69 @@ func rdmaPathName(l *rdmalink.Link) string {
 }
 
 // rdmaResumePaths are the dialer's RDMA paths to resume a session on: to
-// each of the server's addresses, the one dialed first, from wherever
-// routing picks (another port, when the first is down).
-func rdmaResumePaths(c *Conn, dsts []netip.AddrPort, cfg Config) []resumePath {
+// each of the server's addresses, the one dialed first from the address it
+// was dialed from (src, if the Dialer had a LocalAddr), the others from a
+// local RDMA address on the same subnet (another port), else from where
+// routing picks.
+func rdmaResumePaths(c *Conn, src netip.Addr, dsts []netip.AddrPort, cfg Config) []resumePath {
 	var paths []resumePath
-	for _, dst := range dsts {
+	for i, dst := range dsts {
+		from := src
+		if i > 0 {
+			from = sameSubnetRDMAAddr(dst.Addr())
+		}
+		name := "rdma -> " + dst.String()
+		if from.IsValid() {
+			name = "rdma " + from.String() + " -> " + dst.String()
+		}
 		paths = append(paths, resumePath{
-			name: "rdma -> " + dst.String(),
+			name: name,
 			dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
-				return dialResume(ctx, dst, cfg, c.mem, h)
+				return dialResume(ctx, from, dst, cfg, c.mem, h)
 			},
 		})
 	}
 	return paths
 }
 
-// dialResume makes an RDMA link to dst over mem that resumes h's session.
-func dialResume(ctx context.Context, dst netip.AddrPort, cfg Config, mem *ringMem, h wire.Hello) (_ link.Link, _ wire.Hello, err error) {
+// sameSubnetRDMAAddr is a local address, other than dst itself, on an
+// interface with an RDMA device whose subnet holds dst; the zero Addr if
+// none. A host with a port on each of two networks reaches the server's
+// address on the second through its second port.
+func sameSubnetRDMAAddr(dst netip.Addr) netip.Addr {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return netip.Addr{}
+	}
+	for _, ifi := range ifs {
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(ipn.IP)
+			ones, _ := ipn.Mask.Size()
+			if !ok || ip.Unmap() == dst {
+				continue
+			}
+			if p, err := ip.Unmap().Prefix(ones); err != nil || !p.Contains(dst) {
+				continue
+			}
+			if _, err := verbs.DeviceForAddr(ip.Unmap()); err == nil {
+				return ip.Unmap()
+			}
+		}
+	}
+	return netip.Addr{}
+}
+
+// dialResume makes an RDMA link from src (zero: routing picks) to dst over
+// mem that resumes h's session.
+func dialResume(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, mem *ringMem, h wire.Hello) (_ link.Link, _ wire.Hello, err error) {
 	id, err := cm.NewID()
 	if err != nil {
 		return nil, wire.Hello{}, err
@@ -155,7 +203,7 @@ func dialResume(ctx context.Context, dst netip.AddrPort, cfg Config, mem *ringMe
 			}
 		}
 	}()
-	if err := id.Resolve(ctx, netip.Addr{}, dst); err != nil {
+	if err := id.Resolve(ctx, src, dst); err != nil {
 		return nil, wire.Hello{}, err
 	}
 	lc := cfg.linkConfig()
