@@ -350,7 +350,7 @@ func (s *rdmaSide) accept(ctx context.Context, req *cm.Request) (net.Conn, error
 	}
 	accept := s.cfg.helloOf(agreed)
 	if mem != nil {
-		accept = s.acceptNewSession(c, agreed)
+		accept = s.acceptNewSession(c, agreed, h, req.ID.RemoteAddr().Addr())
 	}
 	// Retry forever on RNR, as for dials: the peer's writes wait for a
 	// reposted receive instead of failing.

@@ -145,6 +145,9 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 				return nil, opErr(raddr, err)
 			}
 			c.sess.paths = rdmaResumePaths(c, src, append([]netip.AddrPort{dst}, alts...), cfg)
+			if c.sess.port != nil {
+				c.sess.paths = append(c.sess.paths, tcpResumePath(c, c.LocalAddr().(*Addr).Addr(), dst, cfg))
+			}
 		}
 		if err == nil {
 			failures.Answered(dst)
@@ -209,10 +212,27 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 		return nil, err
 	}
 	offer := cfg.extensions()
+	hello := cfg.hello(offer)
 	var mem *ringMem
+	var port *tcpPortReservation
 	if offer&wire.FeatureResume != 0 {
+		// A session keeps a TCP source port, to resume over TCP from it;
+		// without one it resumes over RDMA only.
+		if port, err = reserveTCPPort(dst.Addr()); err != nil {
+			slog.Debug("rdmanet: no TCP port for resuming sessions", "err", err)
+		}
 		mem, err = newRingMem(cfg)
+		h := cfg.helloOf(offer)
+		if port != nil {
+			h.TCPPort = port.port
+		}
+		hello = h.Encode()
 	}
+	defer func() {
+		if err != nil || c.sess == nil {
+			port.close()
+		}
+	}()
 	if err == nil {
 		c, err = newConn(id, cfg, false, mem)
 	}
@@ -228,7 +248,7 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	// then a dead peer is never noticed. Both sides' queue pairs use it.
 	connectCtx, stopWait := answerContext(ctx, dst, answerWait, busyAnswerWait)
 	defer stopWait()
-	peer, err := id.Connect(connectCtx, cm.ConnParam{PrivateData: cfg.hello(offer), ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
+	peer, err := id.Connect(connectCtx, cm.ConnParam{PrivateData: hello, ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
 	if err != nil {
 		if cause := context.Cause(connectCtx); ctx.Err() == nil && (cause == errNoAnswer || cause == errNoBusyAnswer) {
 			err = cause
@@ -252,7 +272,7 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 			return nil, &wire.ProtocolError{Reason: "the server agreed on sessions and named none"}
 		}
 		// The paths are the Dialer's to set.
-		c.sess = &session{id: h.Session, gen: h.Generation, timeout: cfg.ResumeTimeout}
+		c.sess = &session{id: h.Session, gen: h.Generation, timeout: cfg.ResumeTimeout, port: port}
 	}
 	if err := c.start(agreed, h); err != nil {
 		return nil, err

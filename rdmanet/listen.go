@@ -197,7 +197,14 @@ func (l *Listener) startTCPPump() {
 func (l *Listener) pumpTCP() {
 	defer l.pump.Done()
 	for {
-		c, err := l.acceptTCP()
+		tc, err := l.tcp.AcceptTCP()
+		if err == nil && !l.classifyTCP(tc) {
+			continue // a session's resume, or it may be: not for Accept (yet)
+		}
+		var c net.Conn
+		if err == nil {
+			c = l.wrapTCP(tc)
+		}
 		select {
 		case l.tcpConns <- acceptResult{c, err}:
 		case <-l.done:
@@ -251,12 +258,17 @@ func (l *Listener) acceptTCP() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	return l.wrapTCP(c), nil
+}
+
+// wrapTCP makes an accepted TCP connection the Listener's and counts it.
+func (l *Listener) wrapTCP(c *net.TCPConn) *TCPConn {
 	counters.Accepted(fallback.TCP)
 	var why error
 	if e := l.rdmaWhy(); e != nil {
 		why = e
 	}
-	return &TCPConn{TCPConn: c, why: why}, nil
+	return &TCPConn{TCPConn: c, why: why}
 }
 
 // Close stops listening; pending Accepts return net.ErrClosed. Connections

@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
+	"github.com/rdmanet/sdk/internal/tcplink"
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
@@ -54,7 +56,32 @@ type session struct {
 	attaching bool          // the server is making a new link for the session
 	failovers int           // links replaced
 	path      string        // the current link's path, for errors and logs
+	why       error         // what broke the link before the current one
 	cancel    context.CancelFunc
+
+	// Resuming over TCP (session_tcp.go): the dialer's reserved source
+	// port; the port and the addresses the server knows the dialer by.
+	port      *tcpPortReservation
+	tcpPort   uint16
+	clientIPs []netip.Addr
+}
+
+// onTCPLocked reports whether the connection runs over TCP now (a session
+// that failed over to it); c.mu is held.
+func (c *Conn) onTCPLocked() bool {
+	_, ok := c.link.(*tcplink.Link)
+	return ok
+}
+
+// knowLocked notes an address the dialer's links came from; c.mu is held.
+func (s *session) knowLocked(a netip.Addr) {
+	if !a.IsValid() || slices.Contains(s.clientIPs, a) {
+		return
+	}
+	if len(s.clientIPs) == 8 {
+		s.clientIPs = s.clientIPs[1:]
+	}
+	s.clientIPs = append(s.clientIPs, a)
 }
 
 // ResumeError ends a session that could not resume within
@@ -67,10 +94,12 @@ type ResumeError struct {
 	Refused  bool // the server refused the session (unknown, stale, closed)
 }
 
-// ResumeAttempt is one try to resume a session.
+// ResumeAttempt is what became of the tries to resume a session on one
+// path: how many, and the last one's error.
 type ResumeAttempt struct {
-	Path string
-	Err  error
+	Path  string
+	Tries int
+	Err   error
 }
 
 func (e *ResumeError) Error() string {
@@ -83,7 +112,7 @@ func (e *ResumeError) Error() string {
 		if i == 0 {
 			b.WriteString("; tried:")
 		}
-		fmt.Fprintf(&b, " %s: %v;", a.Path, a.Err)
+		fmt.Fprintf(&b, " %s (%d times): %v;", a.Path, a.Tries, a.Err)
 	}
 	return strings.TrimSuffix(b.String(), ";")
 }
@@ -145,6 +174,7 @@ func (c *Conn) suspendLocked() {
 	s.lost.local, s.lost.remote = old.Addrs()
 	s.retired = make(chan struct{})
 	cause := c.eng.Lost()
+	s.why = cause
 	slog.Info("rdmanet: session lost its link", "session", s.id, "path", s.path, "err", cause)
 	old.Wake()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -184,6 +214,9 @@ func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, ol
 			}
 			h := c.cfg.helloOf(c.eng.Features())
 			h.Resume, h.Session, h.Generation = true, c.sess.id, c.sess.gen
+			if c.sess.port != nil {
+				h.TCPPort = c.sess.port.port
+			}
 			c.mu.Unlock()
 
 			actx, cancel := context.WithDeadline(ctx, deadline)
@@ -194,10 +227,7 @@ func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, ol
 					return
 				}
 			}
-			attempts = append(attempts, ResumeAttempt{Path: p.name, Err: err})
-			if len(attempts) > 16 {
-				attempts = append(attempts[:8], attempts[len(attempts)-8:]...)
-			}
+			attempts = tried(attempts, p.name, err)
 			refused := errors.Is(err, ErrSessionRefused)
 			if refused || !time.Now().Before(deadline) || ctx.Err() != nil {
 				c.giveUp(&ResumeError{Cause: cause, Attempts: attempts, Waited: time.Since(start), Refused: refused})
@@ -274,6 +304,10 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string) error {
 	slog.Info("rdmanet: session resumed", "session", c.sess.id, "from", c.sess.path, "to", path, "failovers", c.sess.failovers)
 	c.sess.path = path
 	c.rdma, _ = l.(*rdmalink.Link)
+	if c.sess.paths == nil {
+		_, remote := l.Addrs()
+		c.sess.knowLocked(remote.Addr())
+	}
 	c.flushLocked()
 	c.rearmLocked()
 	c.sess.lost.Wake() // the poller asleep on the lost link moves to l
@@ -359,6 +393,7 @@ func (s *session) end(c *Conn) {
 	if s.table != nil {
 		s.table.remove(s.id, c)
 	}
+	s.port.close()
 }
 
 // SessionState describes a resumable session (Config.ResumeTimeout).
@@ -391,4 +426,16 @@ func (c *Conn) Session() SessionState {
 		st.Suspended, st.Path = true, ""
 	}
 	return st
+}
+
+// tried records a failed try on path.
+func tried(attempts []ResumeAttempt, path string, err error) []ResumeAttempt {
+	for i := range attempts {
+		if attempts[i].Path == path {
+			attempts[i].Tries++
+			attempts[i].Err = err
+			return attempts
+		}
+	}
+	return append(attempts, ResumeAttempt{Path: path, Tries: 1, Err: err})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 
@@ -20,13 +21,55 @@ import (
 // Sessions over rdma_cm: the listener's table of its sessions, the
 // server's side of a resume request, and the dialer's RDMA paths.
 
-// sessionTable is a listener's sessions, by id.
+// sessionTable is a listener's sessions, by id, and by the TCP port each
+// dialer keeps for resuming over TCP.
 type sessionTable struct {
-	mu sync.Mutex
-	m  map[wire.SessionID]*Conn
+	mu     sync.Mutex
+	m      map[wire.SessionID]*Conn
+	byPort map[uint16][]*Conn
 }
 
-func newSessionTable() *sessionTable { return &sessionTable{m: make(map[wire.SessionID]*Conn)} }
+func newSessionTable() *sessionTable {
+	return &sessionTable{m: make(map[wire.SessionID]*Conn), byPort: make(map[uint16][]*Conn)}
+}
+
+// empty reports whether the listener has no session: its TCP connections
+// are all plain.
+func (t *sessionTable) empty() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m) == 0
+}
+
+// fromReservedPort reports whether a TCP connection from remote may be a
+// session's resume: it comes from the port a session's dialer keeps, and
+// from an address that dialer's links came from, or the session has lost
+// its link (its dialer's address may have changed with it).
+func (t *sessionTable) fromReservedPort(remote netip.AddrPort) bool {
+	t.mu.Lock()
+	conns := slices.Clone(t.byPort[remote.Port()])
+	t.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		s := c.sess
+		match := slices.Contains(s.clientIPs, remote.Addr()) || c.link == link.Link(s.lost)
+		c.mu.Unlock()
+		if match {
+			return true
+		}
+	}
+	return false
+}
+
+// reservePort indexes c by its dialer's TCP port.
+func (t *sessionTable) reservePort(c *Conn, port uint16) {
+	if port == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.byPort[port] = append(t.byPort[port], c)
+}
 
 // add gives c a new session id, unguessable (128 bits from crypto/rand).
 func (t *sessionTable) add(c *Conn) wire.SessionID {
@@ -54,6 +97,11 @@ func (t *sessionTable) remove(id wire.SessionID, c *Conn) {
 	if t.m[id] == c {
 		delete(t.m, id)
 	}
+	port := c.sess.tcpPort
+	t.byPort[port] = slices.DeleteFunc(t.byPort[port], func(o *Conn) bool { return o == c })
+	if len(t.byPort[port]) == 0 {
+		delete(t.byPort, port)
+	}
 }
 
 // refusedPrefix starts the reject reason of a refused resume, so that the
@@ -64,9 +112,11 @@ const refusedPrefix = "session refused: "
 // acceptNewSession is accept's part for a request that agreed on
 // sessions: the connection's rings are its own (every link of the session
 // registers them), and it gets an id. It returns the Hello to accept with.
-func (s *rdmaSide) acceptNewSession(c *Conn, agreed wire.Features) wire.Hello {
-	c.sess = &session{table: s.sessions, timeout: s.cfg.ResumeTimeout}
+func (s *rdmaSide) acceptNewSession(c *Conn, agreed wire.Features, offer wire.Hello, from netip.Addr) wire.Hello {
+	c.sess = &session{table: s.sessions, timeout: s.cfg.ResumeTimeout, tcpPort: offer.TCPPort}
+	c.sess.knowLocked(from) // c is not shared yet
 	c.sess.id = s.sessions.add(c)
+	s.sessions.reservePort(c, offer.TCPPort)
 	h := s.cfg.helloOf(agreed)
 	h.Session = c.sess.id
 	return h

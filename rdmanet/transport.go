@@ -45,11 +45,27 @@ func (c *TCPConn) Transport() fallback.Transport { return fallback.TCP }
 // that also serves RDMA (the peer chose TCP; only it knows why).
 func (c *TCPConn) FallbackReason() error { return c.why }
 
-// Transport returns fallback.RDMA.
-func (c *Conn) Transport() fallback.Transport { return fallback.RDMA }
+// Transport returns fallback.RDMA, or fallback.TCP while a resumable
+// session runs over TCP (Session says which path).
+func (c *Conn) Transport() fallback.Transport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.onTCPLocked() {
+		return fallback.TCP
+	}
+	return fallback.RDMA
+}
 
-// FallbackReason returns nil: the connection uses RDMA.
-func (c *Conn) FallbackReason() error { return nil }
+// FallbackReason returns nil while the connection uses RDMA, and while a
+// session runs over TCP, the link failure that moved it there.
+func (c *Conn) FallbackReason() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.onTCPLocked() {
+		return c.sess.why
+	}
+	return nil
+}
 
 // TransportOf reports the transport a connection uses and, when it is TCP
 // because of a fallback, why (a *fallback.Error, or nil). It knows rdmanet's

@@ -30,6 +30,10 @@ type Hello struct {
 	// SendRing is the size of the sender's transmit ring, in bytes: what it
 	// can retain, and so how often the peer must return credit.
 	SendRing uint32
+	// TCPPort, in a dialer's Hello, is the TCP source port it keeps for
+	// resuming the session over TCP: a server tells such a connection from
+	// a plain TCP client's by it, without waiting for its first bytes.
+	TCPPort uint16
 }
 
 // SessionID names a resumable session: 128 random bits from crypto/rand,
@@ -73,7 +77,7 @@ var helloMagic = [8]byte{'r', 'd', 'm', 'a', 'n', 'e', 't', 0}
 // in an InfiniBand or RoCE connect request.
 const (
 	HelloSize        = 20
-	SessionHelloSize = 44
+	SessionHelloSize = 48
 )
 
 // helloFlagResume, in byte 9: the connect resumes the Hello's session.
@@ -99,9 +103,20 @@ func (h Hello) Encode() []byte {
 		copy(b[20:36], h.Session[:])
 		be.PutUint32(b[36:], h.Generation)
 		be.PutUint32(b[40:], h.SendRing)
+		be.PutUint16(b[44:], h.TCPPort)
 	}
 	return b
 }
+
+// HasHelloMagic reports whether b starts as every Hello does: how a
+// listener tells a session's resume over TCP from a plain client's bytes.
+func HasHelloMagic(b []byte) bool { return bytes.HasPrefix(b, helloMagic[:]) }
+
+// StartsHelloMagic reports whether b, shorter than the magic, is its start.
+func StartsHelloMagic(b []byte) bool { return bytes.HasPrefix(helloMagic[:], b) }
+
+// HelloMagicSize is how many bytes HasHelloMagic needs.
+const HelloMagicSize = len(helloMagic)
 
 // DecodeHello reads a Hello from private data. ok is false when the data holds
 // no Hello (a Valkey peer, or none at all); data that starts like a Hello but
@@ -138,6 +153,7 @@ func DecodeHello(data []byte) (h Hello, ok bool, err error) {
 		copy(h.Session[:], data[20:36])
 		h.Generation = be.Uint32(data[36:])
 		h.SendRing = be.Uint32(data[40:])
+		h.TCPPort = be.Uint16(data[44:])
 		if h.SendRing == 0 {
 			return Hello{}, false, protocolErrorf("hello offering sessions with no transmit ring")
 		}

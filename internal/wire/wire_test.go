@@ -127,16 +127,16 @@ func TestSessionHello(t *testing.T) {
 	}
 	id := SessionID{0xa0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xaf}
 	h := Hello{Version: HelloVersion, Features: FeatureRing | FeatureShutdown | FeatureResume, RecvDepth: 256, RingSize: 1 << 18,
-		Resume: true, Session: id, Generation: 3, SendRing: 1 << 17}
+		Resume: true, Session: id, Generation: 3, SendRing: 1 << 17, TCPPort: 0xa1b2}
 	b := h.Encode()
-	want := unhex(t, "72646d616e657400 01 01 00000007 0100 00040000 a00102030405060708090a0b0c0d0eaf 00000003 00020000")
+	want := unhex(t, "72646d616e657400 01 01 00000007 0100 00040000 a00102030405060708090a0b0c0d0eaf 00000003 00020000 a1b2 0000")
 	if string(b) != string(want) {
 		t.Fatalf("session hello encodes as % x, want % x", b, want)
 	}
 	if len(b) > 56 {
 		t.Fatalf("session hello of %d bytes does not fit a connect request's 56", len(b))
 	}
-	got, ok, err := DecodeHello(append(b, make([]byte, 12)...))
+	got, ok, err := DecodeHello(append(b, make([]byte, 8)...))
 	if err != nil || !ok || got != h {
 		t.Fatalf("DecodeHello = %+v, %v, %v", got, ok, err)
 	}
