@@ -99,6 +99,17 @@ type ListenerStats struct {
 	// on the same address and port. Between the two the listener serves TCP
 	// alone.
 	Stops, Restarts uint64
+	// Sessions is how many resumable sessions the listener keeps now.
+	// Resumes counts sessions resumed on a new link (RDMA or TCP);
+	// RefusedResumes, requests to resume that were refused (an unknown,
+	// stale or ended session: a restarted server, a replay, a guess).
+	Sessions                int
+	Resumes, RefusedResumes uint64
+	// TCPSniffs counts TCP connections the listener held back to look for
+	// a resume Hello, because they came from a session's reserved port
+	// (docs/protocol.md); every other TCP connection goes to Accept at
+	// once.
+	TCPSniffs uint64
 }
 
 // rdmaSide is a listener's RDMA side; see the comment at the top.
@@ -126,8 +137,8 @@ type rdmaSide struct {
 	handshakes, handshakeFailures, requestErrors, stops, restarts atomic.Uint64
 	handshaking                                                   atomic.Int64
 
-	sessions                *sessionTable // the resumable sessions this side accepted
-	resumes, refusedResumes atomic.Uint64
+	sessions                           *sessionTable // the resumable sessions this side accepted
+	resumes, refusedResumes, tcpSniffs atomic.Uint64
 }
 
 func newRDMASide(addr netip.AddrPort, cfg Config, backlog int) *rdmaSide {
@@ -188,6 +199,10 @@ func (s *rdmaSide) stats() ListenerStats {
 		RequestErrors:     s.requestErrors.Load(),
 		Stops:             s.stops.Load(),
 		Restarts:          s.restarts.Load(),
+		Sessions:          s.sessions.len(),
+		Resumes:           s.resumes.Load(),
+		RefusedResumes:    s.refusedResumes.Load(),
+		TCPSniffs:         s.tcpSniffs.Load(),
 	}
 }
 

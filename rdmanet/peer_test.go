@@ -21,7 +21,8 @@ import (
 )
 
 // peerEnv, when set, turns the test binary into a peer process that dials the
-// address in it and writes until it is killed (see TestMain).
+// address in it and writes until it is killed (see TestMain). A "resume,"
+// before the address makes its connection a resumable session.
 const peerEnv = "RDMANET_TEST_PEER"
 
 func TestMain(m *testing.M) {
@@ -38,7 +39,12 @@ func TestMain(m *testing.M) {
 }
 
 func runPeer(addr string) int {
-	c, err := rdmanet.Dial("rdma", addr)
+	var d rdmanet.Dialer
+	if a, ok := strings.CutPrefix(addr, "resume,"); ok {
+		addr = a
+		d.Config = sessionConfig
+	}
+	c, err := d.Dial("rdma", addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "peer:", err)
 		return 1

@@ -4,11 +4,15 @@ package rdmanet_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,7 +58,7 @@ func TestLabSessionFailover(t *testing.T) {
 func failover(t *testing.T, env labenv.Env, broken []labenv.Path, check func(t *testing.T, name string, c *rdmanet.Conn)) {
 	leakcheck.Check(t)
 	paths := env.Paths()
-	cfg := rdmanet.Config{KeepAlive: time.Second, ResumeTimeout: 30 * time.Second}
+	cfg := sessionConfig
 	lc := rdmanet.ListenConfig{Config: cfg}
 	// Every address, RDMA and TCP: the session resumes on the server's
 	// other address, or over TCP to the same port.
@@ -152,4 +156,129 @@ func (c *countingReader) Read(b []byte) (int, error) {
 	}
 	c.n += n
 	return n, err
+}
+
+// sessionConfig is a resumable session's, with a keepalive that finds a
+// dead path in 2-3 s.
+var sessionConfig = rdmanet.Config{KeepAlive: time.Second, ResumeTimeout: 30 * time.Second}
+
+// sessionListener listens for RDMA and TCP on every address with sessions.
+func sessionListener(t *testing.T) (*rdmanet.Listener, uint16) {
+	t.Helper()
+	lc := rdmanet.ListenConfig{Config: sessionConfig}
+	ln, err := lc.Listen(context.Background(), "tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln, ln.Addr().(*net.TCPAddr).AddrPort().Port()
+}
+
+// TestLabSessionPlainTCP: a listener keeping a session from A serves a
+// plain TCP client from the same address as before: Accept returns it
+// before it has sent anything (a protocol where the server speaks first
+// works), it is not held back to look for a resume, and it gets every byte.
+func TestLabSessionPlainTCP(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	leakcheck.Check(t)
+	ln, port := sessionListener(t)
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(env.AddrA, 0)}, Config: sessionConfig}
+	sc, err := d.Dial("rdma", netip.AddrPortFrom(env.AddrB, port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	ss := <-accepted
+	defer ss.Close()
+	if !sc.(*rdmanet.Conn).Session().Resumable || ln.Stats().Sessions != 1 {
+		t.Fatalf("no session: %+v, listener %+v", sc.(*rdmanet.Conn).Session(), ln.Stats())
+	}
+
+	td := net.Dialer{LocalAddr: &net.TCPAddr{IP: env.AddrA.AsSlice()}}
+	pc, err := td.Dial("tcp", netip.AddrPortFrom(env.AddrB, port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	var ps net.Conn
+	select {
+	case ps = <-accepted:
+	case <-time.After(20 * time.Second): // a hang guard, far beyond any sniff
+		t.Fatal("Accept did not return a plain TCP client that sent nothing")
+	}
+	defer ps.Close()
+	if tr, _ := rdmanet.TransportOf(ps); tr != fallback.TCP {
+		t.Fatalf("accepted %T over %s", ps, tr)
+	}
+	// The server speaks first, then the client; each gets the other's bytes.
+	ps.Write([]byte("220 hello\r\n"))
+	greet := make([]byte, 11)
+	if _, err := io.ReadFull(pc, greet); err != nil || string(greet) != "220 hello\r\n" {
+		t.Fatalf("client read %q, %v", greet, err)
+	}
+	// Even bytes that start like a Hello are the application's here.
+	msg := "rdmanet\x00 is not a resume from here"
+	pc.Write([]byte(msg))
+	got := make([]byte, len(msg))
+	ps.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.ReadFull(ps, got); err != nil || string(got) != msg {
+		t.Fatalf("server read %q, %v", got, err)
+	}
+	if st := ln.Stats(); st.TCPSniffs != 0 || st.Resumes != 0 {
+		t.Errorf("listener %+v: a plain client was taken for a resume", st)
+	}
+}
+
+// TestLabSessionPeerKilled: a resumable session's peer process is killed:
+// its kernel disconnects, and the session ends as a plain connection does,
+// within the keepalive bound, with no resumption.
+func TestLabSessionPeerKilled(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	leakcheck.Check(t)
+	ln, port := sessionListener(t)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), peerEnv+"=resume,"+netip.AddrPortFrom(env.AddrB, port).String())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	c, err := ln.Accept()
+	if err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.ReadFull(c, make([]byte, 1<<20)); err != nil {
+		t.Fatalf("reading from the peer: %v (peer said %q)", err, stderr.String())
+	}
+	if !c.(*rdmanet.Conn).Session().Resumable {
+		t.Fatal("the peer's connection is not a session")
+	}
+	bound := 3*sessionConfig.KeepAlive + 3*time.Second
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGKILL)
+	took, err := readUntilError(c, start, bound)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read still blocked %v after the peer was killed (bound %v)", took, bound)
+	}
+	t.Logf("Read returned %v %v after SIGKILL", err, took.Round(time.Millisecond))
+	if st := c.(*rdmanet.Conn).Session(); st.Failovers != 0 || st.Suspended {
+		t.Errorf("session %+v: a killed peer was taken for a failed path", st)
+	}
+	if st := ln.Stats(); st.Resumes != 0 {
+		t.Errorf("listener %+v", st)
+	}
 }

@@ -33,6 +33,12 @@ func newSessionTable() *sessionTable {
 	return &sessionTable{m: make(map[wire.SessionID]*Conn), byPort: make(map[uint16][]*Conn)}
 }
 
+func (t *sessionTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
+}
+
 // empty reports whether the listener has no session: its TCP connections
 // are all plain.
 func (t *sessionTable) empty() bool {

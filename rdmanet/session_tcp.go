@@ -134,6 +134,7 @@ func (l *Listener) classifyTCP(tc *net.TCPConn) (plain bool) {
 	}
 	remote := tc.RemoteAddr().(*net.TCPAddr).AddrPort()
 	if l.rdma.sessions.fromReservedPort(netip.AddrPortFrom(remote.Addr().Unmap(), remote.Port())) {
+		l.rdma.tcpSniffs.Add(1)
 		l.pump.Add(1)
 		go func() {
 			defer l.pump.Done()
