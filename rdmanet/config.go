@@ -57,6 +57,12 @@ type Config struct {
 	// it ends with a *ResumeError. Both sides must set it. Zero: no
 	// sessions (the default while failover to TCP is being built).
 	ResumeTimeout time.Duration
+	// FailbackInterval is how often, at most, a session that runs on
+	// another path than its first (another RDMA path, or TCP) tries to move
+	// back to the first (default 30 s; negative: never). A try that fails
+	// doubles the wait, up to 8 x FailbackInterval. The move is made before
+	// the old link is let go, so it costs no more than a resume.
+	FailbackInterval time.Duration
 	// ValkeyCompatible makes the connection speak Valkey's protocol only:
 	// a dialer sends no Hello, a listener accepts no extension. Without it,
 	// two rdmanet peers negotiate the ring and half-close (docs/protocol.md),

@@ -42,6 +42,9 @@ type Conn struct {
 	mu      sync.Mutex     // guards eng, the poller's role and closing
 	eng     *stream.Engine // nil until start
 	closing bool           // Close has begun
+	// lingering: Close returned and the link drains in the background
+	// (linger.go); a session may still resume meanwhile.
+	lingering bool
 	// disconnected: the link was disconnected because the connection
 	// failed (failedLocked).
 	disconnected bool
@@ -262,8 +265,8 @@ func (c *Conn) Close() error {
 	}
 	c.closing = true
 	c.ticker.Stop()
-	if c.sess != nil {
-		c.sess.cancel() // a resume under way
+	if c.sess != nil && c.sess.failbackTimer != nil {
+		c.sess.failbackTimer.Stop()
 	}
 	l := c.link
 	c.mu.Unlock()

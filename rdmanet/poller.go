@@ -103,6 +103,10 @@ func (c *Conn) sweepLocked(cs []link.Completion) bool {
 // it answers with; c.mu is held.
 func (c *Conn) handleLocked(cs []link.Completion) {
 	for i := range cs {
+		if cs[i].Kind == link.Disconnected && c.sess != nil && c.sess.moving {
+			// The server let go of the link this side is moving from.
+			cs[i] = link.Completion{Kind: link.Failed, Err: errFailback}
+		}
 		c.eng.Handle(&cs[i])
 	}
 	c.eng.AfterCompletions()

@@ -59,6 +59,14 @@ type session struct {
 	why       error         // what broke the link before the current one
 	cancel    context.CancelFunc
 
+	// The dialer's path now (an index into paths), and moving back to
+	// the first one (failback.go).
+	pathIndex     int
+	moving        bool
+	failbacks     int
+	failbackWait  time.Duration
+	failbackTimer *time.Timer
+
 	// Resuming over TCP (session_tcp.go): the dialer's reserved source
 	// port; the port and the addresses the server knows the dialer by.
 	port      *tcpPortReservation
@@ -172,25 +180,43 @@ func (c *Conn) suspendLocked() {
 	}
 	c.link = s.lost
 	s.lost.local, s.lost.remote = old.Addrs()
-	s.retired = make(chan struct{})
+	retired := make(chan struct{})
+	s.retired = retired
 	cause := c.eng.Lost()
-	s.why = cause
+	if cause != errFailback {
+		s.why = cause
+	}
 	slog.Info("rdmanet: session lost its link", "session", s.id, "path", s.path, "err", cause)
 	old.Wake()
+	go func() {
+		c.retire(old)
+		close(retired)
+	}()
+	if !s.moving { // a failback in progress brings its own link (failback.go)
+		c.startRecoveryLocked(cause)
+	}
+}
+
+// startRecoveryLocked starts to resume the suspended session: the dialer
+// makes a new link, the server waits for one; c.mu is held.
+func (c *Conn) startRecoveryLocked(cause error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	go c.recoverSession(ctx, cancel, old, s.retired, cause)
+	c.sess.cancel = cancel
+	go c.recoverSession(ctx, cancel, c.sess.retired, cause)
 }
 
 // recoverSession closes the old link once nobody waits on it, then, on the
 // dialing side, makes a new one, and on the listening side waits for one,
 // for up to Config.ResumeTimeout; after that the connection fails with a
 // *ResumeError.
-func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, old link.Link, retired chan struct{}, cause error) {
+func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, retired chan struct{}, cause error) {
 	defer cancel()
 	start := time.Now()
-	c.retire(old)
-	close(retired)
+	select { // the old link is closed before a new one uses the rings
+	case <-retired:
+	case <-ctx.Done():
+		return
+	}
 	deadline := start.Add(c.sess.timeout)
 	if c.sess.paths == nil {
 		// The server: resumeFrom attaches a link; this only ends the wait.
@@ -206,9 +232,9 @@ func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, ol
 	var attempts []ResumeAttempt
 	backoff := 10 * time.Millisecond
 	for {
-		for _, p := range c.sess.paths {
+		for i, p := range c.sess.paths {
 			c.mu.Lock()
-			if c.closing || c.eng.Err() != nil {
+			if (c.closing && !c.lingering) || c.eng.Err() != nil {
 				c.mu.Unlock()
 				return
 			}
@@ -223,7 +249,7 @@ func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, ol
 			l, peer, err := p.dial(actx, h)
 			cancel()
 			if err == nil {
-				if err = c.attach(l, peer, p.name); err == nil {
+				if err = c.attach(l, peer, p.name, i); err == nil {
 					return
 				}
 			}
@@ -263,7 +289,7 @@ func (c *Conn) retire(old link.Link) {
 func (c *Conn) giveUp(err *ResumeError) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing || c.link != link.Link(c.sess.lost) {
+	if (c.closing && !c.lingering) || c.link != link.Link(c.sess.lost) {
 		return
 	}
 	slog.Info("rdmanet: session ended without resuming", "session", c.sess.id, "err", err)
@@ -274,11 +300,11 @@ func (c *Conn) giveUp(err *ResumeError) {
 
 // attach makes l the session's link: the engine resumes on it. A closed or
 // failed connection refuses it (and closes it).
-func (c *Conn) attach(l link.Link, peer wire.Hello, path string) error {
+func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
-	case c.closing:
+	case c.closing && !c.lingering:
 		l.Close()
 		return net.ErrClosed
 	case c.eng.Err() != nil:
@@ -295,6 +321,8 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string) error {
 	}
 	if c.sess.paths != nil {
 		c.sess.gen = peer.Generation
+		c.sess.pathIndex = index
+		c.scheduleFailbackLocked()
 	} else {
 		c.sess.attaching = false
 	}
@@ -329,8 +357,10 @@ func (c *Conn) resumeBegin(gen uint32) (tx, rx []byte, next uint32, err error) {
 	c.mu.Lock()
 	s := c.sess
 	switch {
-	case c.closing || c.eng.Err() != nil:
-		err = fmt.Errorf("%w: it has ended", ErrSessionRefused)
+	case c.closing:
+		err = fmt.Errorf("%w: it was closed", ErrSessionRefused)
+	case c.eng.Err() != nil:
+		err = fmt.Errorf("%w: it has ended: %v", ErrSessionRefused, c.eng.Err())
 	case s.attaching:
 		err = fmt.Errorf("%w: a resume of it is under way", ErrSessionRefused)
 	case gen != s.gen && (s.next == 0 || gen != s.next):
@@ -366,7 +396,7 @@ func (c *Conn) resumeEnd(l link.Link, path string) error {
 		c.mu.Unlock()
 		return nil
 	}
-	return c.attach(l, wire.Hello{}, path)
+	return c.attach(l, wire.Hello{}, path, -1)
 }
 
 // newSessionConn makes a resumable connection over l, which is established
@@ -409,6 +439,9 @@ type SessionState struct {
 	Failovers int
 	// Path is the link the session runs on now ("" while it has none).
 	Path string
+	// Failbacks is how many times the dialer moved the session back to
+	// its first path after it recovered.
+	Failbacks int
 	// Suspended: the session lost its link and is resuming.
 	Suspended bool
 }
@@ -421,7 +454,7 @@ func (c *Conn) Session() SessionState {
 	if s == nil {
 		return SessionState{}
 	}
-	st := SessionState{Resumable: true, ID: s.id.String(), Generation: s.gen, Failovers: s.failovers, Path: s.path}
+	st := SessionState{Resumable: true, ID: s.id.String(), Generation: s.gen, Failovers: s.failovers, Path: s.path, Failbacks: s.failbacks}
 	if c.link == link.Link(s.lost) {
 		st.Suspended, st.Path = true, ""
 	}

@@ -379,3 +379,64 @@ func roundTrip(t *testing.T, a, b *Conn) {
 		}
 	}
 }
+
+// A session moves to its second path when the first breaks, and back to
+// the first once it works again, while both directions stream: every byte
+// arrives once, in order.
+func TestSessionFailsBack(t *testing.T) {
+	goroutineCheck(t)
+	p := newSessionPair(t, Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, KeepAlive: 50 * time.Millisecond, FailbackInterval: 20 * time.Millisecond})
+	var broken atomic.Bool
+	p.client.sess.paths = []resumePath{
+		{name: "primary", dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
+			if broken.Load() {
+				return nil, wire.Hello{}, errors.New("test: the first path is down")
+			}
+			return p.dial(ctx, h)
+		}},
+		{name: "secondary", dial: p.dial},
+	}
+	const size = 16 << 20
+	var wg sync.WaitGroup
+	sums := make([][2][32]byte, 2)
+	for i, ends := range [][2]*Conn{{p.client, p.server}, {p.server, p.client}} {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			sums[i][0] = writeRandom(t, ends[0], size, uint64(i))
+		}()
+		go func() {
+			defer wg.Done()
+			h := sha256.New()
+			if n, err := io.CopyN(h, ends[1], size); err != nil {
+				t.Errorf("direction %d: read %d bytes: %v", i, n, err)
+			}
+			copy(sums[i][1][:], h.Sum(nil))
+		}()
+	}
+	waitFor := func(what string, ok func(SessionState) bool) {
+		t.Helper()
+		for end := time.Now().Add(20 * time.Second); !ok(p.client.Session()); time.Sleep(time.Millisecond) {
+			if time.Now().After(end) { // a hang guard, not a timing check
+				t.Fatalf("no %s: %+v", what, p.client.Session())
+			}
+		}
+	}
+	for round := 1; round <= 3; round++ {
+		broken.Store(true)
+		a, _ := p.pipes()
+		a.Cut(nil)
+		waitFor("failover to the second path", func(s SessionState) bool { return s.Path == "secondary" })
+		broken.Store(false)
+		waitFor("failback", func(s SessionState) bool { return s.Path == "primary" && s.Failbacks == round })
+	}
+	wg.Wait()
+	for i := range sums {
+		if sums[i][0] != sums[i][1] {
+			t.Errorf("direction %d: SHA-256 differs", i)
+		}
+	}
+	t.Logf("client %+v", p.client.Session())
+	closeAndWait(t, p.client)
+	closeAndWait(t, p.server)
+}

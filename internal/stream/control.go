@@ -35,6 +35,12 @@ const (
 func (q *controlQueue) next(draining bool) (wire.Message, bool) {
 	switch {
 	case draining:
+		// A session that resumes while draining says what it received
+		// first, as any resumed link does.
+		if q.want&wantResume != 0 {
+			q.want &^= wantResume
+			return q.resume, true
+		}
 		if q.want&wantShutdown != 0 {
 			q.want &^= wantShutdown
 			return wire.Message{Op: wire.OpShutdown}, true
@@ -66,7 +72,7 @@ func (q *controlQueue) next(draining bool) (wire.Message, bool) {
 // pending reports whether a message waits that next would send.
 func (q *controlQueue) pending(draining bool) bool {
 	if draining {
-		return q.want&wantShutdown != 0
+		return q.want&(wantShutdown|wantResume) != 0
 	}
 	return q.want != 0 || q.featureReplies > 0
 }

@@ -194,7 +194,7 @@ func (e *Engine) Err() error { return e.err }
 func (e *Engine) Fail(err error) {
 	switch {
 	case e.err != nil || e.lost != nil:
-	case e.resumable && !e.draining && !e.peerGone && errors.Is(err, link.ErrDown):
+	case e.resumable && !e.peerGone && errors.Is(err, link.ErrDown):
 		e.lost = err
 	default:
 		e.err = err
@@ -646,7 +646,13 @@ func (e *Engine) Drain() {
 // Drained reports whether an orderly close may disconnect now: every
 // request completed (and no control message waits), or the stream ended.
 func (e *Engine) Drained() bool {
-	return e.err != nil || e.lost != nil || e.peerGone || (e.sq.Idle() && e.sq.Held() == 0 && !e.ctl.pending(true))
+	switch {
+	case e.err != nil || e.peerGone:
+		return true
+	case e.lost != nil || e.resuming || e.resend > 0:
+		return false // a session that lost its link resumes to deliver
+	}
+	return (e.sq.Idle() && e.sq.Held() == 0 && !e.ctl.pending(true))
 }
 
 // suspended reports whether new bytes must wait: the link is lost, or a
