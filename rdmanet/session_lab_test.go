@@ -40,25 +40,64 @@ func TestLabSessionFailover(t *testing.T) {
 		})
 	})
 	// Every RDMA path drops everything; TCP between the lab's addresses
-	// goes through lo and keeps working.
-	t.Run("to TCP", func(t *testing.T) {
-		failover(t, env, paths[:], func(t *testing.T, name string, c *rdmanet.Conn) {
+	// goes through lo and keeps working. Then path 1 heals, and the
+	// session moves back to it (FailbackInterval 1 s).
+	t.Run("to TCP and back", func(t *testing.T) {
+		client, server := failover(t, env, paths[:], func(t *testing.T, name string, c *rdmanet.Conn) {
 			st := c.Session()
 			tr, why := rdmanet.TransportOf(c)
 			if tr != fallback.TCP || why == nil || !strings.HasPrefix(st.Path, "tcp") {
 				t.Errorf("%s: on %s (%v), session %+v; want TCP", name, tr, why, st)
 			}
 		})
+		if t.Failed() {
+			return
+		}
+		for _, dev := range []string{paths[0].NetdevA, paths[0].NetdevB} {
+			if out, err := exec.Command("tc", "qdisc", "del", "dev", dev, "root").CombinedOutput(); err != nil {
+				t.Fatalf("healing %s: %v\n%s", dev, err, out)
+			}
+		}
+		healed := time.Now()
+		for client.Session().Failbacks == 0 {
+			if time.Since(healed) > 60*time.Second { // a hang guard
+				t.Fatalf("no failback after path 1 healed: %+v", client.Session())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Logf("failed back %v after path 1 healed: %+v", time.Since(healed).Round(time.Millisecond), client.Session())
+		// Both ways, over RDMA on path 1 again.
+		for _, ends := range [][2]net.Conn{{client, server}, {server, client}} {
+			sent := make(chan [32]byte, 1)
+			go func() {
+				want, err := stream(ends[0], 1<<20, 9, 64<<10)
+				if err != nil {
+					t.Error(err)
+				}
+				sent <- want
+			}()
+			got, n, err := drain(ends[1], 1<<20)
+			if want := <-sent; err != nil || got != want {
+				t.Fatalf("after the failback: %d bytes, %v, hash equal %v", n, err, got == want)
+			}
+		}
+		for name, c := range map[string]*rdmanet.Conn{"client": client, "server": server} {
+			st := c.Session()
+			if tr, _ := rdmanet.TransportOf(c); tr != fallback.RDMA || !strings.Contains(st.Path, paths[0].B.String()) {
+				t.Errorf("%s: on %s, session %+v; want RDMA over path 1", name, tr, st)
+			}
+		}
 	})
 }
 
 // failover streams both ways over a session on path 1, breaks the paths
 // given, and checks that every byte arrived, that each side failed over,
 // and what check says of where each side ended up.
-func failover(t *testing.T, env labenv.Env, broken []labenv.Path, check func(t *testing.T, name string, c *rdmanet.Conn)) {
+func failover(t *testing.T, env labenv.Env, broken []labenv.Path, check func(t *testing.T, name string, c *rdmanet.Conn)) (client, server *rdmanet.Conn) {
 	leakcheck.Check(t)
 	paths := env.Paths()
 	cfg := sessionConfig
+	cfg.FailbackInterval = time.Second
 	lc := rdmanet.ListenConfig{Config: cfg}
 	// Every address, RDMA and TCP: the session resumes on the server's
 	// other address, or over TCP to the same port.
@@ -66,7 +105,7 @@ func failover(t *testing.T, env labenv.Env, broken []labenv.Path, check func(t *
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() }) // sessions resume only through their listener
 	port := ln.Addr().(*net.TCPAddr).AddrPort().Port()
 	accepted := make(chan net.Conn, 1)
 	go func() {
@@ -79,16 +118,17 @@ func failover(t *testing.T, env labenv.Env, broken []labenv.Path, check func(t *
 		Config:        cfg,
 		FailoverAddrs: []string{paths[1].B.String()},
 	}
-	client, err := d.Dial("rdma", netip.AddrPortFrom(paths[0].B, port).String())
+	nc, err := d.Dial("rdma", netip.AddrPortFrom(paths[0].B, port).String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
-	server := <-accepted
-	if server == nil {
+	t.Cleanup(func() { nc.Close() })
+	ns := <-accepted
+	if ns == nil {
 		t.Fatal("accept failed")
 	}
-	defer server.Close()
+	t.Cleanup(func() { ns.Close() })
+	client, server = nc.(*rdmanet.Conn), ns.(*rdmanet.Conn)
 
 	const size = 24 << 20
 	var wg sync.WaitGroup
@@ -140,6 +180,7 @@ func failover(t *testing.T, env labenv.Env, broken []labenv.Path, check func(t *
 		}
 		check(t, name, c.(*rdmanet.Conn))
 	}
+	return client, server
 }
 
 // countingReader signals reached once at bytes have been read.
