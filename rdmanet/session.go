@@ -57,6 +57,7 @@ type session struct {
 	failovers int           // links replaced
 	path      string        // the current link's path, for errors and logs
 	why       error         // what broke the link before the current one
+	left      SessionMove   // why and from what the session left its last link (To unset)
 	cancel    context.CancelFunc
 
 	// The dialer's path now (an index into paths), and moving back to
@@ -186,6 +187,7 @@ func (c *Conn) suspendLocked() {
 	if cause != errFailback {
 		s.why = cause
 	}
+	s.left = SessionMove{Reason: moveReason(cause), From: transportOfLink(old)}
 	slog.Info("rdmanet: session lost its link", "session", s.id, "path", s.path, "err", cause)
 	old.Wake()
 	go func() {
@@ -329,7 +331,10 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) erro
 	c.sess.cancel() // the server's wait for a link
 	c.link = l
 	c.sess.failovers++
-	slog.Info("rdmanet: session resumed", "session", c.sess.id, "from", c.sess.path, "to", path, "failovers", c.sess.failovers)
+	move := c.sess.left
+	move.To = transportOfLink(l)
+	countMove(move)
+	slog.Info("rdmanet: session resumed", "session", c.sess.id, "reason", move.Reason, "from", c.sess.path, "to", path, "failovers", c.sess.failovers)
 	c.sess.path = path
 	c.rdma, _ = l.(*rdmalink.Link)
 	if c.sess.paths == nil {

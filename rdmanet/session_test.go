@@ -385,6 +385,7 @@ func roundTrip(t *testing.T, a, b *Conn) {
 // arrives once, in order.
 func TestSessionFailsBack(t *testing.T) {
 	goroutineCheck(t)
+	before := SessionStats()
 	p := newSessionPair(t, Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, KeepAlive: 50 * time.Millisecond, FailbackInterval: 20 * time.Millisecond})
 	var broken atomic.Bool
 	p.client.sess.paths = []resumePath{
@@ -437,6 +438,39 @@ func TestSessionFailsBack(t *testing.T) {
 		}
 	}
 	t.Logf("client %+v", p.client.Session())
+	fb := SessionMove{Reason: "failback", From: "memory", To: "memory"}
+	if got := SessionStats()[fb] - before[fb]; got != 3 {
+		t.Errorf("%d failbacks counted, want 3", got)
+	}
+	closeAndWait(t, p.client)
+	closeAndWait(t, p.server)
+}
+
+// SessionStats counts moves by reason and transports.
+func TestSessionStatsCountMoves(t *testing.T) {
+	goroutineCheck(t)
+	before := SessionStats()
+	p := newSessionPair(t, Config{KeepAlive: 50 * time.Millisecond})
+	a, _ := p.pipes()
+	a.Cut(nil)
+	roundTrip(t, p.client, p.server)
+	a, _ = p.pipes()
+	a.Silence()
+	roundTrip(t, p.client, p.server) // the dead-path timers find it
+	after := SessionStats()
+	cut := SessionMove{Reason: "link-down", From: "memory", To: "memory"}
+	dead := SessionMove{Reason: "dead-path", From: "memory", To: "memory"}
+	elsewhere := SessionMove{Reason: "peer-resumed", From: "memory", To: "memory"}
+	// Each side counts its own move: the cut both see; the silence, the
+	// side whose timer fires first, and the other is told by the resume
+	// (or finds it by its own timer too).
+	if got := after[cut] - before[cut]; got != 2 {
+		t.Errorf("link-down moves: %d, want 2 (%v)", got, after)
+	}
+	if got := (after[dead] - before[dead]) + (after[elsewhere] - before[elsewhere]); got != 2 || after[dead] == before[dead] {
+		t.Errorf("dead-path %d and peer-resumed %d moves, want 2 with at least one dead path (%v)",
+			after[dead]-before[dead], after[elsewhere]-before[elsewhere], after)
+	}
 	closeAndWait(t, p.client)
 	closeAndWait(t, p.server)
 }

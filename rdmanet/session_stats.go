@@ -1,0 +1,73 @@
+package rdmanet
+
+import (
+	"errors"
+	"maps"
+	"sync"
+
+	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/rdmalink"
+	"github.com/rdmanet/sdk/internal/stream"
+	"github.com/rdmanet/sdk/internal/tcplink"
+)
+
+// SessionMove is one kind of move of a session from a link to the next:
+// why it left the old link, and the transports of both.
+type SessionMove struct {
+	// Reason is why the old link was left: "dead-path" (keepalive found
+	// it), "link-down" (a queue-pair error, a device or address event, a
+	// broken TCP connection), "peer-resumed" (the peer resumed the session
+	// elsewhere: it found the path dead first), or "failback" (the dialer
+	// moved back to its first path).
+	Reason   string
+	From, To fallback.Transport
+}
+
+// sessionMoves counts the process's session moves.
+var sessionMoves struct {
+	mu sync.Mutex
+	m  map[SessionMove]uint64
+}
+
+// SessionStats returns how many times sessions moved, by reason and by
+// transports: failovers, and failbacks (Reason "failback").
+func SessionStats() map[SessionMove]uint64 {
+	sessionMoves.mu.Lock()
+	defer sessionMoves.mu.Unlock()
+	return maps.Clone(sessionMoves.m)
+}
+
+func countMove(m SessionMove) {
+	sessionMoves.mu.Lock()
+	defer sessionMoves.mu.Unlock()
+	if sessionMoves.m == nil {
+		sessionMoves.m = make(map[SessionMove]uint64)
+	}
+	sessionMoves.m[m]++
+}
+
+// moveReason classifies why a session left a link.
+func moveReason(cause error) string {
+	var dead *stream.PathDeadError
+	switch {
+	case cause == errFailback:
+		return "failback"
+	case cause == errResumedElsewhere:
+		return "peer-resumed"
+	case errors.As(cause, &dead):
+		return "dead-path"
+	}
+	return "link-down"
+}
+
+// transportOfLink names a link's transport ("memory" for the tests' pipes).
+func transportOfLink(l link.Link) fallback.Transport {
+	switch l.(type) {
+	case *rdmalink.Link:
+		return fallback.RDMA
+	case *tcplink.Link:
+		return fallback.TCP
+	}
+	return "memory"
+}
