@@ -146,34 +146,45 @@ func TestMemIntegrity(t *testing.T) {
 			a, b, pa, pb := memPair(t, cfg, m.features)
 			pa.SetDelay(50 * time.Microsecond)
 			pb.SetDelay(20 * time.Microsecond)
-			const size = 4 << 20
-			var wg sync.WaitGroup
-			sums := make([][2][32]byte, 2)
-			for i, ends := range [][2]*Conn{{a, b}, {b, a}} {
-				wg.Add(2)
-				go func() {
-					defer wg.Done()
-					sums[i][0] = writeRandom(t, ends[0], size, uint64(i))
-				}()
-				go func() {
-					defer wg.Done()
-					h := sha256.New()
-					if n, err := io.CopyN(h, ends[1], size); err != nil {
-						t.Errorf("direction %d: read %d bytes: %v", i, n, err)
-					}
-					copy(sums[i][1][:], h.Sum(nil))
-				}()
-			}
-			wg.Wait()
-			for i := range sums {
-				if sums[i][0] != sums[i][1] {
-					t.Errorf("direction %d: SHA-256 differs", i)
-				}
-			}
+			<-streamBothWays(t, a, b, 4<<20)
 			closeAndWait(t, a)
 			closeAndWait(t, b)
 		})
 	}
+}
+
+// streamBothWays streams size random bytes each way between a and b at
+// once, and checks SHA-256 on both sides when both are done; the channel
+// closes then.
+func streamBothWays(t testing.TB, a, b net.Conn, size int) <-chan struct{} {
+	var wg sync.WaitGroup
+	sums := make([][2][32]byte, 2)
+	for i, ends := range [][2]net.Conn{{a, b}, {b, a}} {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			sums[i][0] = writeRandom(t, ends[0], size, uint64(i))
+		}()
+		go func() {
+			defer wg.Done()
+			h := sha256.New()
+			if n, err := io.CopyN(h, ends[1], int64(size)); err != nil {
+				t.Errorf("direction %d: read %d bytes: %v", i, n, err)
+			}
+			copy(sums[i][1][:], h.Sum(nil))
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wg.Wait()
+		for i := range sums {
+			if sums[i][0] != sums[i][1] {
+				t.Errorf("direction %d: SHA-256 differs", i)
+			}
+		}
+	}()
+	return done
 }
 
 // writeRandom writes size random bytes to w in pieces of random sizes and

@@ -58,6 +58,31 @@ func runPeer(addr string) int {
 	}
 }
 
+// streamingPeer starts a peer process that dials spec (peerEnv's value)
+// and writes until it is killed, accepts its connection on ln and reads
+// 1 MiB of it. The connection is closed and the process waited for when
+// the test ends.
+func streamingPeer(t *testing.T, ln net.Listener, spec string) (net.Conn, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), peerEnv+"="+spec)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := io.ReadFull(c, make([]byte, 1<<20)); err != nil {
+		t.Fatalf("reading from the peer: %v (peer said %q)", err, stderr.String())
+	}
+	return c, cmd
+}
+
 // readUntilError reads until Read fails and reports how long after start.
 func readUntilError(c net.Conn, start time.Time, limit time.Duration) (time.Duration, error) {
 	c.SetReadDeadline(start.Add(limit))
@@ -79,24 +104,7 @@ func TestLabPeerKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), peerEnv+"="+ln.Addr().String())
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	c, err := ln.Accept()
-	if err != nil {
-		cmd.Process.Kill()
-		t.Fatal(err)
-	}
-	defer c.Close()
-	buf := make([]byte, 1<<20)
-	if _, err := io.ReadFull(c, buf); err != nil {
-		t.Fatalf("reading from the peer: %v (peer said %q)", err, stderr.String())
-	}
+	c, cmd := streamingPeer(t, ln, ln.Addr().String())
 	start := time.Now()
 	cmd.Process.Signal(syscall.SIGKILL)
 	took, err := readUntilError(c, start, 30*time.Second)

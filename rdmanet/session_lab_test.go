@@ -288,23 +288,7 @@ func TestLabSessionPeerKilled(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	leakcheck.Check(t)
 	ln, port := sessionListener(t)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), peerEnv+"=resume,"+netip.AddrPortFrom(env.AddrB, port).String())
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	c, err := ln.Accept()
-	if err != nil {
-		cmd.Process.Kill()
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := io.ReadFull(c, make([]byte, 1<<20)); err != nil {
-		t.Fatalf("reading from the peer: %v (peer said %q)", err, stderr.String())
-	}
+	c, cmd := streamingPeer(t, ln, "resume,"+netip.AddrPortFrom(env.AddrB, port).String())
 	if !c.(*rdmanet.Conn).Session().Resumable {
 		t.Fatal("the peer's connection is not a session")
 	}
