@@ -32,7 +32,7 @@ func TestLabSessionFailover(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	paths := env.Paths()
 	t.Run("to path 2", func(t *testing.T) {
-		failover(t, env, []labenv.Path{paths[0]}, func(t *testing.T, name string, c *rdmanet.Conn) {
+		failover(t, env, dropAll(paths[0]), func(t *testing.T, name string, c *rdmanet.Conn) {
 			st := c.Session()
 			if tr, _ := rdmanet.TransportOf(c); tr != fallback.RDMA || !strings.Contains(st.Path, paths[1].B.String()) {
 				t.Errorf("%s: on %s, session %+v; want RDMA over path 2 (%v)", name, tr, st, paths[1].B)
@@ -43,7 +43,7 @@ func TestLabSessionFailover(t *testing.T) {
 	// goes through lo and keeps working. Then path 1 heals, and the
 	// session moves back to it (FailbackInterval 1 s).
 	t.Run("to TCP and back", func(t *testing.T) {
-		client, server := failover(t, env, paths[:], func(t *testing.T, name string, c *rdmanet.Conn) {
+		client, server := failover(t, env, dropAll(paths[:]...), func(t *testing.T, name string, c *rdmanet.Conn) {
 			st := c.Session()
 			tr, why := rdmanet.TransportOf(c)
 			if tr != fallback.TCP || why == nil || !strings.HasPrefix(st.Path, "tcp") {
@@ -93,7 +93,7 @@ func TestLabSessionFailover(t *testing.T) {
 // failover streams both ways over a session on path 1, breaks the paths
 // given, and checks that every byte arrived, that each side failed over,
 // and what check says of where each side ended up.
-func failover(t *testing.T, env labenv.Env, broken []labenv.Path, check func(t *testing.T, name string, c *rdmanet.Conn)) (client, server *rdmanet.Conn) {
+func failover(t *testing.T, env labenv.Env, breakPaths func(t *testing.T), check func(t *testing.T, name string, c *rdmanet.Conn)) (client, server *rdmanet.Conn) {
 	leakcheck.Check(t)
 	paths := env.Paths()
 	cfg := sessionConfig
@@ -156,14 +156,7 @@ func failover(t *testing.T, env labenv.Env, broken []labenv.Path, check func(t *
 	// Once both directions flow, the paths break.
 	<-progress
 	<-progress
-	for _, p := range broken {
-		for _, dev := range []string{p.NetdevA, p.NetdevB} {
-			if out, err := exec.Command("tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", "100%").CombinedOutput(); err != nil {
-				t.Fatalf("tc netem on %s: %v\n%s", dev, err, out)
-			}
-			t.Cleanup(func() { exec.Command("tc", "qdisc", "del", "dev", dev, "root").Run() })
-		}
-	}
+	breakPaths(t)
 	broke := time.Now()
 	wg.Wait()
 	t.Logf("streams done %v after path 1 broke", time.Since(broke).Round(time.Millisecond))
@@ -181,6 +174,21 @@ func failover(t *testing.T, env labenv.Env, broken []labenv.Path, check func(t *
 		check(t, name, c.(*rdmanet.Conn))
 	}
 	return client, server
+}
+
+// dropAll makes the paths drop every packet (netem on both netdevs of
+// each) until the test ends: the fault docs/lab.md finds leaves rxe usable.
+func dropAll(paths ...labenv.Path) func(t *testing.T) {
+	return func(t *testing.T) {
+		for _, p := range paths {
+			for _, dev := range []string{p.NetdevA, p.NetdevB} {
+				if out, err := exec.Command("tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", "100%").CombinedOutput(); err != nil {
+					t.Fatalf("tc netem on %s: %v\n%s", dev, err, out)
+				}
+				t.Cleanup(func() { exec.Command("tc", "qdisc", "del", "dev", dev, "root").Run() })
+			}
+		}
+	}
 }
 
 // countingReader signals reached once at bytes have been read.

@@ -208,6 +208,9 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 			continue
 		}
 		if err := wc.Err(); err != nil {
+			if pathFailure(wc.Status) {
+				err = fmt.Errorf("%w (%w)", err, link.ErrDown)
+			}
 			cs[n] = link.Completion{Kind: link.Failed, Err: err}
 			l.reported = true
 			return n + 1, nil
@@ -346,4 +349,19 @@ func (l *Link) Close() error {
 		<-l.eventsDone
 	}
 	return errors.Join(err, l.res.close())
+}
+
+// pathFailure reports whether a work request that failed with status
+// failed because of the path, so that another path may work (its error
+// matches link.ErrDown): the local queue pair could not send (rxe says so
+// when its netdev goes down or its address is deleted, docs/lab.md), or the
+// transport's retries ran out. An access or protection error is a bug or a
+// hostile peer, and a receiver not ready for ever is the peer's doing:
+// neither is cured by another path.
+func pathFailure(status verbs.WCStatus) bool {
+	switch status {
+	case verbs.WCLocQPOpErr, verbs.WCRetryExcErr:
+		return true
+	}
+	return false
 }
