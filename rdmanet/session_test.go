@@ -401,30 +401,38 @@ func TestSessionFailsBack(t *testing.T) {
 	closeAndWait(t, p.server)
 }
 
-// SessionStats counts moves by reason and transports.
+// SessionStats counts moves by reason and transports. Which side sees
+// which reason races (a side told by the peer's resume before it polls its
+// own failure counts peer-resumed), and other tests' closing sessions may
+// still move, so it checks lower bounds.
 func TestSessionStatsCountMoves(t *testing.T) {
 	goroutineCheck(t)
-	before := SessionStats()
+	key := func(reason string) SessionMove { return SessionMove{Reason: reason, From: "memory", To: "memory"} }
+	delta := func(before map[SessionMove]uint64, reasons ...string) uint64 {
+		after := SessionStats()
+		var n uint64
+		for _, r := range reasons {
+			n += after[key(r)] - before[key(r)]
+		}
+		return n
+	}
 	p := newSessionPair(t, Config{KeepAlive: 50 * time.Millisecond})
+	before := SessionStats()
 	a, _ := p.pipes()
 	a.Cut(nil)
 	roundTrip(t, p.client, p.server)
+	if n := delta(before, "link-down", "peer-resumed"); n < 2 {
+		t.Errorf("a cut both sides resumed from: %d moves counted, want 2 (%v)", n, SessionStats())
+	}
+	before = SessionStats()
 	a, _ = p.pipes()
 	a.Silence()
 	roundTrip(t, p.client, p.server) // the dead-path timers find it
-	after := SessionStats()
-	cut := SessionMove{Reason: "link-down", From: "memory", To: "memory"}
-	dead := SessionMove{Reason: "dead-path", From: "memory", To: "memory"}
-	elsewhere := SessionMove{Reason: "peer-resumed", From: "memory", To: "memory"}
-	// Each side counts its own move: the cut both see; the silence, the
-	// side whose timer fires first, and the other is told by the resume
-	// (or finds it by its own timer too).
-	if got := after[cut] - before[cut]; got != 2 {
-		t.Errorf("link-down moves: %d, want 2 (%v)", got, after)
+	if n := delta(before, "dead-path"); n < 1 {
+		t.Errorf("a silent path: %d dead-path moves counted, want 1 or more (%v)", n, SessionStats())
 	}
-	if got := (after[dead] - before[dead]) + (after[elsewhere] - before[elsewhere]); got != 2 || after[dead] == before[dead] {
-		t.Errorf("dead-path %d and peer-resumed %d moves, want 2 with at least one dead path (%v)",
-			after[dead]-before[dead], after[elsewhere]-before[elsewhere], after)
+	if n := delta(before, "dead-path", "peer-resumed"); n < 2 {
+		t.Errorf("a silent path: %d moves counted, want 2 (%v)", n, SessionStats())
 	}
 	closeAndWait(t, p.client)
 	closeAndWait(t, p.server)
