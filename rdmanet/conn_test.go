@@ -350,7 +350,11 @@ func TestMemHostilePeer(t *testing.T) {
 			})
 		}},
 		{"feature flood", 0, func(p *link.Pipe, ring uint64, key uint32) {
-			for i := 0; i < 40; i++ { // the victim's answers are never taken
+			// The victim's answers never land: the hostile end keeps no
+			// receive posted, so they wait (RNR) and the victim's control
+			// slots fill, whatever the timing of its polls.
+			p.StopReposting(true)
+			for i := 0; i < 40; i++ {
 				p.PostSend([]link.SendWR{{Kind: link.SendControl, Signaled: true, ID: uint64(i + 1), Msg: encode(wire.Message{Op: wire.OpGetServerFeature})}})
 				var cs [64]link.Completion
 				p.Poll(cs[:])
@@ -363,7 +367,7 @@ func TestMemHostilePeer(t *testing.T) {
 			cfg, _ := Config{}.withDefaults()
 			// The hostile peer is a raw pipe end with room for its flood.
 			hostileCfg := pipeConfig(cfg)
-			hostileCfg.ControlDepth, hostileCfg.SendDepth = 64, 64
+			hostileCfg.ControlDepth, hostileCfg.SendDepth, hostileCfg.RecvDepth = 64, 64, 1
 			victimEnd, hostile := link.NewPipe(pipeConfig(cfg), hostileCfg)
 			victim, err := newLinkConn(victimEnd, cfg, true, c.features, helloOf(cfg, c.features))
 			if err != nil {

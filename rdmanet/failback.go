@@ -16,7 +16,7 @@ import (
 // go of the old: it resumes on the first path while the current link still
 // runs. If that fails (the path is still broken) nothing has changed. If it
 // works, the server has suspended the session's old link for the new one
-// (resumeBegin), the dialer suspends its own (so the old link's end, which
+// (resumeEnd), the dialer suspends its own (so the old link's end, which
 // the server closes, is a move and not the peer's close: moving), and
 // attaches the new link.
 
@@ -61,7 +61,7 @@ func (c *Conn) failback() {
 	first, from := s.paths[0], s.path
 	c.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*defaultRDMATimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), resumeAnswerWait+time.Second)
 	l, peer, err := first.dial(ctx, h)
 	cancel()
 

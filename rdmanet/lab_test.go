@@ -81,7 +81,9 @@ func TestLabNetConn(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	busyPoll := modes[0]
 	busyPoll.name, busyPoll.cfg.BusyPoll = "rdmanet busy-polling", 50*time.Microsecond
-	for _, m := range append(modes, busyPoll) {
+	session := modes[0]
+	session.name, session.cfg.ResumeTimeout = "rdmanet session", 30*time.Second
+	for _, m := range append(modes, busyPoll, session) {
 		t.Run(m.name, func(t *testing.T) {
 			leakcheck.Check(t)
 			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
@@ -89,6 +91,9 @@ func TestLabNetConn(t *testing.T) {
 				for _, c := range []net.Conn{c1, c2} {
 					if p := c.(*rdmanet.Conn).Protocol(); p != m.want {
 						t.Fatalf("connection speaks %q, want %q", p, m.want)
+					}
+					if got, want := c.(*rdmanet.Conn).Session().Resumable, m.cfg.ResumeTimeout > 0; got != want {
+						t.Fatalf("connection is a session: %v, want %v", got, want)
 					}
 				}
 				return c1, c2, stop, nil

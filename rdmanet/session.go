@@ -354,10 +354,9 @@ var errResumedElsewhere = fmt.Errorf("rdmanet: the peer resumed the session on a
 // resumeBegin starts to resume c's session, at generation gen, for a
 // dialer that asked: the generation must be the session's (or the one its
 // last resume gave out, if the dialer got that answer and this side has not
-// yet heard from it on that link). A session whose link still looks alive
-// is suspended: the dialer found that link dead. It returns the rings to
-// make the new link over, once the old link is closed, and the generation
-// to give the dialer; resumeEnd must follow.
+// yet heard from it on that link). It returns the rings to make the new
+// link over and the generation to give the dialer; resumeEnd must follow,
+// with the new link once it is established, or nil.
 func (c *Conn) resumeBegin(gen uint32) (tx, rx []byte, next uint32, err error) {
 	c.mu.Lock()
 	s := c.sess
@@ -367,7 +366,7 @@ func (c *Conn) resumeBegin(gen uint32) (tx, rx []byte, next uint32, err error) {
 	case c.eng.Err() != nil:
 		err = fmt.Errorf("%w: it has ended: %v", ErrSessionRefused, c.eng.Err())
 	case s.attaching:
-		err = fmt.Errorf("%w: a resume of it is under way", ErrSessionRefused)
+		err = errResumeBusy
 	case gen != s.gen && (s.next == 0 || gen != s.next):
 		err = fmt.Errorf("%w: generation %d, the session is at %d", ErrSessionRefused, gen, s.gen)
 	}
@@ -375,34 +374,51 @@ func (c *Conn) resumeBegin(gen uint32) (tx, rx []byte, next uint32, err error) {
 		c.mu.Unlock()
 		return nil, nil, 0, err
 	}
-	if c.link != link.Link(s.lost) {
-		c.eng.Fail(errResumedElsewhere)
-		c.wakeReadyLocked()
-		if c.link != link.Link(s.lost) { // the stream had ended: the peer closed
-			c.mu.Unlock()
-			return nil, nil, 0, fmt.Errorf("%w: it has ended", ErrSessionRefused)
-		}
-	}
 	s.attaching = true
 	s.gen, s.next = gen, gen+1
-	retired := s.retired
 	c.mu.Unlock()
-	<-retired
 	return s.tx, s.rx, gen + 1, nil
 }
 
 // resumeEnd ends what resumeBegin started: with l, the session resumes on
 // it; with nil (the new link was not made), the session waits for another
 // try.
+//
+// The session keeps its link until the new one is established: a resume
+// that fails half-way (a dialer moving back to its first path that gives
+// up) leaves it as it was. The new link may be made over the rings while
+// the old one runs: the dialer sends nothing into them before this side's
+// announcement, which the new link carries only after the old one is
+// closed (what the old one wrote meanwhile is sent again after Resume).
 func (c *Conn) resumeEnd(l link.Link, path string) error {
+	c.mu.Lock()
+	s := c.sess
 	if l == nil {
-		c.mu.Lock()
-		c.sess.attaching = false
+		s.attaching = false
 		c.mu.Unlock()
 		return nil
 	}
+	if c.link != link.Link(s.lost) && !c.closing && c.eng.Err() == nil {
+		// The dialer let go of this link (it found the path dead, or it
+		// moves back to its first path).
+		c.eng.Fail(errResumedElsewhere)
+		c.wakeReadyLocked()
+	}
+	if c.link != link.Link(s.lost) { // ended or closed: attach refuses
+		s.attaching = false
+		c.mu.Unlock()
+		l.Close()
+		return fmt.Errorf("%w: it has ended", ErrSessionRefused)
+	}
+	retired := s.retired
+	c.mu.Unlock()
+	<-retired
 	return c.attach(l, wire.Hello{}, path, -1)
 }
+
+// errResumeBusy answers a resume while another of the same session is
+// under way: the dialer tries again (it is not a refusal).
+var errResumeBusy = errors.New("rdmanet: a resume of the session is under way")
 
 // newSessionConn makes a resumable connection over l, which is established
 // with the session extension agreed: the session id, and on the dialing

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/internal/link"
@@ -110,6 +111,11 @@ func (t *sessionTable) remove(id wire.SessionID, c *Conn) {
 	}
 }
 
+// resumeAnswerWait bounds the wait for the server's answer to a resume over
+// RDMA: longer than a dial's (a busy or emulated server's accept of a
+// resume may take over a second), shorter than a path's worth of tries.
+const resumeAnswerWait = 3 * time.Second
+
 // refusedPrefix starts the reject reason of a refused resume, so that the
 // dialer tells a refusal (the session is gone: stop) from a path that
 // failed (try another).
@@ -142,7 +148,11 @@ func (s *rdmaSide) acceptResume(ctx context.Context, req *cm.Request, h wire.Hel
 		s.refusedResumes.Add(1)
 		return reject(fmt.Errorf("%w: unknown session %v", ErrSessionRefused, h.Session))
 	}
-	if _, _, next, err := c.resumeBegin(h.Generation); err != nil {
+	if _, _, next, err := c.resumeBegin(h.Generation); err == errResumeBusy {
+		req.ID.Reject([]byte(rejectPrefix + err.Error()))
+		req.ID.Close()
+		return err
+	} else if err != nil {
 		s.refusedResumes.Add(1)
 		return reject(err)
 	} else {
@@ -267,7 +277,7 @@ func dialResume(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Con
 	if l, err = rdmalink.New(id, lc); err != nil {
 		return nil, wire.Hello{}, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, defaultRDMATimeout)
+	cctx, cancel := context.WithTimeout(ctx, resumeAnswerWait)
 	defer cancel()
 	peer, err := id.Connect(cctx, cm.ConnParam{PrivateData: h.Encode(), ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
 	if err != nil {

@@ -36,6 +36,7 @@ const tcpHandshakeTimeout = 5 * time.Second
 const (
 	tcpResumed = 0
 	tcpRefused = 1
+	tcpBusy    = 2 // another resume of the session is under way: try again
 )
 
 // tcpResumePath is the dialer's last resort: TCP to the server's port,
@@ -101,13 +102,16 @@ func tcpResumeExchange(tc *net.TCPConn, h wire.Hello) (wire.Hello, error) {
 			err = fmt.Errorf("%w: the server answered without the session", ErrSessionRefused)
 		}
 		return peer, err
-	case tcpRefused:
+	case tcpRefused, tcpBusy:
 		var n [1]byte
 		if _, err := io.ReadFull(tc, n[:]); err != nil {
-			return wire.Hello{}, fmt.Errorf("%w: %v", ErrSessionRefused, err)
+			return wire.Hello{}, fmt.Errorf("reading the answer: %w", err)
 		}
 		reason := make([]byte, n[0])
 		io.ReadFull(tc, reason)
+		if status[0] == tcpBusy {
+			return wire.Hello{}, errors.New(string(reason))
+		}
 		return wire.Hello{}, fmt.Errorf("%w: %s", ErrSessionRefused, reason)
 	}
 	return wire.Hello{}, &wire.ProtocolError{Reason: fmt.Sprintf("answer to a TCP resume with status %d", status[0])}
@@ -175,12 +179,16 @@ func (l *Listener) serveTCPResume(tc *net.TCPConn) {
 	s := l.rdma
 	tc.SetDeadline(time.Now().Add(tcpHandshakeTimeout))
 	refuse := func(err error) {
-		s.refusedResumes.Add(1)
+		status := byte(tcpBusy)
+		if err != errResumeBusy {
+			status = tcpRefused
+			s.refusedResumes.Add(1)
+		}
 		msg := err.Error()
 		if len(msg) > 255 {
 			msg = msg[:255]
 		}
-		tc.Write(append([]byte{tcpRefused, byte(len(msg))}, msg...))
+		tc.Write(append([]byte{status, byte(len(msg))}, msg...))
 		tc.Close()
 		slog.Debug("rdmanet: refused to resume a session over TCP", "from", tc.RemoteAddr(), "err", err)
 	}
