@@ -361,7 +361,9 @@ func (c *Conn) resumeBegin(gen uint32) (tx, rx []byte, next uint32, err error) {
 	c.mu.Lock()
 	s := c.sess
 	switch {
-	case c.closing:
+	case c.closing && !c.lingering:
+		// A connection closed and still delivering what was written
+		// (linger) may resume to deliver it.
 		err = fmt.Errorf("%w: it was closed", ErrSessionRefused)
 	case c.eng.Err() != nil:
 		err = fmt.Errorf("%w: it has ended: %v", ErrSessionRefused, c.eng.Err())
@@ -398,7 +400,7 @@ func (c *Conn) resumeEnd(l link.Link, path string) error {
 		c.mu.Unlock()
 		return nil
 	}
-	if c.link != link.Link(s.lost) && !c.closing && c.eng.Err() == nil {
+	if c.link != link.Link(s.lost) && (!c.closing || c.lingering) && c.eng.Err() == nil {
 		// The dialer let go of this link (it found the path dead, or it
 		// moves back to its first path).
 		c.eng.Fail(errResumedElsewhere)
