@@ -53,11 +53,7 @@ func (c *Conn) failback() {
 		return
 	}
 	s.moving = true
-	h := c.cfg.helloOf(c.eng.Features())
-	h.Resume, h.Session, h.Generation = true, s.id, s.gen
-	if s.port != nil {
-		h.TCPPort = s.port.port
-	}
+	h := c.resumeHelloLocked()
 	first, from := s.paths[0], s.path
 	c.mu.Unlock()
 

@@ -240,11 +240,7 @@ func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, re
 				c.mu.Unlock()
 				return
 			}
-			h := c.cfg.helloOf(c.eng.Features())
-			h.Resume, h.Session, h.Generation = true, c.sess.id, c.sess.gen
-			if c.sess.port != nil {
-				h.TCPPort = c.sess.port.port
-			}
+			h := c.resumeHelloLocked()
 			c.mu.Unlock()
 
 			actx, cancel := context.WithDeadline(ctx, deadline)
@@ -269,6 +265,18 @@ func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, re
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// resumeHelloLocked is the dialer's request to resume the session at its
+// generation, naming its reserved TCP port; c.mu is held.
+func (c *Conn) resumeHelloLocked() wire.Hello {
+	s := c.sess
+	h := c.cfg.helloOf(c.eng.Features())
+	h.Resume, h.Session, h.Generation = true, s.id, s.gen
+	if s.port != nil {
+		h.TCPPort = s.port.port
+	}
+	return h
 }
 
 // retire waits until no poller waits on old, then closes it: the old link
