@@ -4,7 +4,6 @@ import (
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/wire"
-	"github.com/rdmanet/sdk/verbs"
 )
 
 // An RDMA connection is made in two steps around rdma_cm's handshake: newConn
@@ -17,7 +16,9 @@ import (
 func newConn(id *cm.ID, cfg Config, server bool, mem *ringMem) (*Conn, error) {
 	lc := cfg.linkConfig()
 	if mem != nil {
-		lc.SendMem, lc.RecvMem = mem.tx, mem.rx
+		if err := mem.lendTo(&lc); err != nil {
+			return nil, err
+		}
 	}
 	l, err := rdmalink.New(id, lc)
 	if err != nil {
@@ -53,30 +54,4 @@ func (c *Conn) discardSession() {
 		c.sess.table.remove(c.sess.id, c)
 	}
 	c.discard()
-}
-
-// ringMem is a connection's rings when it owns them: a resumable session's,
-// which every link of the session registers in turn.
-type ringMem struct{ tx, rx *verbs.Buffer }
-
-func newRingMem(cfg Config) (*ringMem, error) {
-	tx, err := verbs.NewBuffer(cfg.SendBuffer)
-	if err != nil {
-		return nil, err
-	}
-	rx, err := verbs.NewBuffer(cfg.RecvBuffer)
-	if err != nil {
-		tx.Close()
-		return nil, err
-	}
-	return &ringMem{tx: tx, rx: rx}, nil
-}
-
-// close unmaps the rings; no link may have them registered. A nil
-// ringMem is none.
-func (m *ringMem) close() {
-	if m != nil {
-		m.tx.Close()
-		m.rx.Close()
-	}
 }

@@ -163,8 +163,11 @@ func (s *rdmaSide) acceptResume(ctx context.Context, req *cm.Request, h wire.Hel
 		return err
 	}
 	lc := s.cfg.linkConfig()
-	lc.SendMem, lc.RecvMem = c.mem.tx, c.mem.rx
-	l, err := rdmalink.New(req.ID, lc)
+	err := c.mem.lendTo(&lc)
+	var l *rdmalink.Link
+	if err == nil {
+		l, err = rdmalink.New(req.ID, lc)
+	}
 	if err != nil {
 		req.ID.Reject(rejectReason(err))
 		req.ID.Close()
@@ -273,7 +276,9 @@ func dialResume(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Con
 		return nil, wire.Hello{}, err
 	}
 	lc := cfg.linkConfig()
-	lc.SendMem, lc.RecvMem = mem.tx, mem.rx
+	if err := mem.lendTo(&lc); err != nil {
+		return nil, wire.Hello{}, err
+	}
 	if l, err = rdmalink.New(id, lc); err != nil {
 		return nil, wire.Hello{}, err
 	}

@@ -74,7 +74,7 @@ func dialTCPResume(ctx context.Context, c *Conn, src netip.Addr, dst netip.AddrP
 		tc.Close()
 		return nil, wire.Hello{}, err
 	}
-	l, err := tcplink.New(tc, tcpLinkConfig(c, cfg, tc))
+	l, err := newTCPLink(c, cfg, tc)
 	if err != nil {
 		tc.Close()
 		return nil, wire.Hello{}, err
@@ -117,14 +117,17 @@ func tcpResumeExchange(tc *net.TCPConn, h wire.Hello) (wire.Hello, error) {
 	return wire.Hello{}, &wire.ProtocolError{Reason: fmt.Sprintf("answer to a TCP resume with status %d", status[0])}
 }
 
-// tcpLinkConfig is a session's TCP link over tc: its rings, and the depths
-// its RDMA links have, which the peer's Hello announced.
-func tcpLinkConfig(c *Conn, cfg Config, tc *net.TCPConn) tcplink.Config {
-	return tcplink.Config{
-		SendRing: c.mem.tx.Bytes(), RecvRing: c.mem.rx.Bytes(),
+// newTCPLink makes a session's TCP link over tc: over its rings, with the
+// depths its RDMA links have, which the peer's Hello announced.
+func newTCPLink(c *Conn, cfg Config, tc *net.TCPConn) (*tcplink.Link, error) {
+	lc := tcplink.Config{
 		SendDepth: cfg.sendDepth(), RecvDepth: cfg.RecvDepth, ControlDepth: controlSlots,
 		Name: fmt.Sprintf("tcp %v -> %v", tc.LocalAddr(), tc.RemoteAddr()),
 	}
+	if err := c.mem.lendToTCP(&lc); err != nil {
+		return nil, err
+	}
+	return tcplink.New(tc, lc)
 }
 
 // classifyTCP decides what a TCP connection the listener accepted is: a
@@ -222,7 +225,7 @@ func (l *Listener) serveTCPResume(tc *net.TCPConn) {
 		c.resumeEnd(nil, "")
 		return
 	}
-	lk, err := tcplink.New(tc, tcpLinkConfig(c, s.cfg, tc))
+	lk, err := newTCPLink(c, s.cfg, tc)
 	if err != nil {
 		tc.Close()
 		c.resumeEnd(nil, "")

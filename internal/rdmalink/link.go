@@ -78,7 +78,12 @@ type Config struct {
 	// SendMem and RecvMem, when set, are the rings: memory the caller owns
 	// (a resumable session's, which outlives its links). The link
 	// registers them and deregisters them at Close, and never unmaps them.
-	SendMem, RecvMem     *verbs.Buffer
+	SendMem, RecvMem *verbs.Buffer
+	// Release, if set, is called once the link has SendMem and RecvMem
+	// registered no more: by the first Close or Discard, or by New when it
+	// fails. The owner unmaps them only after every link over them
+	// released them.
+	Release              func()
 	SendDepth, RecvDepth int // send queue slots; receives kept posted
 	ControlDepth         int // control messages that may be in flight
 }

@@ -21,7 +21,8 @@ type resources struct {
 	ctl *verbs.Buffer // receive slots, then control send slots, 32 bytes each
 
 	rxMR, txMR, ctlMR *verbs.MR
-	borrowed          bool // rx and tx are the caller's (Config.SendMem and RecvMem)
+	borrowed          bool   // rx and tx are the caller's (Config.SendMem and RecvMem)
+	release           func() // Config.Release, until called
 	recvDepth         int
 	maxInline         uint32
 	name              string // the device and port, for errors and diagnostics
@@ -29,18 +30,18 @@ type resources struct {
 
 func newResources(id *cm.ID, cfg Config) (_ *resources, err error) {
 	raiseMemlock()
-	ctx := id.Context()
-	if ctx == nil {
-		return nil, errors.New("rdmanet: connection has no RDMA device")
-	}
 	// r, not the result: a failure returns nil, and what was made so far
 	// must still be released.
-	r := &resources{recvDepth: cfg.RecvDepth}
+	r := &resources{recvDepth: cfg.RecvDepth, release: cfg.Release}
 	defer func() {
 		if err != nil {
 			r.close()
 		}
 	}()
+	ctx := id.Context()
+	if ctx == nil {
+		return nil, errors.New("rdmanet: connection has no RDMA device")
+	}
 	if r.pd, err = ctx.AllocPD(); err != nil {
 		return nil, err
 	}
@@ -148,6 +149,10 @@ func (r *resources) close() error {
 	bufs := []*verbs.Buffer{r.rx, r.tx, r.ctl}
 	if r.borrowed {
 		bufs = bufs[2:]
+	}
+	if release := r.release; release != nil {
+		r.release = nil
+		release()
 	}
 	for _, b := range bufs {
 		if b != nil {

@@ -106,3 +106,29 @@ func blast(t *testing.T, l, peer *Link, completions int) {
 		}
 	}
 }
+
+// TestReleaseOnce: Config.Release tells the rings' owner when the link is
+// done with them: once, at the first Close (after the link's goroutines
+// ended), or by a New that fails.
+func TestReleaseOnce(t *testing.T) {
+	var released int
+	ca, _ := connPair(t, "pipe")
+	if _, err := New(ca, Config{SendDepth: -1, Release: func() { released++ }}); err == nil || released != 1 {
+		t.Fatalf("a failed New: err %v, Release called %d times, want an error and 1", err, released)
+	}
+	released = 0
+	ca, _ = connPair(t, "pipe")
+	l, err := New(ca, Config{SendRing: make([]byte, 4096), RecvRing: make([]byte, 4096), SendDepth: 4, RecvDepth: 4, ControlDepth: 2,
+		Release: func() { released++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if released != 0 {
+		t.Fatalf("Release called %d times before Close", released)
+	}
+	l.Close()
+	l.Close()
+	if released != 1 {
+		t.Fatalf("after two Closes, Release called %d times, want 1", released)
+	}
+}

@@ -19,6 +19,11 @@ type Config struct {
 	// reads SendRing and writes RecvRing, never reallocates them, and stops
 	// touching them when Close returns.
 	SendRing, RecvRing []byte
+	// Release, if set, is called once the link will touch the rings no
+	// more: by the first Close as it returns, or by New when it fails.
+	// The owner frees the rings only after every link over them released
+	// them.
+	Release func()
 	// SendDepth, RecvDepth and ControlDepth are the link's Caps. RecvDepth
 	// receives are posted when the link is made.
 	SendDepth, RecvDepth, ControlDepth int
@@ -140,7 +145,12 @@ func New(c net.Conn, cfg Config) (*Link, error) {
 }
 
 // newLink is New with the ring's key given (tests fix it).
-func newLink(c net.Conn, cfg Config, rkey uint32) (*Link, error) {
+func newLink(c net.Conn, cfg Config, rkey uint32) (_ *Link, err error) {
+	defer func() {
+		if err != nil && cfg.Release != nil {
+			cfg.Release()
+		}
+	}()
 	if cfg.SendDepth < 0 || cfg.RecvDepth < 0 || cfg.ControlDepth < 0 {
 		return nil, fmt.Errorf("tcplink: negative depth in %+v", cfg)
 	}
@@ -415,6 +425,9 @@ func (l *Link) Close() error {
 	err := l.conn.Close()
 	<-l.readerDone
 	<-l.writerDone
+	if l.cfg.Release != nil {
+		l.cfg.Release()
+	}
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("tcplink: %s: close: %w", l.cfg.Name, err)
 	}
