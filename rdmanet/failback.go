@@ -15,10 +15,11 @@ import (
 // most and with backoff, to move back. It makes the new link before it lets
 // go of the old: it resumes on the first path while the current link still
 // runs. If that fails (the path is still broken) nothing has changed. If it
-// works, the server has suspended the session's old link for the new one
-// (resumeEnd), the dialer suspends its own (so the old link's end, which
-// the server closes, is a move and not the peer's close: moving), and
-// attaches the new link.
+// works, the server suspends the session's old link for the new one
+// (resumeEnd), the dialer suspends its own, and attaches the new link.
+// Each side may see the old link's end, closed by the other, before it
+// suspended the link itself: that end is a move, not the peer's close
+// (moving on the dialer, attaching on the server; handleLocked).
 
 // defaultFailbackInterval is Config.FailbackInterval's default.
 const defaultFailbackInterval = 30 * time.Second

@@ -103,9 +103,17 @@ func (c *Conn) sweepLocked(cs []link.Completion) bool {
 // it answers with; c.mu is held.
 func (c *Conn) handleLocked(cs []link.Completion) {
 	for i := range cs {
-		if cs[i].Kind == link.Disconnected && c.sess != nil && c.sess.moving {
-			// The server let go of the link this side is moving from.
-			cs[i] = link.Completion{Kind: link.Failed, Err: errFailback}
+		if cs[i].Kind == link.Disconnected && c.sess != nil {
+			switch {
+			case c.sess.moving:
+				// The server let go of the link this side is moving from.
+				cs[i] = link.Completion{Kind: link.Failed, Err: errFailback}
+			case c.sess.attaching:
+				// The dialer let go of the link it is moving from: its
+				// new link is established, and resumeEnd may not have
+				// run yet.
+				cs[i] = link.Completion{Kind: link.Failed, Err: errResumedElsewhere}
+			}
 		}
 		c.eng.Handle(&cs[i])
 	}
