@@ -58,6 +58,8 @@ type session struct {
 	path      string        // the current link's path, for errors and logs
 	why       error         // what broke the link before the current one
 	left      SessionMove   // why and from what the session left its last link (To unset)
+	lostAt    time.Time     // when it did
+	lastMove  SessionMoveEvent
 	cancel    context.CancelFunc
 
 	// The dialer's path now (an index into paths), and moving back to
@@ -188,6 +190,7 @@ func (c *Conn) suspendLocked() {
 		s.why = cause
 	}
 	s.left = SessionMove{Reason: moveReason(cause), From: transportOfLink(old)}
+	s.lostAt = time.Now()
 	slog.Info("rdmanet: session lost its link", "session", s.id, "path", s.path, "err", cause)
 	old.Wake()
 	go func() {
@@ -342,7 +345,9 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) erro
 	move := c.sess.left
 	move.To = transportOfLink(l)
 	countMove(move)
-	slog.Info("rdmanet: session resumed", "session", c.sess.id, "reason", move.Reason, "from", c.sess.path, "to", path, "failovers", c.sess.failovers)
+	now := time.Now()
+	c.sess.lastMove = SessionMoveEvent{SessionMove: move, FromPath: c.sess.path, ToPath: path, At: now, Pause: now.Sub(c.sess.lostAt)}
+	slog.Info("rdmanet: session resumed", "session", c.sess.id, "reason", move.Reason, "from", c.sess.path, "to", path, "failovers", c.sess.failovers, "pause", c.sess.lastMove.Pause)
 	c.sess.path = path
 	c.rdma, _ = l.(*rdmalink.Link)
 	if c.sess.paths == nil {
@@ -475,6 +480,23 @@ type SessionState struct {
 	Failbacks int
 	// Suspended: the session lost its link and is resuming.
 	Suspended bool
+	// LastMove is the session's latest move to a new link, a failover or
+	// a failback (At is zero before the first).
+	LastMove SessionMoveEvent
+}
+
+// SessionMoveEvent is one move of a session to a new link.
+type SessionMoveEvent struct {
+	SessionMove
+	// The paths, as in SessionState.Path.
+	FromPath, ToPath string
+	// At is when the new link took over.
+	At time.Time
+	// Pause is how long the session had no link: from when this side
+	// found the old link broken (for a dead path, a keepalive interval or
+	// more after it broke) to At. A failback makes its new link before it
+	// lets go of the old, so its pause is short.
+	Pause time.Duration
 }
 
 // Session reports the connection's session, if it is one.
@@ -485,7 +507,7 @@ func (c *Conn) Session() SessionState {
 	if s == nil {
 		return SessionState{}
 	}
-	st := SessionState{Resumable: true, ID: s.id.String(), Generation: s.gen, Failovers: s.failovers, Path: s.path, Failbacks: s.failbacks}
+	st := SessionState{Resumable: true, ID: s.id.String(), Generation: s.gen, Failovers: s.failovers, Path: s.path, Failbacks: s.failbacks, LastMove: s.lastMove}
 	if c.link == link.Link(s.lost) {
 		st.Suspended, st.Path = true, ""
 	}

@@ -388,8 +388,14 @@ func TestSessionFailsBack(t *testing.T) {
 		a, _ := p.pipes()
 		a.Cut(nil)
 		waitFor("failover to the second path", func(s SessionState) bool { return s.Path == "secondary" })
+		if m := p.client.Session().LastMove; m.FromPath == "secondary" || m.ToPath != "secondary" || m.Reason == "failback" || m.At.IsZero() || m.Pause <= 0 {
+			t.Errorf("round %d: after the failover, LastMove %+v", round, m)
+		}
 		broken.Store(false)
 		waitFor("failback", func(s SessionState) bool { return s.Path == "primary" && s.Failbacks == round })
+		if m := p.client.Session().LastMove; m.FromPath != "secondary" || m.ToPath != "primary" || m.Reason != "failback" || m.To != "memory" {
+			t.Errorf("round %d: after the failback, LastMove %+v", round, m)
+		}
 	}
 	<-done
 	t.Logf("client %+v", p.client.Session())
