@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -61,13 +60,7 @@ func TestLabSecondPath(t *testing.T) {
 	}
 	t.Run("alone", roundTrip)
 	t.Run("path 1 dropping everything", func(t *testing.T) {
-		path1 := env.Paths()[0]
-		for _, dev := range []string{path1.NetdevA, path1.NetdevB} {
-			if out, err := exec.Command("tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", "100%").CombinedOutput(); err != nil {
-				t.Fatalf("tc netem on %s: %v\n%s", dev, err, out)
-			}
-			t.Cleanup(func() { exec.Command("tc", "qdisc", "del", "dev", dev, "root").Run() })
-		}
+		env.Paths()[0].DropAll(t)
 		roundTrip(t)
 	})
 }

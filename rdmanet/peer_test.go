@@ -135,7 +135,7 @@ func TestLabPeerUnreachable(t *testing.T) {
 	if _, err := b.Read(make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}
-	dropRoCE(t)
+	env.Paths()[0].DropAll(t) // to each side the other is simply gone
 	bound := 3*keepAlive + 3*time.Second
 	start := time.Now()
 	errs := make(chan string, 2)
@@ -154,17 +154,5 @@ func TestLabPeerUnreachable(t *testing.T) {
 		if e := <-errs; e != "" {
 			t.Error(e)
 		}
-	}
-}
-
-// dropRoCE drops every packet on the link between the lab's two RDMA
-// addresses until the test ends: to each side the other is simply gone.
-func dropRoCE(t *testing.T) {
-	t.Helper()
-	for _, dev := range []string{"lab-a", "lab-b"} {
-		if out, err := exec.Command("tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", "100%").CombinedOutput(); err != nil {
-			t.Fatalf("tc netem on %s: %v\n%s", dev, err, out)
-		}
-		t.Cleanup(func() { exec.Command("tc", "qdisc", "del", "dev", dev, "root").Run() })
 	}
 }
