@@ -98,7 +98,7 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 	if c.sess != nil {
 		c.sess.tx, c.sess.rx = c.link.SendRing(), c.link.RecvRing()
 		c.sess.lost = newLostLink(c.sess.tx, c.sess.rx)
-		c.sess.path = c.link.Caps().Name
+		c.sess.path = linkPathName(c.link, c.link.Caps().Name)
 		c.sess.cancel = func() {}
 	}
 	c.readable = make(chan struct{}, 1)

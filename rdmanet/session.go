@@ -35,7 +35,29 @@ import (
 // server's Hello; an error matching ErrSessionRefused ends the session.
 type resumePath struct {
 	name string
+	tcp  bool
 	dial func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error)
+}
+
+// resumeOrder is the order in which a dialer whose link on paths[failed]
+// broke tries its paths: the other RDMA paths first, starting with the
+// next one (the broken path would cost a whole answer wait if it is dead,
+// and failback brings the session back to the first path once it works),
+// then the broken one, then TCP.
+func resumeOrder(paths []resumePath, failed int) []int {
+	var rdma, tcp []int
+	for k := range paths {
+		i := (failed + 1 + k) % len(paths)
+		if paths[failed].tcp {
+			i = k // off TCP: the RDMA paths in their order
+		}
+		if paths[i].tcp {
+			tcp = append(tcp, i)
+		} else {
+			rdma = append(rdma, i)
+		}
+	}
+	return append(rdma, tcp...)
 }
 
 // session is a resumable connection's state beyond its engine; Conn.mu
@@ -236,8 +258,12 @@ func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, re
 	}
 	var attempts []ResumeAttempt
 	backoff := 10 * time.Millisecond
+	c.mu.Lock()
+	order := resumeOrder(c.sess.paths, c.sess.pathIndex)
+	c.mu.Unlock()
 	for {
-		for i, p := range c.sess.paths {
+		for _, i := range order {
+			p := c.sess.paths[i]
 			c.mu.Lock()
 			if (c.closing && !c.lingering) || c.eng.Err() != nil {
 				c.mu.Unlock()
@@ -341,6 +367,7 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) erro
 	}
 	c.sess.cancel() // the server's wait for a link
 	c.link = l
+	path = linkPathName(l, path)
 	c.sess.failovers++
 	move := c.sess.left
 	move.To = transportOfLink(l)
@@ -358,6 +385,20 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) erro
 	c.rearmLocked()
 	c.sess.lost.Wake() // the poller asleep on the lost link moves to l
 	return nil
+}
+
+// linkPathName names the path a link runs on, for SessionState.Path and
+// logs, the same way for the first link and the next ones: RDMA links by
+// their addresses and device, TCP links by their addresses; others (the
+// tests' pipes) by name.
+func linkPathName(l link.Link, name string) string {
+	switch l := l.(type) {
+	case *rdmalink.Link:
+		return rdmaPathName(l)
+	case *tcplink.Link:
+		return l.Caps().Name
+	}
+	return name
 }
 
 // errResumedElsewhere suspends a session whose dialer resumed it on a new

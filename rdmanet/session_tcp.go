@@ -45,6 +45,7 @@ const (
 func tcpResumePath(c *Conn, src netip.Addr, dst netip.AddrPort, cfg Config) resumePath {
 	return resumePath{
 		name: "tcp -> " + dst.String(),
+		tcp:  true,
 		dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
 			return dialTCPResume(ctx, c, src, dst, cfg, h)
 		},

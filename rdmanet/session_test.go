@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -442,4 +443,24 @@ func TestSessionStatsCountMoves(t *testing.T) {
 	}
 	closeAndWait(t, p.client)
 	closeAndWait(t, p.server)
+}
+
+func TestResumeOrder(t *testing.T) {
+	paths := []resumePath{{name: "rdma 1"}, {name: "rdma 2"}, {name: "rdma 3"}, {name: "tcp", tcp: true}}
+	for _, tc := range []struct {
+		failed int
+		want   []int
+	}{
+		{0, []int{1, 2, 0, 3}}, // path 1 broke: the others first, TCP last
+		{1, []int{2, 0, 1, 3}},
+		{2, []int{0, 1, 2, 3}},
+		{3, []int{0, 1, 2, 3}}, // off TCP: back to RDMA in order
+	} {
+		if got := resumeOrder(paths, tc.failed); !slices.Equal(got, tc.want) {
+			t.Errorf("resumeOrder after path %d broke: %v, want %v", tc.failed, got, tc.want)
+		}
+	}
+	if got := resumeOrder(paths[:1], 0); !slices.Equal(got, []int{0}) {
+		t.Errorf("one path: %v", got)
+	}
 }
