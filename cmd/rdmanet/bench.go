@@ -36,6 +36,7 @@ type benchJSON struct {
 	// Intervals are the progress lines: about one a second.
 	Intervals   []intervalJSON `json:"intervals"`
 	Interrupted bool           `json:"interrupted"`
+	Session     *sessionJSON   `json:"session"` // null unless -resume made one
 	Error       string         `json:"error,omitempty"`
 	ExitCode    int            `json:"exit_code"`
 }
@@ -120,11 +121,17 @@ func runBench(ctx context.Context, g *globals, fs *flag.FlagSet, args []string) 
 	defer stopCancel()
 
 	r := &benchRun{ctx: ctx, c: c, out: &out, p: p, human: !g.json, size: *size, timeout: df.timeout}
+	var lines *printer
+	if !g.json {
+		lines = p
+	}
+	watch := watchSession(c, time.Now(), lines)
 	if *reverse {
 		err = r.receive(*duration)
 	} else {
 		err = r.send(*duration)
 	}
+	out.Session = watch.end()
 	out.Interrupted = ctx.Err() != nil
 	out.MBPerS, out.GbPerS, out.OpsPerS = rates(out.Bytes, out.Ops, time.Duration(out.Seconds*float64(time.Second)))
 	code = exitOK
@@ -292,6 +299,7 @@ func printBenchSummary(p *printer, out *benchJSON, code int, requireRDMA bool) {
 		printFallback(&b, "  ", out.Fallback)
 		p.printf("%s", b)
 	}
+	printSessionSummary(p, out.Session)
 	if code == exitNoRDMA && requireRDMA {
 		p.printf("-require-rdma: the connection is not RDMA (exit %d)\n", exitNoRDMA)
 	}

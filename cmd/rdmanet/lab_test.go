@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/netip"
 	"strings"
 	"testing"
@@ -159,5 +160,104 @@ func TestLabPingBench(t *testing.T) {
 	}
 	if code != exitOK || rdma != 5 {
 		t.Errorf("serve: exit %d, %d RDMA connections, want 5", code, rdma)
+	}
+}
+
+// TestLabPingBenchFailover: ping and bench on resumable sessions (-resume)
+// while path 1 drops everything: each goes on over path 2 (-failover),
+// shows the move as it happens, and counts it in its summary.
+func TestLabPingBenchFailover(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	paths := env.Paths()
+	// Every address: the session resumes on the server's path-2 address.
+	srv := startServe(t, "-addr", ":0", "-resume", "30s", "-keepalive", "1s")
+	bound, err := netip.ParseAddrPort(srv.addr)
+	if err != nil {
+		t.Fatalf("serve listens on %q: %v", srv.addr, err)
+	}
+	addr := netip.AddrPortFrom(paths[0].B, bound.Port()).String()
+	session := func(args ...string) []string {
+		return append([]string{"-local", paths[0].A.String(), "-resume", "30s", "-keepalive", "1s",
+			"-failover", paths[1].B.String(), "-timeout", "30s"}, append(args, addr)...)
+	}
+	// Path 1 breaks a second after serve accepted the command's
+	// connection, and heals when the subtest ends (the next command
+	// starts on path 1 again).
+	breakSoon := func(t *testing.T) {
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				var line string
+				select {
+				case <-stop:
+					return
+				case line = <-srv.out.each:
+				}
+				var e serveEvent
+				if json.Unmarshal([]byte(line), &e) != nil || e.Event != "accepted" {
+					continue
+				}
+				if e.Transport != fallback.RDMA {
+					t.Errorf("serve accepted %+v; want RDMA", e)
+					return
+				}
+				select {
+				case <-stop:
+				case <-time.After(time.Second):
+					paths[0].DropAll(t)
+				}
+				return
+			}
+		}()
+		t.Cleanup(func() {
+			close(stop)
+			<-done
+		})
+	}
+	movedToPath2 := func(t *testing.T, what string, s *sessionJSON) {
+		t.Helper()
+		if s == nil || s.Failovers < 1 || len(s.Moves) < 1 || s.Moves[0].To != "rdma" ||
+			!strings.Contains(s.Moves[0].ToPath, paths[1].B.String()) || s.Moves[0].PauseMS <= 0 {
+			t.Errorf("%s: session %+v; want a move to RDMA on path 2 (%v)", what, s, paths[1].B)
+		}
+	}
+
+	t.Run("ping", func(t *testing.T) {
+		breakSoon(t)
+		var p pingJSON
+		code := runJSON(t, &p, append([]string{"ping"}, session("-c", "40", "-i", "250ms")...)...)
+		if code != exitOK || p.Received != 40 || p.Transport != fallback.RDMA {
+			t.Errorf("ping: exit %d, %d of %d received, on %s (%+v): %s", code, p.Received, p.Sent, p.Transport, p.Fallback, p.Error)
+		}
+		movedToPath2(t, "ping", p.Session)
+	})
+	t.Run("ping, for people", func(t *testing.T) {
+		breakSoon(t)
+		code, human, _ := runCmd(t, append([]string{"ping"}, session("-c", "40", "-i", "250ms")...)...)
+		for _, want := range []string{"session: lost its link", "session: failed over", paths[1].B.String(), "failovers 1"} {
+			if !strings.Contains(human, want) {
+				t.Errorf("ping does not say %q", want)
+			}
+		}
+		if code != exitOK || t.Failed() {
+			t.Errorf("ping: exit %d:\n%s", code, human)
+		}
+		t.Logf("ping:\n%s", human)
+	})
+	t.Run("bench", func(t *testing.T) {
+		breakSoon(t)
+		var b benchJSON
+		code := runJSON(t, &b, append([]string{"bench"}, session("-d", "15s", "-s", "16384")...)...)
+		if code != exitOK || b.ServerBytes == nil || *b.ServerBytes != b.Bytes {
+			t.Errorf("bench: exit %d, sent %d, the server received %v: %s", code, b.Bytes, b.ServerBytes, b.Error)
+		}
+		movedToPath2(t, "bench", b.Session)
+		for _, iv := range b.Intervals {
+			t.Logf("%5.2f-%5.2f s: %.2f MB/s", iv.StartS, iv.EndS, iv.MBPerS)
+		}
+	})
+	if code, _ := srv.stop(); code != exitOK {
+		t.Errorf("serve: exit %d", code)
 	}
 }

@@ -58,7 +58,11 @@ func TestUsageErrors(t *testing.T) {
 		{"ping", "-local", "nowhere", "127.0.0.1:1"},
 		{"bench", "-d", "0s", "127.0.0.1:1"},
 		{"bench", "-s", "100000000", "127.0.0.1:1"},
+		{"ping", "-failover", "10.0.0.2", "127.0.0.1:1"},
+		{"ping", "-resume", "-1s", "127.0.0.1:1"},
+		{"bench", "-failback", "1s", "127.0.0.1:1"},
 		{"serve", "-policy", "fast"},
+		{"serve", "-resume", "-1s"},
 		{"serve", "extra"},
 		{"help", "nope"},
 	} {

@@ -151,6 +151,10 @@ type dialFlags struct {
 	local       string
 	timeout     time.Duration
 	rdmaTimeout time.Duration
+	resume      time.Duration // a resumable session's bound (0: none)
+	failover    string        // the server's other addresses, comma-separated
+	failback    time.Duration
+	keepAlive   time.Duration
 }
 
 func (d *dialFlags) register(fs *flag.FlagSet, timeoutUse string) {
@@ -158,12 +162,26 @@ func (d *dialFlags) register(fs *flag.FlagSet, timeoutUse string) {
 	fs.StringVar(&d.local, "local", "", "local `IP` address to dial from (picks the RDMA device)")
 	fs.DurationVar(&d.timeout, "timeout", 10*time.Second, "bound on the dial, and "+timeoutUse)
 	fs.DurationVar(&d.rdmaTimeout, "rdma-timeout", time.Second, "how long a dial that may fall back waits for the peer's RDMA answer")
+	fs.DurationVar(&d.resume, "resume", 0, "make the connection a resumable session that survives a failed path by resuming on another within `bound` (0: not a session; the server needs -resume too)")
+	fs.StringVar(&d.failover, "failover", "", "the server's other `addresses`, comma-separated, for a session to resume on over RDMA (with -resume)")
+	fs.DurationVar(&d.keepAlive, "keepalive", 0, "how often an idle connection checks its path (0: rdmanet's default, 3s); a dead path is found within 3 times this")
+	fs.DurationVar(&d.failback, "failback", 0, "how often at most a session that moved off its first path tries to move back (0: rdmanet's default, 30s)")
 }
 
 // dialer builds the Dialer and the network to dial on. A bad -local is a
 // usage error.
 func (d *dialFlags) dialer() (rdmanet.Dialer, string, error) {
 	dl := rdmanet.Dialer{Timeout: d.timeout, Policy: d.policy.p, RDMATimeout: d.rdmaTimeout}
+	if d.resume < 0 || d.failback < 0 || d.keepAlive < 0 {
+		return dl, "", fmt.Errorf("-resume, -failback and -keepalive: want 0 or more")
+	}
+	if (d.failover != "" || d.failback != 0) && d.resume == 0 {
+		return dl, "", fmt.Errorf("-failover and -failback need -resume")
+	}
+	dl.Config.ResumeTimeout, dl.Config.FailbackInterval, dl.Config.KeepAlive = d.resume, d.failback, d.keepAlive
+	if d.failover != "" {
+		dl.FailoverAddrs = strings.Split(d.failover, ",")
+	}
 	if d.local != "" {
 		ip, err := netip.ParseAddr(d.local)
 		if err != nil {

@@ -29,6 +29,7 @@ type pingJSON struct {
 	RTT         *rttJSON     `json:"rtt_ms"` // null without replies
 	Seconds     float64      `json:"seconds"`
 	Interrupted bool         `json:"interrupted"` // stopped by SIGINT or SIGTERM
+	Session     *sessionJSON `json:"session"`     // null unless -resume made one
 	Error       string       `json:"error,omitempty"`
 	ExitCode    int          `json:"exit_code"`
 }
@@ -102,6 +103,11 @@ func runPing(ctx context.Context, g *globals, fs *flag.FlagSet, args []string) i
 	defer stopCancel()
 
 	start := time.Now()
+	var lines *printer
+	if !g.json {
+		lines = p
+	}
+	watch := watchSession(c, start, lines)
 	msg := make([]byte, *size)
 	reply := make([]byte, *size)
 	c.SetDeadline(time.Now().Add(df.timeout))
@@ -146,6 +152,7 @@ func runPing(ctx context.Context, g *globals, fs *flag.FlagSet, args []string) i
 		}
 	}
 	out.Seconds = time.Since(start).Seconds()
+	out.Session = watch.end()
 	out.Interrupted = ctx.Err() != nil
 	code = exitOK
 	if err != nil && !out.Interrupted {
@@ -197,6 +204,7 @@ func printPingSummary(p *printer, out *pingJSON, code int, requireRDMA bool) {
 		printFallback(&b, "  ", out.Fallback)
 		p.printf("%s", b)
 	}
+	printSessionSummary(p, out.Session)
 	if code == exitNoRDMA && requireRDMA {
 		p.printf("-require-rdma: the connection is not RDMA (exit %d)\n", exitNoRDMA)
 	}

@@ -59,6 +59,8 @@ func runServe(ctx context.Context, g *globals, fs *flag.FlagSet, args []string) 
 	addr := fs.String("addr", ":7471", "`host:port` to listen on (an empty host: every address)")
 	var pol policyFlag
 	fs.Var(&pol, "policy", "`auto|rdma|tcp`: auto serves RDMA and TCP (or TCP alone where RDMA cannot be used), rdma RDMA only (network rdma), tcp TCP only")
+	resume := fs.Duration("resume", 0, "keep resumable sessions, whose clients (with -resume) may resume on another path within `bound` (0: none)")
+	keepAlive := fs.Duration("keepalive", 0, "how often an idle connection checks its path (0: rdmanet's default, 3s)")
 	if _, code, ok := parse(g, fs, args, 0); !ok {
 		return code
 	}
@@ -67,13 +69,15 @@ func runServe(ctx context.Context, g *globals, fs *flag.FlagSet, args []string) 
 		fmt.Fprintf(g.stderr, "rdmanet serve: %v\n", err)
 		return exitUsage
 	}
-	var ln *rdmanet.Listener
-	if pol.p == fallback.RDMAOnly {
-		ln, err = rdmanet.Listen("rdma", *addr)
-	} else {
-		lc := rdmanet.ListenConfig{Policy: pol.p}
-		ln, err = lc.Listen(ctx, "tcp", *addr)
+	if *resume < 0 || *keepAlive < 0 {
+		return usageError(g, fs, "-resume %v, -keepalive %v: want 0 or more", *resume, *keepAlive)
 	}
+	lc := rdmanet.ListenConfig{Policy: pol.p, Config: rdmanet.Config{ResumeTimeout: *resume, KeepAlive: *keepAlive}}
+	network := "tcp"
+	if pol.p == fallback.RDMAOnly {
+		network = "rdma"
+	}
+	ln, err := lc.Listen(ctx, network, *addr)
 	if err != nil {
 		f := fallbackOf(err)
 		if g.json {
