@@ -5,13 +5,14 @@ package rdmanet_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"io"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +22,12 @@ import (
 	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 )
+
+// sessionMiB is how much each direction streams in TestLabSessionFailover:
+// the lab moves a few MB/s under the race detector, so make test's race
+// pass streams 24 MiB, and its plain pass the 256 MiB
+// (scripts/lab-test).
+var sessionMiB = flag.Int("session.mib", 24, "MiB streamed each way by TestLabSessionFailover")
 
 // TestLabSessionFailover: a resumable session streams both ways over the
 // lab's path 1 while path 1 starts dropping every packet (netem on both of
@@ -32,68 +39,55 @@ func TestLabSessionFailover(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	paths := env.Paths()
 	t.Run("to path 2", func(t *testing.T) {
-		failover(t, env, dropAll(paths[0]), func(t *testing.T, name string, c *rdmanet.Conn) {
-			st := c.Session()
-			if tr, _ := rdmanet.TransportOf(c); tr != fallback.RDMA || !strings.Contains(st.Path, paths[1].B.String()) {
-				t.Errorf("%s: on %s, session %+v; want RDMA over path 2 (%v)", name, tr, st, paths[1].B)
-			}
+		failover(t, env, failoverCase{
+			breakPaths: dropAll(paths[0]),
+			moved: func(t *testing.T, name string, c *rdmanet.Conn) {
+				st := c.Session()
+				if tr, _ := rdmanet.TransportOf(c); tr != fallback.RDMA || !strings.Contains(st.Path, paths[1].B.String()) {
+					t.Errorf("%s: on %s, session %+v; want RDMA over path 2 (%v)", name, tr, st, paths[1].B)
+				}
+			},
 		})
 	})
 	// Every RDMA path drops everything; TCP between the lab's addresses
 	// goes through lo and keeps working. Then path 1 heals, and the
-	// session moves back to it (FailbackInterval 1 s).
+	// session moves back to it (FailbackInterval 1 s) with the streams
+	// still flowing.
 	t.Run("to TCP and back", func(t *testing.T) {
-		client, server := failover(t, env, dropAll(paths[:]...), func(t *testing.T, name string, c *rdmanet.Conn) {
-			st := c.Session()
-			tr, why := rdmanet.TransportOf(c)
-			if tr != fallback.TCP || why == nil || !strings.HasPrefix(st.Path, "tcp") {
-				t.Errorf("%s: on %s (%v), session %+v; want TCP", name, tr, why, st)
-			}
-		})
-		if t.Failed() {
-			return
-		}
-		for _, dev := range []string{paths[0].NetdevA, paths[0].NetdevB} {
-			if out, err := exec.Command("tc", "qdisc", "del", "dev", dev, "root").CombinedOutput(); err != nil {
-				t.Fatalf("healing %s: %v\n%s", dev, err, out)
-			}
-		}
-		healed := time.Now()
-		for client.Session().Failbacks == 0 {
-			if time.Since(healed) > 60*time.Second { // a hang guard
-				t.Fatalf("no failback after path 1 healed: %+v", client.Session())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Logf("failed back %v after path 1 healed: %+v", time.Since(healed).Round(time.Millisecond), client.Session())
-		// Both ways, over RDMA on path 1 again.
-		for _, ends := range [][2]net.Conn{{client, server}, {server, client}} {
-			sent := make(chan [32]byte, 1)
-			go func() {
-				want, err := stream(ends[0], 1<<20, 9, 64<<10)
-				if err != nil {
-					t.Error(err)
+		failover(t, env, failoverCase{
+			breakPaths: dropAll(paths[:]...),
+			moved: func(t *testing.T, name string, c *rdmanet.Conn) {
+				st := c.Session()
+				tr, why := rdmanet.TransportOf(c)
+				if tr != fallback.TCP || why == nil || !strings.HasPrefix(st.Path, "tcp") {
+					t.Errorf("%s: on %s (%v), session %+v; want TCP", name, tr, why, st)
 				}
-				sent <- want
-			}()
-			got, n, err := drain(ends[1], 1<<20)
-			if want := <-sent; err != nil || got != want {
-				t.Fatalf("after the failback: %d bytes, %v, hash equal %v", n, err, got == want)
-			}
-		}
-		for name, c := range map[string]*rdmanet.Conn{"client": client, "server": server} {
-			st := c.Session()
-			if tr, _ := rdmanet.TransportOf(c); tr != fallback.RDMA || !strings.Contains(st.Path, paths[0].B.String()) {
-				t.Errorf("%s: on %s, session %+v; want RDMA over path 1", name, tr, st)
-			}
-		}
+			},
+			heal: paths[0].Heal,
+			back: func(t *testing.T, name string, c *rdmanet.Conn) {
+				st := c.Session()
+				if tr, _ := rdmanet.TransportOf(c); tr != fallback.RDMA || !strings.Contains(st.Path, paths[0].B.String()) {
+					t.Errorf("%s: on %s, session %+v; want RDMA over path 1", name, tr, st)
+				}
+			},
+		})
 	})
 }
 
-// failover streams both ways over a session on path 1, breaks the paths
-// given, and checks that every byte arrived, that each side failed over,
-// and what check says of where each side ended up.
-func failover(t *testing.T, env labenv.Env, breakPaths func(t *testing.T), check func(t *testing.T, name string, c *rdmanet.Conn)) (client, server *rdmanet.Conn) {
+// failoverCase is what TestLabSessionFailover does to a session: it
+// breaks paths once both directions flow, checks where each side moved,
+// and, with heal, heals path 1 once both did, and checks that the session
+// moved back while the streams went on.
+type failoverCase struct {
+	breakPaths func(t *testing.T)
+	moved      func(t *testing.T, name string, c *rdmanet.Conn)
+	heal       func(t testing.TB)
+	back       func(t *testing.T, name string, c *rdmanet.Conn)
+}
+
+// failover streams *sessionMiB both ways over a session on path 1 through
+// fc's faults, and checks that every byte arrived, in order.
+func failover(t *testing.T, env labenv.Env, fc failoverCase) {
 	leakcheck.Check(t)
 	paths := env.Paths()
 	cfg := sessionConfig
@@ -128,9 +122,18 @@ func failover(t *testing.T, env labenv.Env, breakPaths func(t *testing.T), check
 		t.Fatal("accept failed")
 	}
 	t.Cleanup(func() { ns.Close() })
-	client, server = nc.(*rdmanet.Conn), ns.(*rdmanet.Conn)
+	client, server := nc.(*rdmanet.Conn), ns.(*rdmanet.Conn)
+	sides := map[string]*rdmanet.Conn{"client": client, "server": server}
 
-	const size = 24 << 20
+	// With heal, the writers stop at three quarters until the session
+	// moved back, so that a quarter flows after the failback; until then
+	// they pace themselves, so that bytes are in flight when it happens.
+	size := *sessionMiB << 20
+	gate := make(chan struct{})
+	var pace atomic.Bool
+	if fc.heal == nil {
+		close(gate)
+	}
 	var wg sync.WaitGroup
 	sums := make([][2][32]byte, 2)
 	progress := make(chan struct{}, 2)
@@ -139,7 +142,8 @@ func failover(t *testing.T, env labenv.Env, breakPaths func(t *testing.T), check
 		go func() {
 			defer wg.Done()
 			var err error
-			if sums[i][0], err = stream(ends[0], size, uint64(i), 256<<10); err != nil {
+			w := &gatedWriter{w: ends[0], at: size * 3 / 4, gate: gate, pace: &pace}
+			if sums[i][0], err = stream(w, size, uint64(i), 256<<10); err != nil {
 				t.Errorf("direction %d: write: %v", i, err)
 			}
 		}()
@@ -148,7 +152,7 @@ func failover(t *testing.T, env labenv.Env, breakPaths func(t *testing.T), check
 			var n int64
 			var err error
 			first := &countingReader{r: ends[1], at: 1 << 20, reached: progress}
-			if sums[i][1], n, err = drain(first, size); err != nil || n != size {
+			if sums[i][1], n, err = drain(first, size); err != nil || n != int64(size) {
 				t.Errorf("direction %d: read %d bytes: %v", i, n, err)
 			}
 		}()
@@ -156,37 +160,79 @@ func failover(t *testing.T, env labenv.Env, breakPaths func(t *testing.T), check
 	// Once both directions flow, the paths break.
 	<-progress
 	<-progress
-	breakPaths(t)
+	pace.Store(fc.heal != nil)
+	fc.breakPaths(t)
 	broke := time.Now()
+	waitSessions(t, sides, "a failover", func(st rdmanet.SessionState) bool { return st.Failovers >= 1 && !st.Suspended })
+	t.Logf("both sides moved %v after the paths broke", time.Since(broke).Round(time.Millisecond))
+	for name, c := range sides {
+		t.Logf("%s: %+v", name, c.Session())
+		fc.moved(t, name, c)
+	}
+	if fc.heal != nil {
+		fc.heal(t)
+		healed := time.Now()
+		waitSessions(t, sides, "a failback", func(st rdmanet.SessionState) bool { return st.Failovers >= 2 && !st.Suspended })
+		t.Logf("moved back %v after path 1 healed: %+v", time.Since(healed).Round(time.Millisecond), client.Session())
+		if st := client.Session(); st.Failbacks != 1 {
+			t.Errorf("client: session %+v; want a failback", st)
+		}
+		pace.Store(false)
+		close(gate)
+	}
 	wg.Wait()
-	t.Logf("streams done %v after path 1 broke", time.Since(broke).Round(time.Millisecond))
+	t.Logf("streams done %v after the paths broke", time.Since(broke).Round(time.Millisecond))
 	for i := range sums {
 		if sums[i][0] != sums[i][1] {
 			t.Errorf("direction %d: SHA-256 differs", i)
 		}
 	}
-	for name, c := range map[string]net.Conn{"client": client, "server": server} {
-		st := c.(*rdmanet.Conn).Session()
-		t.Logf("%s: %+v", name, st)
-		if st.Failovers < 1 {
-			t.Errorf("%s: session %+v; want a failover", name, st)
+	if fc.back != nil {
+		for name, c := range sides {
+			fc.back(t, name, c)
 		}
-		check(t, name, c.(*rdmanet.Conn))
 	}
-	return client, server
 }
 
-// dropAll makes the paths drop every packet (netem on both netdevs of
-// each) until the test ends: the fault docs/lab.md finds leaves rxe usable.
+// waitSessions waits until ok holds for every side's session; the bound is
+// a hang guard, not a timing check.
+func waitSessions(t *testing.T, sides map[string]*rdmanet.Conn, what string, ok func(rdmanet.SessionState) bool) {
+	t.Helper()
+	for name, c := range sides {
+		for end := time.Now().Add(2 * time.Minute); !ok(c.Session()); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%s: no %s: %+v", name, what, c.Session())
+			}
+		}
+	}
+}
+
+// gatedWriter writes to w, but not past at until gate is closed, and
+// sleeps a little before each write while pace is set.
+type gatedWriter struct {
+	w     io.Writer
+	n, at int
+	gate  chan struct{}
+	pace  *atomic.Bool
+}
+
+func (g *gatedWriter) Write(b []byte) (int, error) {
+	if g.n+len(b) > g.at {
+		<-g.gate
+	}
+	if g.pace.Load() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	n, err := g.w.Write(b)
+	g.n += n
+	return n, err
+}
+
+// dropAll breaks paths by labenv.Path.DropAll.
 func dropAll(paths ...labenv.Path) func(t *testing.T) {
 	return func(t *testing.T) {
 		for _, p := range paths {
-			for _, dev := range []string{p.NetdevA, p.NetdevB} {
-				if out, err := exec.Command("tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", "100%").CombinedOutput(); err != nil {
-					t.Fatalf("tc netem on %s: %v\n%s", dev, err, out)
-				}
-				t.Cleanup(func() { exec.Command("tc", "qdisc", "del", "dev", dev, "root").Run() })
-			}
+			p.DropAll(t)
 		}
 	}
 }
