@@ -52,10 +52,12 @@ type Config struct {
 	// ResumeTimeout, when positive, makes the connection a resumable
 	// session if the peer is rdmanet and agrees (docs/protocol.md): when
 	// its path fails, the dialing side moves it to another RDMA path
-	// (Dialer.FailoverAddrs) with nothing lost, and the application sees a
-	// pause. It bounds how long the session may go without a link before
-	// it ends with a *ResumeError. Both sides must set it. Zero: no
-	// sessions (the default while failover to TCP is being built).
+	// (Dialer.FailoverAddrs), or to TCP to the same server port, with
+	// nothing lost, and the application sees a pause. It bounds how long
+	// the session may go without a link before it ends with a
+	// *ResumeError. Both sides must set it. Zero: no sessions (the
+	// default: a session gives up on a vanished peer only after
+	// ResumeTimeout, not within 3 x KeepAlive; see the README).
 	ResumeTimeout time.Duration
 	// FailbackInterval is how often, at most, a session that runs on
 	// another path than its first (another RDMA path, or TCP) tries to move
