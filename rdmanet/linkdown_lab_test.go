@@ -107,14 +107,12 @@ func linkDown(t *testing.T, dev string) {
 func TestLabSessionLinkDown(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	paths := env.Paths()
-	failover(t, env, func(t *testing.T) {
-		if out, err := exec.Command("ip", "link", "set", paths[0].NetdevA, "down").CombinedOutput(); err != nil {
-			t.Fatalf("ip link set %s down: %v\n%s", paths[0].NetdevA, err, out)
-		}
-		t.Cleanup(func() { exec.Command("ip", "link", "set", paths[0].NetdevA, "up").Run() })
-	}, func(t *testing.T, name string, c *rdmanet.Conn) {
-		if st := c.Session(); !strings.Contains(st.Path, paths[1].B.String()) {
-			t.Errorf("%s: session %+v; want path 2 (%v)", name, st, paths[1].B)
-		}
+	failover(t, env, failoverCase{
+		breakPaths: func(t *testing.T) { linkDown(t, paths[0].NetdevA) },
+		moved: func(t *testing.T, name string, c *rdmanet.Conn) {
+			if st := c.Session(); !strings.Contains(st.Path, paths[1].B.String()) {
+				t.Errorf("%s: session %+v; want path 2 (%v)", name, st, paths[1].B)
+			}
+		},
 	})
 }

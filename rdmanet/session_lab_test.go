@@ -49,6 +49,24 @@ func TestLabSessionFailover(t *testing.T) {
 			},
 		})
 	})
+	// The dialer's path-1 address goes away: its queue pair fails at
+	// once with a local QP operation error (docs/lab.md), a link-down
+	// move, and the server finds the path dead by keepalive, or learns of
+	// the move from the dialer's resume.
+	t.Run("address deleted", func(t *testing.T) {
+		failover(t, env, failoverCase{
+			breakPaths: func(t *testing.T) { paths[0].DeleteAddrA(t) },
+			moved: func(t *testing.T, name string, c *rdmanet.Conn) {
+				st := c.Session()
+				if tr, _ := rdmanet.TransportOf(c); tr != fallback.RDMA || !strings.Contains(st.Path, paths[1].B.String()) {
+					t.Errorf("%s: on %s, session %+v; want RDMA over path 2 (%v)", name, tr, st, paths[1].B)
+				}
+				if name == "client" && st.LastMove.Reason != "link-down" {
+					t.Errorf("client: moved for %q, want link-down (a queue-pair error)", st.LastMove.Reason)
+				}
+			},
+		})
+	})
 	// Every RDMA path drops everything; TCP between the lab's addresses
 	// goes through lo and keeps working. Then path 1 heals, and the
 	// session moves back to it (FailbackInterval 1 s) with the streams

@@ -1,7 +1,11 @@
 package labenv
 
 import (
+	"fmt"
+	"net"
+	"net/netip"
 	"os/exec"
+	"strings"
 	"testing"
 )
 
@@ -30,4 +34,62 @@ func (p Path) Heal(t testing.TB) {
 			t.Fatalf("healing %s: %v\n%s", dev, err, out)
 		}
 	}
+}
+
+// DeleteAddrA deletes the path's address on A's netdev until the end of t:
+// A's queue pairs on it fail at once (local QP operation error), the other
+// side finds the path dead by keepalive, and TCP to or from the address
+// fails too (docs/lab.md). The cleanup adds it back and puts B's route
+// after A's again, as docs/lab.md says to. It fails t outside the lab.
+func (p Path) DeleteAddrA(t testing.TB) {
+	t.Helper()
+	if !InLab() {
+		t.Fatalf("labenv: DeleteAddrA outside the lab (%s is not 1)", VarLab)
+	}
+	prefix, err := addrPrefix(p.NetdevA, p.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) error {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	if err := run("addr", "del", prefix.String(), "dev", p.NetdevA); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		subnet := prefix.Masked().String()
+		for _, args := range [][]string{
+			{"addr", "add", prefix.String(), "dev", p.NetdevA},
+			{"route", "del", subnet, "dev", p.NetdevB},
+			{"route", "append", subnet, "dev", p.NetdevB, "proto", "kernel", "scope", "link", "src", p.B.String()},
+		} {
+			if err := run(args...); err != nil {
+				t.Errorf("restoring %v: %v", p.A, err)
+			}
+		}
+	})
+}
+
+// addrPrefix is a's prefix on the netdev.
+func addrPrefix(netdev string, a netip.Addr) (netip.Prefix, error) {
+	ifi, err := net.InterfaceByName(netdev)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	for _, x := range addrs {
+		if ipn, ok := x.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == a {
+				ones, _ := ipn.Mask.Size()
+				return netip.PrefixFrom(a, ones), nil
+			}
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("labenv: %v is not on %s", a, netdev)
 }
