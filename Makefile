@@ -3,6 +3,15 @@ SHELL := /bin/bash
 GO ?= go
 LAB := bin/rdmanet-lab
 
+# The modules: the SDK, and examples/, a module of its own so that what only
+# the examples need (go-redis) is not a requirement of programs that import
+# rdmanet. `./...` stops at a nested module's go.mod, so every target that
+# covers the tree runs in each module's directory.
+MODULES := . examples
+# $(call in-modules,COMMAND): COMMAND in each module's directory, stopping at
+# the first failure.
+in-modules = set -e; for m in $(MODULES); do echo "[$$m] $(1)"; (cd $$m && $(1)); done
+
 .PHONY: all deps build vet test host-test nocgo-test no-rdma-core-test lab-test demo selfcheck clean
 
 all: build
@@ -11,7 +20,7 @@ deps:
 	scripts/install-deps
 
 build:
-	$(GO) build ./...
+	@$(call in-modules,$(GO) build ./...)
 
 $(LAB): FORCE
 	@mkdir -p bin
@@ -20,18 +29,18 @@ $(LAB): FORCE
 FORCE:
 
 vet:
-	$(GO) vet ./...
-	CGO_ENABLED=0 $(GO) vet ./...
+	@$(call in-modules,$(GO) vet ./...)
+	@$(call in-modules,CGO_ENABLED=0 $(GO) vet ./...)
 
 # Host tests with the race detector; ABI checks may not skip here (the headers
 # are installed by deps).
 host-test:
-	RDMANET_REQUIRE_RDMA_HEADERS=1 RDMANET_REQUIRE_TOOLS=1 $(GO) test -race -count=1 ./...
+	@$(call in-modules,RDMANET_REQUIRE_RDMA_HEADERS=1 RDMANET_REQUIRE_TOOLS=1 $(GO) test -race -count=1 ./...)
 
-# The module must build and pass its host tests without cgo.
+# The modules must build and pass their host tests without cgo.
 nocgo-test:
-	CGO_ENABLED=0 $(GO) build ./...
-	CGO_ENABLED=0 $(GO) test -count=1 ./...
+	@$(call in-modules,CGO_ENABLED=0 $(GO) build ./...)
+	@$(call in-modules,CGO_ENABLED=0 $(GO) test -count=1 ./...)
 
 # The module must build with cgo, and report why RDMA is unavailable, on a host
 # with no rdma-core headers or libraries (hidden in a private mount namespace).
