@@ -16,11 +16,14 @@
 //   - internal/rdmacore: the only cgo code; opens rdma-core with dlopen at first
 //     use, so programs build and run on hosts without it and learn why RDMA is
 //     unavailable (verbs.Available).
-//   - examples/echo, examples/kv: an echo server and client, and a
-//     Redis-protocol KV server, over RDMA and TCP.
 //   - cmd/rdmanet-lab: boots a QEMU VM with Soft-RoCE (rdma_rxe) and runs any
 //     command or `go test -exec` inside, so RDMA code is tested on real verbs
 //     on machines without RDMA hardware.
+//
+// The examples (examples/echo, examples/kv: an echo server and client, and a
+// Redis-protocol KV server, over RDMA and TCP) are a module of their own,
+// github.com/rdmanet/sdk/examples, so that their dependencies (go-redis) are
+// not this module's.
 //
 // Waits for completions and connection events park goroutines in Go's
 // netpoller, never an OS thread in C.

@@ -2,8 +2,9 @@
 // measures round trips. Over RDMA where both ends and the path support it,
 // over TCP where not; both print which, and why.
 //
-//	go run ./examples/echo server -addr :7471
-//	go run ./examples/echo client -addr 198.18.0.2:7471 -size 64 -count 10
+//	cd examples   # a module of its own
+//	go run ./echo server -addr :7471
+//	go run ./echo client -addr 198.18.0.2:7471 -size 64 -count 10
 //
 // -policy auto|rdma|tcp chooses the transports (default auto; the
 // RDMANET_TRANSPORT environment variable overrides it). The server serves

@@ -2,7 +2,8 @@
 // over rdmanet: redis-cli, redis-benchmark and Redis client libraries work
 // with it unchanged.
 //
-//	go run ./examples/kv -addr :6379
+//	cd examples   # a module of its own
+//	go run ./kv -addr :6379
 //
 // It listens with rdmanet.Listen on network "tcp", which serves RDMA and TCP
 // clients on the same port. See README.md beside this file.

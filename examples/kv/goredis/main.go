@@ -2,7 +2,8 @@
 // rdmanet: its Dialer hook dials with rdmanet.Dialer, which connects over
 // RDMA where the server and the path support it and over TCP where not.
 //
-//	go run ./examples/kv/goredis -addr 198.18.0.2:6379
+//	cd examples   # a module of its own
+//	go run ./kv/goredis -addr 198.18.0.2:6379
 package main
 
 import (
