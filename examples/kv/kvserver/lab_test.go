@@ -31,15 +31,7 @@ func TestLabGoRedisOverRDMA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Options{})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		srv.Close()
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-	}()
+	serveKV(t, ln)
 
 	var mu sync.Mutex
 	var transports []fallback.Transport
@@ -139,15 +131,7 @@ func TestLabGoRedisFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).AddrPort().Port()
-	srv := New(Options{})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		srv.Close()
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-	}()
+	serveKV(t, ln)
 
 	var mu sync.Mutex
 	var dialed []net.Conn
@@ -255,4 +239,18 @@ func TestLabGoRedisFailover(t *testing.T) {
 		t.Logf("batch %d straddled the failover: %v, ending %v after path 1 broke (median batch %v)",
 			b+1, took[b].Round(time.Millisecond), ended[b].Sub(broke).Round(time.Millisecond), sorted[len(sorted)/2].Round(time.Millisecond))
 	}
+}
+
+// serveKV serves a kv server on ln until the test ends, and fails the test
+// if Serve returns an error then.
+func serveKV(t *testing.T, ln net.Listener) {
+	srv := New(Options{})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	})
 }
