@@ -50,9 +50,9 @@ func TestLabSessionFailover(t *testing.T) {
 		})
 	})
 	// The dialer's path-1 address goes away: its queue pair fails at
-	// once with a local QP operation error (docs/lab.md), a link-down
-	// move, and the server finds the path dead by keepalive, or learns of
-	// the move from the dialer's resume.
+	// once with a local QP operation error (docs/lab.md), or stops
+	// completing and keepalive finds the path dead; the server finds it
+	// dead too, or learns of the move from the dialer's resume.
 	t.Run("address deleted", func(t *testing.T) {
 		failover(t, env, failoverCase{
 			breakPaths: func(t *testing.T) { paths[0].DeleteAddrA(t) },
@@ -61,9 +61,12 @@ func TestLabSessionFailover(t *testing.T) {
 				if tr, _ := rdmanet.TransportOf(c); tr != fallback.RDMA || !strings.Contains(st.Path, paths[1].B.String()) {
 					t.Errorf("%s: on %s, session %+v; want RDMA over path 2 (%v)", name, tr, st, paths[1].B)
 				}
-				if name == "client" && st.LastMove.Reason != "link-down" {
-					t.Errorf("client: moved for %q, want link-down (a queue-pair error)", st.LastMove.Reason)
+				// The survey saw the queue pair fail at once; here it
+				// sometimes only stops completing, and keepalive finds it.
+				if r := st.LastMove.Reason; name == "client" && r != "link-down" && r != "dead-path" {
+					t.Errorf("client: moved for %q, want link-down (a queue-pair error) or dead-path", r)
 				}
+				t.Logf("%s moved for %s", name, st.LastMove.Reason)
 			},
 		})
 	})
