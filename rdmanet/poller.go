@@ -113,6 +113,11 @@ func (c *Conn) handleLocked(cs []link.Completion) {
 				// new link is established, and resumeEnd may not have
 				// run yet.
 				cs[i] = link.Completion{Kind: link.Failed, Err: errResumedElsewhere}
+			case c.sess.unconfirmed:
+				// The dialer never spoke on this new link: its resume
+				// gave up waiting (its answer came late) and it tries
+				// again; the session waits for it.
+				cs[i] = link.Completion{Kind: link.Failed, Err: errResumeUnconfirmed}
 			}
 		}
 		c.eng.Handle(&cs[i])
@@ -120,10 +125,10 @@ func (c *Conn) handleLocked(cs []link.Completion) {
 	c.eng.AfterCompletions()
 	c.eng.Flush(c.link)
 	clear(cs) // drop references to errors
-	if s := c.sess; s != nil && s.next != 0 && s.paths == nil && !c.eng.Resuming() && c.eng.Lost() == nil {
+	if s := c.sess; s != nil && s.unconfirmed && !c.eng.Resuming() && c.eng.Lost() == nil {
 		// The dialer's first message on the new link came: it has the
 		// generation this side gave out, and names it from now on.
-		s.gen, s.next = s.next, 0
+		s.gen, s.next, s.unconfirmed = s.next, 0, false
 	}
 }
 

@@ -68,11 +68,15 @@ type session struct {
 	// in a resume. The server gives out gen+1 in its accept and moves to
 	// it when the dialer's first message arrives on the new link (next).
 	gen, next uint32
-	tx, rx    []byte // the rings, which every link of the session uses
-	lost      *lostLink
-	paths     []resumePath  // the dialer's; nil on the server
-	table     *sessionTable // the server's
-	timeout   time.Duration
+	// unconfirmed: the server's link is a resumed one on which the
+	// dialer's first message has not come yet (that message moves the
+	// session to next).
+	unconfirmed bool
+	tx, rx      []byte // the rings, which every link of the session uses
+	lost        *lostLink
+	paths       []resumePath  // the dialer's; nil on the server
+	table       *sessionTable // the server's
+	timeout     time.Duration
 
 	retired   chan struct{} // closed when the lost link was closed (nil when none is)
 	attaching bool          // the server is making a new link for the session
@@ -364,6 +368,7 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) erro
 		c.scheduleFailbackLocked()
 	} else {
 		c.sess.attaching = false
+		c.sess.unconfirmed = true
 	}
 	c.sess.cancel() // the server's wait for a link
 	c.link = l
@@ -471,6 +476,11 @@ func (c *Conn) resumeEnd(l link.Link, path string) error {
 	<-retired
 	return c.attach(l, wire.Hello{}, path, -1)
 }
+
+// errResumeUnconfirmed suspends a server's new link that ended before the
+// dialer's first message on it: the dialer's resume timed out at its end
+// just as this side finished it, and the dialer will try again.
+var errResumeUnconfirmed = fmt.Errorf("rdmanet: the resumed link ended before the peer used it: %w", link.ErrDown)
 
 // errResumeBusy answers a resume while another of the same session is
 // under way: the dialer tries again (it is not a refusal).
