@@ -1,37 +1,62 @@
 package labenv
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 )
 
-// DropAll makes the path drop every packet, netem on both of its netdevs,
-// until Heal or the end of t: the "RDMA path dead" fault that leaves rxe
-// usable and TCP between the lab's hosts (which goes through lo) alive
-// (docs/lab.md). It fails t outside the lab.
-func (p Path) DropAll(t testing.TB) {
-	t.Helper()
+// Drop makes the path drop every packet, netem on both of its netdevs,
+// until heal is called: the "RDMA path dead" fault that leaves rxe usable
+// and TCP between the lab's hosts (which goes through lo) alive
+// (docs/lab.md). heal removes what Drop added; calling it again does
+// nothing. Drop refuses outside the lab, where the netdevs are not the
+// lab's to change; if it cannot drop on both netdevs it undoes what it did.
+//
+// It is the non-test form of DropAll, for programs run in the lab (labbench).
+func (p Path) Drop() (heal func() error, err error) {
 	if !InLab() {
-		t.Fatalf("labenv: DropAll outside the lab (%s is not 1)", VarLab)
+		return nil, fmt.Errorf("labenv: no faults outside the lab (%s is not 1)", VarLab)
+	}
+	var dropping []string
+	undo := func() error {
+		var errs []error
+		for _, dev := range dropping {
+			errs = append(errs, clearQdisc(dev))
+		}
+		return errors.Join(errs...)
 	}
 	for _, dev := range []string{p.NetdevA, p.NetdevB} {
-		if out, err := exec.Command("tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", "100%").CombinedOutput(); err != nil {
-			t.Fatalf("tc netem on %s: %v\n%s", dev, err, out)
+		if err := dropEverything(dev); err != nil {
+			return nil, errors.Join(err, undo())
 		}
-		t.Cleanup(func() { exec.Command("tc", "qdisc", "del", "dev", dev, "root").Run() })
+		dropping = append(dropping, dev)
 	}
+	return sync.OnceValue(undo), nil
+}
+
+// DropAll is Drop for a test: it fails t if the fault cannot be made, and
+// undoes it at the end of t unless Heal did.
+func (p Path) DropAll(t testing.TB) {
+	t.Helper()
+	heal, err := p.Drop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { heal() })
 }
 
 // Heal ends DropAll.
 func (p Path) Heal(t testing.TB) {
 	t.Helper()
 	for _, dev := range []string{p.NetdevA, p.NetdevB} {
-		if out, err := exec.Command("tc", "qdisc", "del", "dev", dev, "root").CombinedOutput(); err != nil {
-			t.Fatalf("healing %s: %v\n%s", dev, err, out)
+		if err := clearQdisc(dev); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -92,4 +117,20 @@ func addrPrefix(netdev string, a netip.Addr) (netip.Prefix, error) {
 		}
 	}
 	return netip.Prefix{}, fmt.Errorf("labenv: %v is not on %s", a, netdev)
+}
+
+// dropEverything puts a netem qdisc that loses every packet on dev.
+func dropEverything(dev string) error {
+	if out, err := exec.Command("tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", "100%").CombinedOutput(); err != nil {
+		return fmt.Errorf("labenv: tc netem on %s: %v: %s", dev, err, out)
+	}
+	return nil
+}
+
+// clearQdisc removes dev's root qdisc (the netem of dropEverything).
+func clearQdisc(dev string) error {
+	if out, err := exec.Command("tc", "qdisc", "del", "dev", dev, "root").CombinedOutput(); err != nil {
+		return fmt.Errorf("labenv: healing %s: %v: %s", dev, err, out)
+	}
+	return nil
 }

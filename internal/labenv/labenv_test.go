@@ -228,3 +228,13 @@ func TestInNetnsErrors(t *testing.T) {
 		}
 	}
 }
+
+// Outside the lab Drop refuses before running anything: the netdevs it
+// would change are the host's.
+func TestDropOutsideLab(t *testing.T) {
+	t.Setenv(VarLab, "")
+	heal, err := Default.Paths()[0].Drop()
+	if err == nil || heal != nil || !strings.Contains(err.Error(), "outside the lab") {
+		t.Errorf("Drop outside the lab: heal %v, err %v", heal != nil, err)
+	}
+}
