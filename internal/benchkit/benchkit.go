@@ -6,6 +6,7 @@
 package benchkit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -206,15 +207,22 @@ func NewLatency(samples []time.Duration) Latency {
 func (l Latency) N() int { return len(l.sorted) }
 
 // Percentile returns the p-th percentile (0 < p <= 100) by the nearest-rank
-// method: the smallest sample that at least p% of the samples do not exceed.
-func (l Latency) Percentile(p float64) time.Duration {
-	if len(l.sorted) == 0 {
-		return 0
+// method (see NearestRank).
+func (l Latency) Percentile(p float64) time.Duration { return NearestRank(l.sorted, p) }
+
+// NearestRank returns the p-th percentile (0 < p <= 100) of sorted (in
+// ascending order) by the nearest-rank method: the smallest value that at
+// least p% of the values do not exceed; the zero value if there is none.
+// With fewer than 100 values, the 99th percentile is the largest.
+func NearestRank[T cmp.Ordered](sorted []T, p float64) T {
+	if len(sorted) == 0 {
+		var zero T
+		return zero
 	}
 	// The small allowance keeps 200*0.99 (198.00000000000003) at rank 198.
-	rank := int(math.Ceil(float64(len(l.sorted))*p/100 - 1e-9))
-	rank = max(1, min(rank, len(l.sorted)))
-	return l.sorted[rank-1]
+	rank := int(math.Ceil(float64(len(sorted))*p/100 - 1e-9))
+	rank = max(1, min(rank, len(sorted)))
+	return sorted[rank-1]
 }
 
 // Mean is the average sample.

@@ -116,3 +116,20 @@ func TestPairDialFails(t *testing.T) {
 		t.Fatal("dial from a foreign address succeeded")
 	}
 }
+
+// NearestRank on few values, as labbench's failover figures have: the
+// median of an even count is the lower middle one, and p99 is the largest.
+func TestNearestRankFew(t *testing.T) {
+	vs := []float64{1.5, 2.5, 3.5, 4.5, 5.5, 6.5}
+	for p, want := range map[float64]float64{50: 3.5, 99: 6.5, 100: 6.5, 1: 1.5} {
+		if got := NearestRank(vs, p); got != want {
+			t.Errorf("p%v of %v = %v, want %v", p, vs, got, want)
+		}
+	}
+	if got := NearestRank([]float64{7}, 99); got != 7 {
+		t.Errorf("p99 of one value = %v", got)
+	}
+	if got := NearestRank([]float64(nil), 50); got != 0 {
+		t.Errorf("p50 of nothing = %v", got)
+	}
+}
