@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Drop makes the path drop every packet, netem on both of its netdevs,
@@ -18,10 +19,15 @@ import (
 // nothing. Drop refuses outside the lab, where the netdevs are not the
 // lab's to change; if it cannot drop on both netdevs it undoes what it did.
 //
+// dead is when the path died, at the latest: when the first netdev's tc
+// returned. One netdev dropping is enough, as every exchange on a path
+// needs both directions, and under the lab's emulated CPU each tc run
+// takes a few hundred milliseconds, so Drop returns well after that.
+//
 // It is the non-test form of DropAll, for programs run in the lab (labbench).
-func (p Path) Drop() (heal func() error, err error) {
+func (p Path) Drop() (heal func() error, dead time.Time, err error) {
 	if !InLab() {
-		return nil, fmt.Errorf("labenv: no faults outside the lab (%s is not 1)", VarLab)
+		return nil, time.Time{}, fmt.Errorf("labenv: no faults outside the lab (%s is not 1)", VarLab)
 	}
 	var dropping []string
 	undo := func() error {
@@ -33,18 +39,21 @@ func (p Path) Drop() (heal func() error, err error) {
 	}
 	for _, dev := range []string{p.NetdevA, p.NetdevB} {
 		if err := dropEverything(dev); err != nil {
-			return nil, errors.Join(err, undo())
+			return nil, time.Time{}, errors.Join(err, undo())
+		}
+		if len(dropping) == 0 {
+			dead = time.Now()
 		}
 		dropping = append(dropping, dev)
 	}
-	return sync.OnceValue(undo), nil
+	return sync.OnceValue(undo), dead, nil
 }
 
 // DropAll is Drop for a test: it fails t if the fault cannot be made, and
 // undoes it at the end of t unless Heal did.
 func (p Path) DropAll(t testing.TB) {
 	t.Helper()
-	heal, err := p.Drop()
+	heal, _, err := p.Drop()
 	if err != nil {
 		t.Fatal(err)
 	}

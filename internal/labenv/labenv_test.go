@@ -233,7 +233,7 @@ func TestInNetnsErrors(t *testing.T) {
 // would change are the host's.
 func TestDropOutsideLab(t *testing.T) {
 	t.Setenv(VarLab, "")
-	heal, err := Default.Paths()[0].Drop()
+	heal, _, err := Default.Paths()[0].Drop()
 	if err == nil || heal != nil || !strings.Contains(err.Error(), "outside the lab") {
 		t.Errorf("Drop outside the lab: heal %v, err %v", heal != nil, err)
 	}
