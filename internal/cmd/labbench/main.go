@@ -10,8 +10,9 @@
 // (rstream), kernel TCP (rstream -T s) and perftest (ib_write_bw,
 // ib_send_lat) as subprocesses. It makes every measurement in a few rounds
 // (-rounds) and prints the best of each, rdmanet's ratios to perftest and
-// rsockets, and whether issue 3's targets are met. Progress goes to standard
-// error. A measurement that fails, hangs or whose output cannot be parsed is
+// rsockets, and whether issue 3's targets are met. Then it measures how a
+// resumable session fails over from one RDMA path to the other and to TCP,
+// and back (failover.go). Progress goes to standard error. A measurement that fails, hangs or whose output cannot be parsed is
 // reported with the reason and the raw output, and a figure none of whose
 // rounds succeeded is marked missing.
 package main
@@ -52,6 +53,8 @@ type options struct {
 	impls   string        // comma-separated implementation IDs to run; empty: all
 	rev     string        // rdmanet's revision, for the report
 	host    string        // a description of the host, for the report
+
+	failoverCycles int // how many failover cycles of each kind to make
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -64,7 +67,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.rounds, "rounds", 3, "make every measurement in `n` rounds (each figure is the best of its rounds)")
 	fs.StringVar(&o.host, "host", "", "describe the host running the lab (CPUs, load) in the report")
 	fs.StringVar(&o.rev, "rev", "", "rdmanet's `revision` to name in the report (default: the build's VCS stamp, if any)")
-	fs.StringVar(&o.impls, "only", "", "run only these comma-separated implementations (IDs: "+strings.Join(implIDs(), ", ")+")")
+	fs.StringVar(&o.impls, "only", "", "run only these comma-separated implementations, and the failover section if "+failoverID+" is among them (IDs: "+strings.Join(implIDs(), ", ")+")")
+	fs.IntVar(&o.failoverCycles, "failover-cycles", 6, "make `n` failover cycles of each kind (RDMA to RDMA, RDMA to TCP) on a resumable session; 0: none")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bin/rdmanet-lab bin/labbench [flags] > report.md\n\n"+
 			"Runs inside the rdmanet lab (`make bench` runs it); prints Markdown on stdout, progress on stderr.\n\nFlags:")
@@ -76,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if fs.NArg() > 0 || !(o.scale > 0) || o.rounds < 1 {
+	if fs.NArg() > 0 || !(o.scale > 0) || o.rounds < 1 || o.failoverCycles < 0 {
 		fs.Usage()
 		return 2
 	}
@@ -97,6 +101,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	b.runAll()
+	b.runFailover()
 	report := b.report()
 	if _, err := io.WriteString(stdout, report.markdown()); err != nil {
 		fmt.Fprintf(stderr, "labbench: %v\n", err)
@@ -207,10 +212,13 @@ type bench struct {
 	ports  int              // the next port offset for the tools' servers
 	hungGo int              // in-process measurements that hung (their goroutines remain)
 	done   int              // rounds made
+
+	withFailover bool         // the failover section is to be measured
+	failover     *failoverRun // its result, once measured
 }
 
 func newBench(env labenv.Env, o options, log io.Writer) *bench {
-	b := &bench{env: env, opt: o, log: log, start: time.Now(), res: map[key][]figure{}}
+	b := &bench{env: env, opt: o, log: log, start: time.Now(), res: map[key][]figure{}, withFailover: o.failoverCycles > 0}
 	for _, m := range benchkit.Modes {
 		b.impls = append(b.impls, impl{
 			id: "rdmanet/" + m.Name, label: "rdmanet (" + m.Name + ")", role: roleRDMANet,
@@ -261,41 +269,49 @@ func newBench(env labenv.Env, o options, log io.Writer) *bench {
 	return b
 }
 
-// implIDs lists the IDs -only accepts.
+// implIDs lists the IDs -only accepts: the implementations', and the
+// failover section's.
 func implIDs() []string {
 	b := newBench(labenv.Default, options{}, io.Discard)
 	var ids []string
 	for _, im := range b.impls {
 		ids = append(ids, im.id)
 	}
-	return ids
+	return append(ids, failoverID)
 }
 
-// only keeps the implementations whose IDs are in ids.
+// only keeps the implementations whose IDs are in ids, and the failover
+// section if its ID is.
 func (b *bench) only(ids []string) error {
 	var kept []impl
+	failover := false
 	for _, id := range ids {
-		found := false
+		id = strings.TrimSpace(id)
+		found := id == failoverID
+		failover = failover || found
 		for _, im := range b.impls {
-			if im.id == strings.TrimSpace(id) {
+			if im.id == id {
 				kept, found = append(kept, im), true
 			}
 		}
 		if !found {
-			return fmt.Errorf("unknown implementation %q (IDs: %s)", id, strings.Join(implIDs(), ", "))
+			return fmt.Errorf("unknown ID %q (IDs: %s)", id, strings.Join(implIDs(), ", "))
 		}
 	}
 	b.impls = kept
+	b.withFailover = b.withFailover && failover
 	return nil
 }
 
 func (b *bench) scaled(n int64) int64 { return max(1, int64(math.Round(float64(n)*b.opt.scale))) }
 
-// runAll measures everything, in rounds. Within a round it goes one size at
-// a time across the implementations, so that a slow spell of the host hits
-// one size's figures alike; taking the best of the rounds (see combine)
-// takes out what hits a single measurement. A round that would not end
-// within the budget (judged by the longest round so far) is not started.
+// runAll measures everything but the failover section, in rounds. Within
+// a round it goes one size at a time across the implementations, so that a
+// slow spell of the host hits one size's figures alike; taking the best of
+// the rounds (see combine) takes out what hits a single measurement. A
+// round that would not end within the budget (judged by the longest round
+// so far), less the time the failover section is expected to take after
+// the rounds, is not started.
 func (b *bench) runAll() {
 	type step struct {
 		kind kind
@@ -318,9 +334,14 @@ func (b *bench) runAll() {
 		}
 	}
 	var longest time.Duration
+	reserve := b.failoverReserve()
 	for round := 1; round <= b.opt.rounds; round++ {
-		if round > 1 && time.Since(b.start)+longest > b.opt.budget {
-			fmt.Fprintf(b.log, "labbench: no round %d: it would end after the run's budget (-budget %v)\n", round, b.opt.budget)
+		if round > 1 && time.Since(b.start)+longest+reserve > b.opt.budget {
+			kept := ""
+			if reserve > 0 {
+				kept = fmt.Sprintf(", less %v kept for the failover section", reserve)
+			}
+			fmt.Fprintf(b.log, "labbench: no round %d: it would end after the run's budget (-budget %v%s)\n", round, b.opt.budget, kept)
 			break
 		}
 		start := time.Now()
@@ -358,6 +379,14 @@ func (b *bench) runAll() {
 		}
 		longest = max(longest, time.Since(start))
 	}
+}
+
+// failoverReserve is how long the failover section is expected to take.
+func (b *bench) failoverReserve() time.Duration {
+	if !b.withFailover {
+		return 0
+	}
+	return time.Duration(len(moveKinds)*b.opt.failoverCycles) * failoverCycleEstimate
 }
 
 // measure makes one measurement, bounded by the -timeout.

@@ -20,10 +20,12 @@ type report struct {
 	impls  []impl
 	rounds map[key][]figure // every measurement
 	res    map[key]figure   // the figures: the rounds combined
+
+	failover *failoverRun // nil if the section was not measured
 }
 
 func (b *bench) report() report {
-	r := report{set: b.setting(), impls: b.impls, rounds: b.res, res: map[key]figure{}}
+	r := report{set: b.setting(), impls: b.impls, rounds: b.res, res: map[key]figure{}, failover: b.failover}
 	for k, fs := range b.res {
 		r.res[k] = combine(fs)
 	}
@@ -111,9 +113,13 @@ func spread(rounds []figure) float64 {
 
 func (r report) total() int { return len(r.res) }
 
-// failed counts the measurements (of every round) that failed.
+// failed counts the measurements (of every round) that failed, and the
+// failover section's failed cycles and sessions.
 func (r report) failed() int {
 	n := 0
+	if r.failover != nil {
+		n += r.failover.failedCycles() + r.failover.badSessions()
+	}
 	for _, fs := range r.rounds {
 		for _, f := range fs {
 			if !f.ok() {
@@ -193,21 +199,30 @@ func (r report) markdown() string {
 	}
 	p(". Every client is on %s (%s) and every server on %s (%s), in the one VM: "+
 		"RDMA goes through rxe's loopback path, TCP through the kernel's loopback. "+
-		"rdmanet %s, Go %s, %s. Each figure is the best of %d rounds of its measurement "+
-		"(other processes on the host only ever slow a measurement down); the run took %s.\n\n",
+		"rdmanet %s, Go %s, %s. ",
 		s.env.AddrA, s.env.DevA, s.env.AddrB, s.env.DevB,
-		s.revision, strings.TrimPrefix(s.goVersion, "go"), orUnknown(s.tools, "tool versions unknown"),
-		s.rounds, s.took.Round(time.Second))
+		s.revision, strings.TrimPrefix(s.goVersion, "go"), orUnknown(s.tools, "tool versions unknown"))
+	if len(r.impls) > 0 {
+		p("Each figure of the comparison is the best of %d rounds of its measurement "+
+			"(other processes on the host only ever slow a measurement down); the run took %s.\n\n", s.rounds, s.took.Round(time.Second))
+	} else {
+		p("The run took %s.\n\n", s.took.Round(time.Second))
+	}
 	p("**Only ratios within one run mean anything.** The CPU is emulated: absolute figures say " +
 		"nothing about RDMA hardware, and figures from different runs are not comparable.\n\n")
 	if s.scale != 1 {
 		p("**A trial run:** every amount was scaled by %v (`-scale`).\n\n", s.scale)
 	}
 
-	r.targets(&w)
-	r.throughputTable(&w)
-	r.latencyTable(&w)
-	r.method(&w)
+	if len(r.impls) > 0 { // else only the failover section was asked for (-only)
+		r.targets(&w)
+		r.throughputTable(&w)
+		r.latencyTable(&w)
+	}
+	r.failoverSection(&w)
+	if len(r.impls) > 0 {
+		r.method(&w)
+	}
 	r.problems(&w)
 	p("%s\n", endMarker)
 	return w.String()
@@ -520,8 +535,15 @@ func (r report) problems(w *strings.Builder) {
 	if r.set.hungGo > 0 {
 		fmt.Fprintf(&b, "- %d in-process measurements hung; their goroutines were left running, which may have slowed what followed.\n", r.set.hungGo)
 	}
-	if r.set.rounds < r.set.asked {
-		fmt.Fprintf(&b, "- %d rounds of the %d asked for: another would have ended after the run's budget.\n", r.set.rounds, r.set.asked)
+	if r.set.rounds < r.set.asked && len(r.impls) > 0 {
+		fmt.Fprintf(&b, "- %d rounds of the %d asked for: another would have ended after the run's budget", r.set.rounds, r.set.asked)
+		if r.failover != nil {
+			b.WriteString(" (less the time kept for the failover section)")
+		}
+		b.WriteString(".\n")
+	}
+	for _, l := range r.failoverProblems() {
+		b.WriteString(l + "\n")
 	}
 	if b.Len() == 0 {
 		return
