@@ -193,13 +193,15 @@ func (r report) failoverOutcome(w *strings.Builder) {
 	if run.skipped > 0 {
 		p(" Not run: %s.", run.skipWhy)
 	}
-	p("\n")
-	for i, c := range run.cycles {
-		if c.failed != "" {
-			p("\n- **failed**: cycle %d, %s: %s", i+1, c.kind, oneLine(c.failed))
+	p("\n\n")
+	if run.failedCycles() > 0 {
+		for i, c := range run.cycles {
+			if c.failed != "" {
+				p("- **failed**: cycle %d, %s: %s\n", i+1, c.kind, oneLine(c.failed))
+			}
 		}
+		p("\n")
 	}
-	p("\n")
 	var bytes int64
 	for _, s := range run.sessions {
 		bytes += s.read
@@ -207,21 +209,21 @@ func (r report) failoverOutcome(w *strings.Builder) {
 	switch bad := run.badSessions(); {
 	case len(run.sessions) == 0:
 	case bad == 0:
-		p("\nThe stream used %d session(s); at the end of each the server had read every byte the client wrote (%s MB in all).\n",
+		p("The stream used %d session(s); at the end of each the server had read every byte the client wrote (%s MB in all).\n\n",
 			len(run.sessions), sig(float64(bytes)/1e6))
 	default:
-		p("\nThe stream used %d session(s); %d did not end with every byte the client wrote read by the server:\n\n", len(run.sessions), bad)
+		p("The stream used %d session(s); %d did not end with every byte the client wrote read by the server:\n\n", len(run.sessions), bad)
 		for i, s := range run.sessions {
 			if s.problem != "" {
 				p("- **failed**: session %d (%d bytes written, %d read): %s\n", i+1, s.written, s.read, oneLine(s.problem))
 			}
 		}
+		p("\n")
 	}
 	if len(run.cycles) == 0 {
-		p("\n")
 		return
 	}
-	p("\n<details><summary>Every cycle</summary>\n\n")
+	p("<details><summary>Every cycle</summary>\n\n")
 	for i, c := range run.cycles {
 		p("- cycle %d, %s: %s\n", i+1, c.kind, oneLine(c.summary()))
 	}

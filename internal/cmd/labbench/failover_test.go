@@ -110,6 +110,18 @@ func TestFailoverReport(t *testing.T) {
 		t.Errorf("failed() = %d, want the 1 failed cycle", got)
 	}
 	checkTables(t, md)
+
+	// A clean run: no failures listed, no problems, no empty paragraphs.
+	r.failover.cycles[5].failed, r.failover.cycles[5].reached = "", phaseAfter
+	md = r.markdown()
+	for _, absent := range []string{"**failed**", "## Problems", "\n\n\n"} {
+		if strings.Contains(md, absent) {
+			t.Errorf("%q in the report of a clean run:\n%s", absent, md)
+		}
+	}
+	if want := "**6 of 6 cycles completed.**\n\nThe stream used 1 session(s)"; !strings.Contains(md, want) {
+		t.Errorf("no %q in\n%s", want, md)
+	}
 }
 
 // A session whose bytes do not add up, and cycles the budget left out,
