@@ -54,8 +54,9 @@ lab-test: $(LAB)
 test: deps vet host-test nocgo-test no-rdma-core-test lab-test
 
 # The benchmark comparison, BENCHMARKS.md: one run in the lab of rdmanet, Go's
-# TCP, rsockets, kernel TCP and perftest on the same rxe pair (see
-# internal/cmd/labbench). Not part of `make test`. The report replaces
+# TCP, rsockets, kernel TCP and perftest on the same rxe pair, then a
+# resumable session's failover and failback (see internal/cmd/labbench; about
+# 20 s per failover cycle, 12 by default). Not part of `make test`. The report replaces
 # BENCHMARKS.md only if the run completed and the report ends with labbench's
 # end marker.
 LABBENCH := bin/labbench
