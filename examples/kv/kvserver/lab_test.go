@@ -7,7 +7,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -176,15 +175,14 @@ func TestLabGoRedisFailover(t *testing.T) {
 			breaking.Add(1)
 			go func() {
 				defer breaking.Done()
-				for _, dev := range []string{paths[0].NetdevA, paths[0].NetdevB} {
-					if out, err := exec.Command("tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", "100%").CombinedOutput(); err != nil {
-						t.Errorf("tc netem on %s: %v\n%s", dev, err, out)
-						return
-					}
-					t.Cleanup(func() { exec.Command("tc", "qdisc", "del", "dev", dev, "root").Run() })
+				heal, dead, err := paths[0].Drop()
+				if err != nil {
+					t.Error(err)
+					return
 				}
+				t.Cleanup(func() { heal() })
 				mu.Lock()
-				broke = time.Now()
+				broke = dead
 				mu.Unlock()
 			}()
 		}
