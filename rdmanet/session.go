@@ -13,6 +13,7 @@ import (
 
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
+	"github.com/rdmanet/sdk/internal/stream"
 	"github.com/rdmanet/sdk/internal/tcplink"
 	"github.com/rdmanet/sdk/internal/wire"
 )
@@ -41,23 +42,33 @@ type resumePath struct {
 
 // resumeOrder is the order in which a dialer whose link on paths[failed]
 // broke tries its paths: the other RDMA paths first, starting with the
-// next one (the broken path would cost a whole answer wait if it is dead,
-// and failback brings the session back to the first path once it works),
-// then the broken one, then TCP.
-func resumeOrder(paths []resumePath, failed int) []int {
+// next one (failback brings the session back to the first path once it
+// works), then the broken one, then TCP. A path found dead (silent for 2 x
+// KeepAlive) goes after TCP instead: trying it again at once would cost a
+// whole answer wait (resumeAnswerWait) for nothing, while a queue-pair
+// error may have been passing, and RDMA is not given up for that.
+func resumeOrder(paths []resumePath, failed int, dead bool) []int {
 	var rdma, tcp []int
+	broken := -1
 	for k := range paths {
 		i := (failed + 1 + k) % len(paths)
 		if paths[failed].tcp {
 			i = k // off TCP: the RDMA paths in their order
 		}
-		if paths[i].tcp {
+		switch {
+		case paths[i].tcp:
 			tcp = append(tcp, i)
-		} else {
+		case i == failed && dead:
+			broken = i
+		default:
 			rdma = append(rdma, i)
 		}
 	}
-	return append(rdma, tcp...)
+	order := append(rdma, tcp...)
+	if broken >= 0 {
+		order = append(order, broken)
+	}
+	return order
 }
 
 // session is a resumable connection's state beyond its engine; Conn.mu
@@ -263,7 +274,8 @@ func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, re
 	var attempts []ResumeAttempt
 	backoff := 10 * time.Millisecond
 	c.mu.Lock()
-	order := resumeOrder(c.sess.paths, c.sess.pathIndex)
+	var dead *stream.PathDeadError
+	order := resumeOrder(c.sess.paths, c.sess.pathIndex, errors.As(cause, &dead))
 	c.mu.Unlock()
 	for {
 		for _, i := range order {
