@@ -112,8 +112,8 @@ func (r report) failoverSection(w *strings.Builder) {
 	p("- **detection**: T0 to when the client found the path dead (`LastMove.At − LastMove.Pause`). "+
 		"Bound by the keepalive: 2-3 × KeepAlive (%v) by design.\n", failoverConfig.KeepAlive)
 	p("- **resume**: the client's `LastMove.Pause`, from finding the path dead to the new link taking over. " +
-		"The client tries the paths in the README's order, the dialed address first, so this includes a try of " +
-		"the path just found dead, which waits for an answer that never comes; in RDMA to TCP, path 2's try too.\n")
+		"The client tries the other RDMA paths first, then TCP, and the path just found dead last (README): " +
+		"in RDMA to TCP this includes path 2's try, which waits for an answer that never comes (3 s).\n")
 	p("- **failback**: T1 to the new link on path 1 taking over (`LastMove.At` of the failback). "+
 		"It is bound by the failback's schedule, not by how fast a move is: a failback is tried every FailbackInterval (%v), "+
 		"and each try that fails (as every try does while path 1 is down) doubles the wait, up to 8 × FailbackInterval; "+
