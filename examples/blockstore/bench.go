@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/rdmanet/sdk/examples/blockstore/nbd"
+	"github.com/rdmanet/sdk/examples/blockstore/workload"
+	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/rdmanet"
+)
+
+// benchCommand is `blockstore bench`: it connects to an export and runs a
+// workload on it through one nbd.Client.
+func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("blockstore bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:10809", "the server's `host:port`")
+	name := fs.String("name", "", "the export's `name`")
+	rw := fs.String("rw", "randread", "read, write, randread or randwrite (writes overwrite the export with random data)")
+	bsFlag := fs.String("bs", "4k", "block `size` of each request")
+	qd := fs.Int("qd", 32, "queue depth: requests in flight at once")
+	duration := fs.Duration("duration", 10*time.Second, "how long to run (0: until -bytes)")
+	bytesFlag := fs.String("bytes", "", "stop after this many `bytes` (SIZE), if before -duration")
+	policyFlag := fs.String("policy", "auto", "transports: auto (RDMA, else TCP), rdma or tcp")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	bad := func(err error) int {
+		fmt.Fprintf(stderr, "blockstore bench: %v\n%s", err, usage)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return bad(fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	policy, err := fallback.ParsePolicy(*policyFlag)
+	if err != nil {
+		return bad(err)
+	}
+	cfg := workload.Config{QueueDepth: *qd, Duration: *duration, Seed: uint64(time.Now().UnixNano())}
+	switch *rw {
+	case "read":
+	case "write":
+		cfg.Write = true
+	case "randread":
+		cfg.Random = true
+	case "randwrite":
+		cfg.Write, cfg.Random = true, true
+	default:
+		return bad(fmt.Errorf("-rw %q: want read, write, randread or randwrite", *rw))
+	}
+	bs, err := parseSize(*bsFlag)
+	if err != nil || bs <= 0 || bs > 32<<20 {
+		return bad(fmt.Errorf("-bs %q: want a size from 1 byte to 32 MiB", *bsFlag))
+	}
+	cfg.BlockSize = int(bs)
+	if *bytesFlag != "" {
+		if cfg.Bytes, err = parseSize(*bytesFlag); err != nil {
+			return bad(err)
+		}
+	}
+	if cfg.Duration <= 0 && cfg.Bytes <= 0 {
+		return bad(fmt.Errorf("give a -duration or -bytes"))
+	}
+
+	d := rdmanet.Dialer{Policy: policy, Timeout: 30 * time.Second}
+	nc, err := d.DialContext(ctx, "tcp", *addr)
+	if err != nil {
+		fmt.Fprintln(stderr, "blockstore bench:", err)
+		return 1
+	}
+	transport, why := rdmanet.TransportOf(nc)
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, err := nbd.NewClient(hctx, nc, nbd.ClientOptions{ExportName: *name})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(stderr, "blockstore bench:", err)
+		return 1
+	}
+	defer c.Close()
+	info := c.Info()
+	if info.MaxPayload > 0 && uint64(bs) > uint64(info.MaxPayload) {
+		fmt.Fprintf(stderr, "blockstore bench: -bs %s is more than the server takes (%s)\n", formatSize(bs), formatSize(int64(info.MaxPayload)))
+		return 2
+	}
+	fmt.Fprintf(stdout, "blockstore bench: export of %s at %s over %s", formatSize(c.Size()), *addr, transport)
+	if why != nil {
+		fmt.Fprintf(stdout, " (fell back: %v)", why)
+	}
+	fmt.Fprintln(stdout)
+
+	r, err := workload.Run(ctx, c, cfg)
+	fmt.Fprintf(stdout, "%s %s, queue depth %d: %d requests in %v: %.1f MiB/s, %.0f IOPS; latency mean %v, p50 %v, p99 %v, max %v\n",
+		*rw, formatSize(bs), cfg.QueueDepth, r.Ops, r.Elapsed.Round(time.Millisecond),
+		r.BytesPerSecond()/(1<<20), r.OpsPerSecond(),
+		round(r.Latency.Mean), round(r.Latency.P50), round(r.Latency.P99), round(r.Latency.Max))
+	if err != nil {
+		fmt.Fprintln(stderr, "blockstore bench:", err)
+		return 1
+	}
+	return 0
+}
+
+// round keeps three significant digits or so of a latency.
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(time.Microsecond)
+	case d >= 10*time.Microsecond:
+		return d.Round(100 * time.Nanosecond)
+	}
+	return d
+}

@@ -1,0 +1,56 @@
+// Command blockstore is a Network Block Device server and benchmark over
+// rdmanet: `blockstore serve` exports a file or memory over NBD on a port
+// that takes RDMA and TCP clients at once, and `blockstore bench` measures
+// an export, over RDMA where it can and TCP where not.
+//
+//	cd examples   # a module of its own
+//	go run ./blockstore serve -addr :10809 -mem 1G
+//	go run ./blockstore bench -addr 127.0.0.1:10809 -rw randread -bs 4k -qd 32 -duration 10s
+//
+// NBD clients (the kernel's nbd driver, qemu, nbdinfo, nbdcopy, fio) reach
+// the server over TCP. See README.md beside this file.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage:
+  blockstore serve [-addr host:port] (-file PATH [-size SIZE] | -mem SIZE) [-name EXPORT] [-workers N] [-policy auto|rdma|tcp]
+  blockstore bench [-addr host:port] [-name EXPORT] [-rw read|write|randread|randwrite] [-bs SIZE] [-qd N]
+                   [-duration D] [-bytes SIZE] [-policy auto|rdma|tcp]
+  blockstore bridge   (to come: the kernel's nbd client over rdmanet)
+
+SIZE is a number of bytes with an optional K, M, G or T (powers of 1024).
+`
+
+// run runs a subcommand and returns the exit code: 0, 1 when it failed,
+// 2 when it was used wrongly.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serveCommand(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return benchCommand(ctx, args[1:], stdout, stderr)
+	case "bridge":
+		fmt.Fprintln(stderr, "blockstore bridge: not yet: it will relay the kernel's nbd client socket to an rdmanet connection")
+		return 2
+	}
+	fmt.Fprint(stderr, usage)
+	return 2
+}
