@@ -1,7 +1,9 @@
 // Command blockstore is a Network Block Device server and benchmark over
 // rdmanet: `blockstore serve` exports a file or memory over NBD on a port
 // that takes RDMA and TCP clients at once, and `blockstore bench` measures
-// an export, over RDMA where it can and TCP where not.
+// an export, over RDMA where it can and TCP where not; `blockstore bridge`
+// relays a local TCP port or unix socket to the server over rdmanet, for
+// NBD clients that speak only those (the kernel's nbd driver).
 //
 //	cd examples   # a module of its own
 //	go run ./blockstore serve -addr :10809 -mem 1G
@@ -30,7 +32,7 @@ const usage = `usage:
   blockstore serve [-addr host:port] (-file PATH [-size SIZE] | -mem SIZE) [-name EXPORT] [-workers N] [-policy auto|rdma|tcp]
   blockstore bench [-addr host:port] [-name EXPORT] [-rw read|write|randread|randwrite] [-bs SIZE] [-qd N]
                    [-duration D] [-bytes SIZE] [-policy auto|rdma|tcp]
-  blockstore bridge   (to come: the kernel's nbd client over rdmanet)
+  blockstore bridge -to host:port [-listen host:port | -listen unix:PATH] [-policy auto|rdma|tcp]
 
 SIZE is a number of bytes with an optional K, M, G or T (powers of 1024).
 `
@@ -48,8 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "bench":
 		return benchCommand(ctx, args[1:], stdout, stderr)
 	case "bridge":
-		fmt.Fprintln(stderr, "blockstore bridge: not yet: it will relay the kernel's nbd client socket to an rdmanet connection")
-		return 2
+		return bridgeCommand(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2
