@@ -234,11 +234,17 @@ func (c *Client) Flush() error { return c.do(request{cmd: CmdFlush}, nil, nil) }
 // Trim tells the server that a range is no longer needed; it then reads as
 // anything.
 func (c *Client) Trim(off, length int64, flags CommandFlags) error {
+	if length < 0 || length > math.MaxUint32 {
+		return EINVAL // the protocol's length is 32 bits
+	}
 	return c.do(request{cmd: CmdTrim, flags: flags, offset: uint64(off), length: uint32(length)}, nil, nil)
 }
 
 // WriteZeroes makes a range read as zeroes (FlagNoHole: keeping it allocated).
 func (c *Client) WriteZeroes(off, length int64, flags CommandFlags) error {
+	if length < 0 || length > math.MaxUint32 {
+		return EINVAL
+	}
 	return c.do(request{cmd: CmdWriteZeroes, flags: flags, offset: uint64(off), length: uint32(length)}, nil, nil)
 }
 

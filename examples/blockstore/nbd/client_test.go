@@ -131,6 +131,9 @@ func TestClientErrors(t *testing.T) {
 	if err := c.Read(buf, -1); !errors.Is(err, EINVAL) {
 		t.Errorf("read at a negative offset: %v, want EINVAL", err)
 	}
+	if err := c.Trim(0, 1<<32, 0); !errors.Is(err, EINVAL) {
+		t.Errorf("trim of 4 GiB, more than a request's 32 bits: %v, want EINVAL", err)
+	}
 }
 
 // TestClientZeroesAndTrim: WRITE_ZEROES zeroes, with or without NO_HOLE and

@@ -164,16 +164,6 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 }
 
-// ServeConn serves one connection, already accepted, and returns when it
-// ends; it closes nc.
-func (s *Server) ServeConn(nc net.Conn) {
-	if !s.track(nc) {
-		nc.Close()
-		return
-	}
-	s.serveConn(nc)
-}
-
 // Close closes the listeners and every connection (a hard disconnect:
 // requests in flight get no reply), and returns once their goroutines have
 // finished. It returns the first error of closing a listener.
