@@ -37,12 +37,14 @@ func requireTool(t *testing.T, name, pkg string) string {
 }
 
 // runTool runs a tool with a time limit and returns its standard output;
-// it fails the test if the tool fails.
+// it fails the test if the tool fails. It runs in a directory of the
+// test's, where what a tool leaves (fio's verify state) goes away with it.
 func runTool(t *testing.T, path string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Dir = t.TempDir()
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -170,7 +172,7 @@ func TestFio(t *testing.T) {
 			out := runTool(t, fio, "--name=verify", "--ioengine=nbd", "--uri="+uri(addr),
 				"--rw=randwrite", "--bs=4k", "--iodepth=16", "--numjobs=2",
 				"--size="+strconv.Itoa(half), "--offset_increment="+strconv.Itoa(half),
-				"--verify=crc32c", "--verify_fatal=1", "--do_verify=1", "--output-format=json")
+				"--verify=crc32c", "--verify_fatal=1", "--do_verify=1", "--verify_state_save=0", "--output-format=json")
 			// fio may print lines before its JSON.
 			var report struct {
 				Jobs []struct {
