@@ -88,7 +88,7 @@ func TestBench(t *testing.T) {
 		if m == nil || m[1] != rw || m[2] != "64 KiB" || m[3] != "8" || m[4] != "128" {
 			t.Fatalf("bench -rw %s printed:\n%s", rw, out)
 		}
-		if !strings.Contains(out, "export of 16 MiB at "+addr+" over tcp") {
+		if !regexp.MustCompile(`export of 16 MiB at ` + regexp.QuoteMeta(addr) + ` over (tcp|rdma)`).MatchString(out) {
 			t.Errorf("bench -rw %s does not say what it connected to:\n%s", rw, out)
 		}
 	}
