@@ -269,7 +269,7 @@ func (c *Client) do(req request, payload, readInto []byte) error {
 	if off := int64(req.offset); off < 0 {
 		return EINVAL
 	}
-	if req.cmd == CmdRead && len(readInto) > math.MaxUint32 || req.cmd == CmdWrite && len(payload) > math.MaxUint32 {
+	if uint64(len(readInto)) > math.MaxUint32 || uint64(len(payload)) > math.MaxUint32 {
 		return EINVAL
 	}
 	cl := &call{data: readInto, reply: make(chan error, 1)}
