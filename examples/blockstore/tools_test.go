@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -31,12 +32,20 @@ func requireTool(t *testing.T, name, pkg string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
 	if err == nil {
-		return path
+		// Found is not enough: Debian's fio links libibverbs, which
+		// scripts/no-rdma-core-test hides, and then fio cannot start.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, verr := exec.CommandContext(ctx, path, "--version").CombinedOutput()
+		if verr == nil {
+			return path
+		}
+		err = fmt.Errorf("%s --version: %v: %s", path, verr, bytes.TrimSpace(out))
 	}
 	if os.Getenv("RDMANET_REQUIRE_TOOLS") != "" {
-		t.Fatalf("%s not found (Debian package %s): %v", name, pkg, err)
+		t.Fatalf("%s cannot run (Debian package %s): %v", name, pkg, err)
 	}
-	t.Skipf("%s not found (Debian package %s; set RDMANET_REQUIRE_TOOLS to make this a failure): %v", name, pkg, err)
+	t.Skipf("%s cannot run (Debian package %s; set RDMANET_REQUIRE_TOOLS to make this a failure): %v", name, pkg, err)
 	return ""
 }
 
