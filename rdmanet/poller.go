@@ -113,12 +113,11 @@ func (c *Conn) handleLocked(cs []link.Completion) {
 				// new link is established, and resumeEnd may not have
 				// run yet.
 				cs[i] = link.Completion{Kind: link.Failed, Err: errResumedElsewhere}
-			case c.sess.unconfirmed:
-				// The dialer never spoke on this new link: its resume
-				// gave up waiting (its answer came late) and it tries
-				// again; the session waits for it.
-				cs[i] = link.Completion{Kind: link.Failed, Err: errResumeUnconfirmed}
 			}
+			// A new link that ends before the dialer spoke on it ends
+			// the session too: the dialer may have given up waiting for
+			// the accept, but it may as well have closed the connection
+			// during the resume, and the link cannot tell which.
 		}
 		c.eng.Handle(&cs[i])
 	}

@@ -489,11 +489,6 @@ func (c *Conn) resumeEnd(l link.Link, path string) error {
 	return c.attach(l, wire.Hello{}, path, -1)
 }
 
-// errResumeUnconfirmed suspends a server's new link that ended before the
-// dialer's first message on it: the dialer's resume timed out at its end
-// just as this side finished it, and the dialer will try again.
-var errResumeUnconfirmed = fmt.Errorf("rdmanet: the resumed link ended before the peer used it: %w", link.ErrDown)
-
 // errResumeBusy answers a resume while another of the same session is
 // under way: the dialer tries again (it is not a refusal).
 var errResumeBusy = errors.New("rdmanet: a resume of the session is under way")
