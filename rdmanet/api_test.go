@@ -144,8 +144,11 @@ func TestAddressParsing(t *testing.T) {
 			t.Errorf("localIP(%T) = %v, %v", a, got, err)
 		}
 	}
-	if got, err := localIP(nil); err != nil || got.IsValid() {
-		t.Errorf("localIP(nil) = %v, %v", got, err)
+	// nil, and a nil pointer of each type, are no address, as to net.Dialer.
+	for _, a := range []net.Addr{nil, (*Addr)(nil), (*net.TCPAddr)(nil), (*net.IPAddr)(nil)} {
+		if got, err := localIP(a); err != nil || got.IsValid() {
+			t.Errorf("localIP(%#v) = %v, %v", a, got, err)
+		}
 	}
 	if _, err := localIP(&net.UnixAddr{Name: "x"}); err == nil {
 		t.Error("localIP of a Unix address accepted")

@@ -329,16 +329,26 @@ func resolveAddr(ctx context.Context, family, address string) (netip.AddrPort, e
 }
 
 // localIP is the IP of a Dialer's LocalAddr, or the zero Addr (let routing pick).
+// A nil pointer in the interface means no address, as it does to net.Dialer.
 func localIP(a net.Addr) (netip.Addr, error) {
 	switch a := a.(type) {
 	case nil:
 		return netip.Addr{}, nil
 	case *Addr:
+		if a == nil {
+			return netip.Addr{}, nil
+		}
 		return a.Addr(), nil
 	case *net.TCPAddr:
+		if a == nil {
+			return netip.Addr{}, nil
+		}
 		ip, _ := netip.AddrFromSlice(a.IP)
 		return ip.Unmap(), nil
 	case *net.IPAddr:
+		if a == nil {
+			return netip.Addr{}, nil
+		}
 		ip, _ := netip.AddrFromSlice(a.IP)
 		return ip.Unmap(), nil
 	}
