@@ -28,10 +28,15 @@ func bridgeCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	listen := fs.String("listen", "127.0.0.1:10810", "local `address` for NBD clients: host:port, or unix:PATH for a unix socket")
 	to := fs.String("to", "", "the blockstore server's `host:port`")
 	policyFlag := fs.String("policy", "auto", "transports to the server: auto (RDMA, else TCP), rdma or tcp")
+	localFlag := fs.String("local", "", "dial the server from this local `address` (which picks the RDMA device on a host with several)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	policy, err := fallback.ParsePolicy(*policyFlag)
+	var local *net.TCPAddr
+	if err == nil {
+		local, err = localAddr(*localFlag)
+	}
 	if err != nil || fs.NArg() > 0 || *to == "" {
 		if err == nil {
 			err = errors.New("give the server's address, -to host:port")
@@ -47,7 +52,7 @@ func bridgeCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	fmt.Fprintf(stdout, "blockstore bridge: relaying %s %v to %s\n", ln.Addr().Network(), ln.Addr(), *to)
 
-	b := &bridge{to: *to, dialer: rdmanet.Dialer{Policy: policy, Timeout: 30 * time.Second}, log: log, conns: make(map[net.Conn]struct{})}
+	b := &bridge{to: *to, dialer: rdmanet.Dialer{Policy: policy, Timeout: 30 * time.Second, LocalAddr: local}, log: log, conns: make(map[net.Conn]struct{})}
 	go func() {
 		<-ctx.Done()
 		ln.Close()

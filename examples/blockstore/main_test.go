@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -94,6 +95,35 @@ func TestBench(t *testing.T) {
 	}
 }
 
+// TestBenchJSON: `bench -json` prints one JSON object whose figures agree
+// with each other and with the run asked for.
+func TestBenchJSON(t *testing.T) {
+	addr := startServe(t, "-mem", "16M")
+	out, errOut, rc := runCommand(t, "bench", "-addr", addr, "-local", "127.0.0.1", "-rw", "write", "-bs", "64k", "-qd", "4", "-bytes", "8M", "-duration", "30s", "-json")
+	if rc != 0 {
+		t.Fatalf("bench -json: exit %d\n%s%s", rc, out, errOut)
+	}
+	var r benchResult
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		t.Fatalf("bench -json printed %q: %v", out, err)
+	}
+	if dec.More() {
+		t.Errorf("bench -json printed more than one object: %q", out)
+	}
+	if r.Transport != "tcp" || r.FellBackBecause == "" || r.RW != "write" || r.BlockSize != 64<<10 || r.QueueDepth != 4 ||
+		r.Requests != 128 || r.Bytes != 8<<20 || r.Error != "" {
+		t.Errorf("bench -json: %+v", r)
+	}
+	if l := r.LatencyNS; !(r.Seconds > 0 && r.BytesPerSecond > 0 && 0 < l.P50 && l.P50 <= l.P99 && l.P99 <= l.Max && l.Mean <= l.Max) {
+		t.Errorf("bench -json figures do not add up: %+v", r)
+	}
+	if got := float64(r.Bytes) / r.Seconds; got < r.BytesPerSecond*0.99 || got > r.BytesPerSecond*1.01 {
+		t.Errorf("bytes_per_second %v, but %d bytes in %vs", r.BytesPerSecond, r.Bytes, r.Seconds)
+	}
+}
+
 // TestServeFile: a file export's writes reach the file by the time the
 // server stops, and -size creates the file.
 func TestServeFile(t *testing.T) {
@@ -149,7 +179,9 @@ func TestUsage(t *testing.T) {
 		{"bench", "-bs", "64M"},
 		{"bench", "-duration", "0"},
 		{"bench", "extra"},
+		{"bench", "-local", "host"},
 		{"bridge"},
+		{"bridge", "-to", "127.0.0.1:1", "-local", "1.2.3.4:5"},
 	} {
 		if _, errOut, rc := runCommand(t, args...); rc != 2 || errOut == "" {
 			t.Errorf("%q: exit %d, stderr %q", args, rc, errOut)
