@@ -144,9 +144,7 @@ func TestBadRequests(t *testing.T) {
 func waitConns(t *testing.T, s *Server, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		s.mu.Lock()
-		got := len(s.conns)
-		s.mu.Unlock()
+		got := s.tracker.NumConns()
 		if got == n {
 			return
 		}

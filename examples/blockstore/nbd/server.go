@@ -5,8 +5,9 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
-	"sync"
 	"time"
+
+	"github.com/rdmanet/sdk/examples/internal/conntrack"
 )
 
 // Options configures a Server. The zero value gives the defaults.
@@ -63,11 +64,9 @@ type Server struct {
 	log     *slog.Logger
 	flags   TransmissionFlags
 
-	mu        sync.Mutex
-	closed    bool
-	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{}
-	wg        sync.WaitGroup // connection goroutines
+	// tracker holds the listeners, connections and connection goroutines
+	// that Close closes and waits for.
+	tracker conntrack.Tracker
 }
 
 // NewServer returns a server of b's contents.
@@ -99,9 +98,7 @@ func NewServer(b Backend, opts Options) *Server {
 		// CAN_MULTI_CONN: every connection shares the one backend, and a
 		// flush syncs all of it, so a flush on one connection covers the
 		// writes answered on all of them.
-		flags:     FlagHasFlags | FlagSendFlush | FlagSendFUA | FlagSendTrim | FlagSendWriteZeroes | FlagCanMultiConn,
-		listeners: make(map[net.Listener]struct{}),
-		conns:     make(map[net.Conn]struct{}),
+		flags: FlagHasFlags | FlagSendFlush | FlagSendFUA | FlagSendTrim | FlagSendWriteZeroes | FlagCanMultiConn,
 	}
 }
 
@@ -111,23 +108,15 @@ func NewServer(b Backend, opts Options) *Server {
 // marks as temporary are retried after a pause of up to a second.
 func (s *Server) Serve(l net.Listener) error {
 	defer l.Close()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.tracker.AddListener(l) {
 		return nil
 	}
-	s.listeners[l] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, l)
-		s.mu.Unlock()
-	}()
+	defer s.tracker.RemoveListener(l)
 	var pause time.Duration
 	for {
 		nc, err := l.Accept()
 		if err != nil {
-			if s.isClosed() {
+			if s.tracker.Closed() {
 				return nil
 			}
 			var te interface{ Temporary() bool }
@@ -140,7 +129,7 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		pause = 0
-		if !s.track(nc) {
+		if !s.tracker.Track(nc) {
 			nc.Close()
 			return nil
 		}
@@ -152,57 +141,13 @@ func (s *Server) Serve(l net.Listener) error {
 // requests in flight get no reply), and returns once their goroutines have
 // finished. It returns the first error of closing a listener.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		s.wg.Wait()
-		return nil
-	}
-	s.closed = true
-	var err error
-	for l := range s.listeners {
-		if e := l.Close(); e != nil && err == nil && !errors.Is(e, net.ErrClosed) {
-			err = e
-		}
-	}
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-	return err
-}
-
-func (s *Server) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
-// track registers a new connection, unless the server is closed.
-func (s *Server) track(nc net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.conns[nc] = struct{}{}
-	s.wg.Add(1)
-	return true
-}
-
-func (s *Server) untrack(nc net.Conn) {
-	nc.Close()
-	s.mu.Lock()
-	delete(s.conns, nc)
-	s.mu.Unlock()
+	return s.tracker.Close()
 }
 
 // serveConn runs a connection's handshake and then its transmission phase,
 // until the client disconnects, breaks the protocol, or the server closes.
 func (s *Server) serveConn(nc net.Conn) {
-	defer s.wg.Done()
-	defer s.untrack(nc)
+	defer s.tracker.Untrack(nc)
 	// A last resort: a bug must cost its client's connection, not the
 	// server. (The transmission phase's workers have their own.)
 	defer func() {
