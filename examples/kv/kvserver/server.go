@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rdmanet/sdk/examples/internal/conntrack"
 )
 
 // Options configures a Server. The zero value gives the defaults.
@@ -67,13 +69,13 @@ type Server struct {
 	lastClientID atomic.Int64
 	clients      atomic.Int64
 
-	mu        sync.Mutex
-	closed    bool
-	done      chan struct{} // closed by Close: stops periodic expiry
-	expiring  bool          // the periodic expiry goroutine runs
-	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{}
-	wg        sync.WaitGroup // connection goroutines and periodic expiry
+	// tracker holds the listeners, connections and goroutines (the
+	// connections' and the periodic expiry's) that Close closes and waits
+	// for; its Done channel stops the periodic expiry.
+	tracker conntrack.Tracker
+	// startExpiry starts the periodic expiry, on the first Serve: a Server
+	// that is never served runs no goroutine.
+	startExpiry sync.Once
 }
 
 // New returns a Server with an empty database.
@@ -96,15 +98,12 @@ func New(opts Options) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{
-		opts:      opts,
-		limits:    l,
-		log:       log,
-		ks:        newKeyspace(),
-		start:     time.Now(),
-		now:       func() int64 { return time.Now().UnixMilli() },
-		done:      make(chan struct{}),
-		listeners: make(map[net.Listener]struct{}),
-		conns:     make(map[net.Conn]struct{}),
+		opts:   opts,
+		limits: l,
+		log:    log,
+		ks:     newKeyspace(),
+		start:  time.Now(),
+		now:    func() int64 { return time.Now().UnixMilli() },
 	}
 }
 
@@ -117,29 +116,17 @@ func New(opts Options) *Server {
 // descriptors) are retried after a pause of up to a second.
 func (s *Server) Serve(l net.Listener) error {
 	defer l.Close()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.tracker.AddListener(l) {
 		return nil
 	}
-	s.listeners[l] = struct{}{}
-	if !s.expiring {
-		s.expiring = true
-		s.wg.Add(1)
-		go s.expireLoop()
-	}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, l)
-		s.mu.Unlock()
-	}()
+	s.startExpiry.Do(func() { s.tracker.Go(s.expireLoop) })
+	defer s.tracker.RemoveListener(l)
 
 	var pause time.Duration
 	for {
 		nc, err := l.Accept()
 		if err != nil {
-			if s.isClosed() {
+			if s.tracker.Closed() {
 				return nil
 			}
 			var te interface{ Temporary() bool }
@@ -148,14 +135,14 @@ func (s *Server) Serve(l net.Listener) error {
 				s.log.Warn("kvserver: accept failed; retrying", "err", err, "in", pause)
 				select {
 				case <-time.After(pause):
-				case <-s.done:
+				case <-s.tracker.Done():
 				}
 				continue
 			}
 			return err
 		}
 		pause = 0
-		if !s.track(nc) {
+		if !s.tracker.Track(nc) {
 			nc.Close()
 			return nil
 		}
@@ -167,62 +154,19 @@ func (s *Server) Serve(l net.Listener) error {
 // their goroutines have finished. It returns the first error of closing a
 // listener.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		s.wg.Wait()
-		return nil
-	}
-	s.closed = true
-	close(s.done)
-	var err error
-	for l := range s.listeners {
-		if e := l.Close(); e != nil && err == nil && !errors.Is(e, net.ErrClosed) {
-			err = e
-		}
-	}
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-	return err
+	return s.tracker.Close()
 }
 
-func (s *Server) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
-// track registers a new connection, unless the server is closed.
-func (s *Server) track(nc net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.conns[nc] = struct{}{}
-	s.wg.Add(1)
-	return true
-}
-
-func (s *Server) untrack(nc net.Conn) {
-	nc.Close()
-	s.mu.Lock()
-	delete(s.conns, nc)
-	s.mu.Unlock()
-}
-
+// expireLoop runs the periodic expiry until the server is closed.
 func (s *Server) expireLoop() {
-	defer s.wg.Done()
 	t := time.NewTicker(expireInterval)
 	defer t.Stop()
+	done := s.tracker.Done()
 	for {
 		select {
 		case <-t.C:
 			s.ks.expireCycle(s.now)
-		case <-s.done:
+		case <-done:
 			return
 		}
 	}
@@ -231,8 +175,7 @@ func (s *Server) expireLoop() {
 // serveConn serves one client until it quits, its connection fails, it
 // sends a malformed request or the server closes.
 func (s *Server) serveConn(nc net.Conn) {
-	defer s.wg.Done()
-	defer s.untrack(nc)
+	defer s.tracker.Untrack(nc)
 	// A last resort: a bug in a command must cost its client's connection,
 	// not the server. Commands take the keyspace lock with defer, so none is
 	// left held.
