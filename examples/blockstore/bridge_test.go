@@ -105,8 +105,8 @@ func TestRelayFailure(t *testing.T) {
 var bridging = regexp.MustCompile(`relaying (?:tcp|unix) (\S+) to `)
 
 // startBridge runs `blockstore bridge` until the test ends and returns the
-// address it listens on.
-func startBridge(t *testing.T, args ...string) string {
+// address it listens on and its log.
+func startBridge(t *testing.T, args ...string) (string, *syncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out, logs := new(syncBuffer), new(syncBuffer)
@@ -123,11 +123,11 @@ func startBridge(t *testing.T, args ...string) string {
 	})
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if m := bridging.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
+			return m[1], logs
 		}
 	}
 	t.Fatalf("the bridge did not start: %s%s", out, logs)
-	return ""
+	return "", nil
 }
 
 // TestBridge: NBD clients reach the server through the bridge, on a unix
@@ -137,7 +137,7 @@ func TestBridge(t *testing.T) {
 	addr := startServe(t, "-mem", "16M")
 	sock := filepath.Join(t.TempDir(), "nbd.sock")
 	startBridge(t, "-listen", "unix:"+sock, "-to", addr)
-	tcp := startBridge(t, "-listen", "127.0.0.1:0", "-to", addr)
+	tcp, _ := startBridge(t, "-listen", "127.0.0.1:0", "-to", addr)
 
 	nc, err := net.Dial("unix", sock)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -17,17 +18,13 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/examples/blockstore/nbd"
+	"github.com/rdmanet/sdk/internal/labenv"
 )
 
 // requireTool returns the path of a command-line tool from a Debian
-// package, skipping the test if it is not installed, unless
-// RDMANET_REQUIRE_TOOLS is set (as where the project's Debian packages are
-// installed), which makes that a failure.
-//
-// Unlike kvserver's, it does not ask internal/labenv whether it runs in the
-// lab: a package whose tests import labenv is one that scripts/lab-test
-// runs in the lab, and these are host tests over TCP; the lab's tests of
-// blockstore (RDMA, the kernel's nbd driver) are part B of issue 11.
+// package, skipping the test if it is not installed, unless it runs in the
+// lab or RDMANET_REQUIRE_TOOLS is set (as where the project's Debian
+// packages are installed), which makes that a failure.
 func requireTool(t *testing.T, name, pkg string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
@@ -36,18 +33,22 @@ func requireTool(t *testing.T, name, pkg string) string {
 		// scripts/no-rdma-core-test hides, and then fio cannot start.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		out, verr := exec.CommandContext(ctx, path, "--version").CombinedOutput()
+		out, verr := exec.CommandContext(ctx, path, cmp.Or(versionFlag[name], "--version")).CombinedOutput()
 		if verr == nil {
 			return path
 		}
-		err = fmt.Errorf("%s --version: %v: %s", path, verr, bytes.TrimSpace(out))
+		err = fmt.Errorf("%s %s: %v: %s", path, cmp.Or(versionFlag[name], "--version"), verr, bytes.TrimSpace(out))
 	}
-	if os.Getenv("RDMANET_REQUIRE_TOOLS") != "" {
+	if os.Getenv("RDMANET_REQUIRE_TOOLS") != "" || labenv.InLab() {
 		t.Fatalf("%s cannot run (Debian package %s): %v", name, pkg, err)
 	}
 	t.Skipf("%s cannot run (Debian package %s; set RDMANET_REQUIRE_TOOLS to make this a failure): %v", name, pkg, err)
 	return ""
 }
+
+// versionFlag is how the tools that take no --version ask for their
+// version.
+var versionFlag = map[string]string{"mkfs.ext4": "-V", "e2fsck": "-V"}
 
 // runTool runs a tool with a time limit and returns its standard output;
 // it fails the test if the tool fails. It runs in a directory of the

@@ -20,7 +20,9 @@ import (
 // crc32_generic is what rxe computes RoCE checksums with: loaded here, it
 // spares the kernel a module request per crc32 implementation (each a
 // modprobe run, about 0.5 s in all) when the first rxe device is added.
-var guestModules = []string{"rdma_rxe", "rdma_ucm", "ib_uverbs", "veth", "crc32_generic"}
+// nbd is the kernel's NBD client, the block device of blockstore's lab
+// tests (examples/blockstore).
+var guestModules = []string{"rdma_rxe", "rdma_ucm", "ib_uverbs", "veth", "crc32_generic", "nbd"}
 
 // prefixLen is the prefix length of every lab subnet.
 const prefixLen = 24
