@@ -12,7 +12,9 @@
 // (-rounds) and prints the best of each, rdmanet's ratios to perftest and
 // rsockets, and whether issue 3's targets are met. Then it measures how a
 // resumable session fails over from one RDMA path to the other and to TCP,
-// and back (failover.go). Progress goes to standard error. A measurement that fails, hangs or whose output cannot be parsed is
+// and back (failover.go), and an NBD server's storage figures over RDMA and
+// TCP, from a Go client and from fio on the kernel's block device
+// (storage.go, with -blockstore). Progress goes to standard error. A measurement that fails, hangs or whose output cannot be parsed is
 // reported with the reason and the raw output, and a figure none of whose
 // rounds succeeded is marked missing.
 package main
@@ -55,6 +57,9 @@ type options struct {
 	host    string        // a description of the host, for the report
 
 	failoverCycles int // how many failover cycles of each kind to make
+
+	blockstore      string        // examples/blockstore's binary, for the storage section
+	storageDuration time.Duration // each storage figure's run
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -67,8 +72,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.rounds, "rounds", 3, "make every measurement in `n` rounds (each figure is the best of its rounds)")
 	fs.StringVar(&o.host, "host", "", "describe the host running the lab (CPUs, load) in the report")
 	fs.StringVar(&o.rev, "rev", "", "rdmanet's `revision` to name in the report (default: the build's VCS stamp, if any)")
-	fs.StringVar(&o.impls, "only", "", "run only these comma-separated implementations, and the failover section if "+failoverID+" is among them (IDs: "+strings.Join(implIDs(), ", ")+")")
+	fs.StringVar(&o.impls, "only", "", "run only these comma-separated implementations, and the failover and storage sections if "+failoverID+" and "+storageID+" are among them (IDs: "+strings.Join(implIDs(), ", ")+")")
 	fs.IntVar(&o.failoverCycles, "failover-cycles", 6, "make `n` failover cycles of each kind (RDMA to RDMA, RDMA to TCP) on a resumable session; 0: none")
+	fs.StringVar(&o.blockstore, "blockstore", "", "examples/blockstore's binary (`path`), for the storage section; without it the section says it was not measured")
+	fs.DurationVar(&o.storageDuration, "storage-duration", 3*time.Second, "run each storage figure for `d` (whole seconds)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bin/rdmanet-lab bin/labbench [flags] > report.md\n\n"+
 			"Runs inside the rdmanet lab (`make bench` runs it); prints Markdown on stdout, progress on stderr.\n\nFlags:")
@@ -80,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if fs.NArg() > 0 || !(o.scale > 0) || o.rounds < 1 || o.failoverCycles < 0 {
+	if fs.NArg() > 0 || !(o.scale > 0) || o.rounds < 1 || o.failoverCycles < 0 || o.storageDuration < time.Second {
 		fs.Usage()
 		return 2
 	}
@@ -102,6 +109,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	b.runAll()
 	b.runFailover()
+	b.runStorage()
 	report := b.report()
 	if _, err := io.WriteString(stdout, report.markdown()); err != nil {
 		fmt.Fprintf(stderr, "labbench: %v\n", err)
@@ -215,10 +223,13 @@ type bench struct {
 
 	withFailover bool         // the failover section is to be measured
 	failover     *failoverRun // its result, once measured
+
+	withStorage bool        // the storage section is to be measured
+	storage     *storageRun // its result, once measured
 }
 
 func newBench(env labenv.Env, o options, log io.Writer) *bench {
-	b := &bench{env: env, opt: o, log: log, start: time.Now(), res: map[key][]figure{}, withFailover: o.failoverCycles > 0}
+	b := &bench{env: env, opt: o, log: log, start: time.Now(), res: map[key][]figure{}, withFailover: o.failoverCycles > 0, withStorage: true}
 	for _, m := range benchkit.Modes {
 		b.impls = append(b.impls, impl{
 			id: "rdmanet/" + m.Name, label: "rdmanet (" + m.Name + ")", role: roleRDMANet,
@@ -270,25 +281,26 @@ func newBench(env labenv.Env, o options, log io.Writer) *bench {
 }
 
 // implIDs lists the IDs -only accepts: the implementations', and the
-// failover section's.
+// failover and storage sections'.
 func implIDs() []string {
 	b := newBench(labenv.Default, options{}, io.Discard)
 	var ids []string
 	for _, im := range b.impls {
 		ids = append(ids, im.id)
 	}
-	return append(ids, failoverID)
+	return append(ids, failoverID, storageID)
 }
 
 // only keeps the implementations whose IDs are in ids, and the failover
-// section if its ID is.
+// and storage sections if their IDs are.
 func (b *bench) only(ids []string) error {
 	var kept []impl
-	failover := false
+	failover, storage := false, false
 	for _, id := range ids {
 		id = strings.TrimSpace(id)
-		found := id == failoverID
-		failover = failover || found
+		found := id == failoverID || id == storageID
+		failover = failover || id == failoverID
+		storage = storage || id == storageID
 		for _, im := range b.impls {
 			if im.id == id {
 				kept, found = append(kept, im), true
@@ -300,6 +312,7 @@ func (b *bench) only(ids []string) error {
 	}
 	b.impls = kept
 	b.withFailover = b.withFailover && failover
+	b.withStorage = storage
 	return nil
 }
 

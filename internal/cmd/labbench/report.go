@@ -22,10 +22,11 @@ type report struct {
 	res    map[key]figure   // the figures: the rounds combined
 
 	failover *failoverRun // nil if the section was not measured
+	storage  *storageRun  // likewise
 }
 
 func (b *bench) report() report {
-	r := report{set: b.setting(), impls: b.impls, rounds: b.res, res: map[key]figure{}, failover: b.failover}
+	r := report{set: b.setting(), impls: b.impls, rounds: b.res, res: map[key]figure{}, failover: b.failover, storage: b.storage}
 	for k, fs := range b.res {
 		r.res[k] = combine(fs)
 	}
@@ -111,12 +112,13 @@ func spread(rounds []figure) float64 {
 	return hi / lo
 }
 
-func (r report) total() int { return len(r.res) }
+func (r report) total() int { return len(r.res) + r.storage.total() }
 
-// failed counts the measurements (of every round) that failed, and the
-// failover section's failed cycles and sessions.
+// failed counts the measurements (of every round) that failed, the
+// failover section's failed cycles and sessions, and the storage section's
+// missing figures.
 func (r report) failed() int {
-	n := 0
+	n := r.storage.missing()
 	if r.failover != nil {
 		n += r.failover.failedCycles() + r.failover.badSessions()
 	}
@@ -131,7 +133,7 @@ func (r report) failed() int {
 }
 
 func (r report) missing() int {
-	n := 0
+	n := r.storage.missing()
 	for _, f := range r.res {
 		if !f.ok() {
 			n++
@@ -220,6 +222,7 @@ func (r report) markdown() string {
 		r.latencyTable(&w)
 	}
 	r.failoverSection(&w)
+	r.storageSection(&w)
 	if len(r.impls) > 0 {
 		r.method(&w)
 	}
@@ -545,6 +548,7 @@ func (r report) problems(w *strings.Builder) {
 	for _, l := range r.failoverProblems() {
 		b.WriteString(l + "\n")
 	}
+	r.storageProblems(&b)
 	if b.Len() == 0 {
 		return
 	}
