@@ -281,7 +281,7 @@ func checkFio(t *testing.T, out, name string) {
 }
 
 // writeTree writes a tree of files of random sizes (empty to 1 MiB, about
-// 24 MiB in all) under dir and returns their SHA-256s by relative path.
+// 55 MiB in all) under dir and returns their SHA-256s by relative path.
 func writeTree(t *testing.T, dir string) map[string][32]byte {
 	t.Helper()
 	files := make(map[string][32]byte)
