@@ -23,10 +23,38 @@ var liveIDs atomic.Int64
 // LiveIDs returns how many IDs (and so event channels) are open in this process.
 func LiveIDs() int64 { return liveIDs.Load() }
 
-// DefaultResolveTimeout bounds address and route resolution when the context
-// has no earlier deadline. A destination whose route leaves through a netdev
-// without RDMA fails at once with ENODEV; one with no ARP answer takes this long.
+// DefaultResolveTimeout bounds each attempt at address resolution, and
+// route resolution, when the context has no earlier deadline. A destination
+// whose route leaves through a netdev without RDMA fails at once with
+// ENODEV; one with no ARP answer takes this long, and then Resolve tries
+// again (see resolveAttempts).
 const DefaultResolveTimeout = 2 * time.Second
+
+// resolveAttempts is how many times Resolve asks for an address that got
+// no neighbour answer (ARP or ND) in time, within the context's deadline.
+// One lost ARP exchange, or one answered late by a busy host, is a passing
+// error; the kernel itself sends three probes a second apart before it
+// gives a neighbour up, longer than one attempt. Three attempts (6 s with
+// no earlier deadline) outlast that, and a host that is really gone still
+// fails in bounded time.
+const resolveAttempts = 3
+
+// minResolveAttempt is the least time left worth another attempt.
+const minResolveAttempt = 100 * time.Millisecond
+
+// retryResolve reports whether address resolution should be tried again
+// after err: the neighbour did not answer in time (ADDR_ERROR with
+// ETIMEDOUT), attempts are left, and so is time.
+func retryResolve(ctx context.Context, err error, attempt int) bool {
+	var ev *EventError
+	if attempt >= resolveAttempts || !errors.As(err, &ev) || ev.Event != EventAddrError || ev.Status != -int(syscall.ETIMEDOUT) {
+		return false
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < minResolveAttempt {
+		return false
+	}
+	return ctx.Err() == nil
+}
 
 // ID is an rdma_cm identifier with its own event channel: a listener, or one
 // side of a connection.
@@ -174,10 +202,16 @@ func (id *ID) Resolve(ctx context.Context, src netip.Addr, dst netip.AddrPort) e
 		s := rdmacore.EncodeSockaddr(netip.AddrPortFrom(src, 0))
 		srcSA = &s
 	}
-	if _, err := id.await(ctx, "resolve address "+dst.String(), EventAddrResolved, func() error {
-		return rdmacore.ResolveAddr(id.raw, srcSA, &dstSA, resolveTimeoutMs(ctx))
-	}); err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		_, err := id.await(ctx, "resolve address "+dst.String(), EventAddrResolved, func() error {
+			return rdmacore.ResolveAddr(id.raw, srcSA, &dstSA, resolveTimeoutMs(ctx))
+		})
+		if err == nil {
+			break
+		}
+		if !retryResolve(ctx, err, attempt) {
+			return err
+		}
 	}
 	_, err := id.await(ctx, "resolve route to "+dst.String(), EventRouteResolved, func() error {
 		return rdmacore.ResolveRoute(id.raw, resolveTimeoutMs(ctx))

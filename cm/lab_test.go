@@ -504,6 +504,71 @@ func TestLabRouteWithoutRDMADevice(t *testing.T) {
 	}
 }
 
+// TestLabResolveOutlastsLostARP: address resolution that gets no ARP
+// answer in one attempt's time tries again within the context, so a lost
+// or late ARP exchange is not taken for "no RDMA"; with the path dead for
+// good it still fails, with ETIMEDOUT, after resolveAttempts attempts.
+func TestLabResolveOutlastsLostARP(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	leakcheck.Check(t)
+	p := env.Paths()[1]
+	forget := func() {
+		t.Helper()
+		for _, dev := range []string{p.NetdevA, p.NetdevB} {
+			if out, err := exec.Command("ip", "neigh", "flush", "dev", dev).CombinedOutput(); err != nil {
+				t.Fatalf("ip neigh flush dev %s: %v: %s", dev, err, out)
+			}
+		}
+	}
+	dst := netip.AddrPortFrom(p.B, 7471)
+
+	t.Run("healed_during_the_second_attempt", func(t *testing.T) {
+		forget()
+		heal, _, err := p.Drop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer heal()
+		// Healed after the first attempt's DefaultResolveTimeout.
+		healed := time.AfterFunc(cm.DefaultResolveTimeout+500*time.Millisecond, func() { heal() })
+		defer healed.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		start := time.Now()
+		resolvedID(t, ctx, p.A, dst)
+		if took := time.Since(start); took < cm.DefaultResolveTimeout {
+			t.Fatalf("resolved in %v through a path that dropped everything for longer", took)
+		}
+		t.Logf("resolved after %v", time.Since(start).Round(time.Millisecond))
+	})
+
+	t.Run("dead", func(t *testing.T) {
+		forget()
+		heal, _, err := p.Drop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer heal()
+		id, err := cm.NewID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer id.Close()
+		start := time.Now()
+		err = id.Resolve(context.Background(), p.A, dst)
+		took := time.Since(start)
+		if !errors.Is(err, cm.ErrAddrResolution) || !errors.Is(err, syscall.ETIMEDOUT) {
+			t.Fatalf("resolve through a dead path = %v, want an address error ETIMEDOUT", err)
+		}
+		// Three attempts of DefaultResolveTimeout; the upper bound is a
+		// hang guard, loose for a loaded machine.
+		if took < 2*cm.DefaultResolveTimeout || took > 10*cm.DefaultResolveTimeout {
+			t.Fatalf("gave up after %v, want about 3 × %v", took, cm.DefaultResolveTimeout)
+		}
+		t.Logf("gave up after %v: %v", took.Round(time.Millisecond), err)
+	})
+}
+
 func TestLabCancelPendingConnect(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	leakcheck.Check(t)
