@@ -272,7 +272,13 @@ func dialResume(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Con
 			}
 		}
 	}()
-	if err := id.Resolve(ctx, src, dst); err != nil {
+	// A resume has other paths to try: resolution that gets no neighbour
+	// answer (cm retries it) stops after the answer wait, as the connect
+	// does, rather than holding up the next path.
+	rctx, cancelResolve := context.WithTimeout(ctx, resumeAnswerWait)
+	err = id.Resolve(rctx, src, dst)
+	cancelResolve()
+	if err != nil {
 		return nil, wire.Hello{}, err
 	}
 	lc := cfg.linkConfig()
