@@ -1,4 +1,4 @@
-//go:build !unix
+//go:build !unix || aix
 
 package rdmanet
 
@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// Resuming over TCP needs a reserved TCP port and MSG_PEEK: unix only.
+// Resuming over TCP needs a reserved TCP port and MSG_PEEK: unix only
+// (and not AIX, whose syscall package has no MSG_DONTWAIT).
 
 type tcpPortReservation struct{ port uint16 }
 

@@ -1,4 +1,4 @@
-//go:build unix
+//go:build unix && !aix
 
 package rdmanet
 
@@ -26,7 +26,7 @@ func reserveTCPPort(dst netip.Addr) (*tcpPortReservation, error) {
 	if dst.Is6() {
 		family, sa = syscall.AF_INET6, &syscall.SockaddrInet6{}
 	}
-	fd, err := syscall.Socket(family, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fd, err := streamSocket(family)
 	if err != nil {
 		return nil, err
 	}
