@@ -3,12 +3,13 @@ package verbs
 import (
 	"encoding/binary"
 	"fmt"
-	"iter"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdmanet/sdk/internal/nlmsg"
 )
 
 // The kernel's RDMA netlink interface (include/uapi/rdma/rdma_netlink.h);
@@ -31,14 +32,11 @@ const (
 // sysfs means one file per GID table entry (1,024 per rxe port), which costs
 // a second under an emulated CPU.
 func links() ([]Link, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_RDMA)
+	fd, err := nlmsg.Socket(unix.NETLINK_RDMA)
 	if err != nil {
-		return nil, fmt.Errorf("verbs: RDMA netlink socket: %w", err)
+		return nil, fmt.Errorf("verbs: RDMA %w", err)
 	}
 	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, fmt.Errorf("verbs: RDMA netlink bind: %w", err)
-	}
 	devs, err := netlinkDump(fd, rdmaNldevGet, nil)
 	if err != nil {
 		return nil, err
@@ -46,15 +44,15 @@ func links() ([]Link, error) {
 	var out []Link
 	for _, d := range devs {
 		var index []byte
-		for a := range netlinkAttrs(d) {
-			if a.typ == rdmaNldevDevIndex && len(a.val) >= 4 {
-				index = a.val[:4]
+		for a := range nlmsg.Attrs(d) {
+			if a.Type == rdmaNldevDevIndex && len(a.Value) >= 4 {
+				index = a.Value[:4]
 			}
 		}
 		if index == nil {
 			continue
 		}
-		ports, err := netlinkDump(fd, rdmaNldevPortGet, netlinkAttr(rdmaNldevDevIndex, index))
+		ports, err := netlinkDump(fd, rdmaNldevPortGet, nlmsg.Attr(rdmaNldevDevIndex, index))
 		if err != nil {
 			return nil, err
 		}
@@ -68,112 +66,28 @@ func links() ([]Link, error) {
 // netlinkDump sends a dump request for command cmd of RDMA_NL_NLDEV with
 // the given attributes and returns the payload of every answer.
 func netlinkDump(fd int, cmd uint16, attrs []byte) ([][]byte, error) {
-	typ := uint16(rdmaNLNldev<<10) + cmd
-	req := make([]byte, unix.NLMSG_HDRLEN, unix.NLMSG_HDRLEN+len(attrs))
-	req = append(req, attrs...)
-	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
-	binary.NativeEndian.PutUint16(req[4:], typ)
-	binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, fmt.Errorf("verbs: RDMA netlink request: %w", err)
-	}
-	var out [][]byte
-	buf := make([]byte, 64<<10)
-	for {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
-		if err != nil {
-			return nil, fmt.Errorf("verbs: RDMA netlink reply: %w", err)
-		}
-		msgs, err := parseNetlink(buf[:n])
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range msgs {
-			switch m.typ {
-			case unix.NLMSG_DONE, unix.NLMSG_ERROR:
-				// Both carry an int: 0, or a negative errno.
-				if len(m.data) >= 4 {
-					if errno := int32(binary.NativeEndian.Uint32(m.data)); errno < 0 {
-						return nil, fmt.Errorf("verbs: RDMA netlink: %w", unix.Errno(-errno))
-					}
-				}
-				return out, nil
-			case typ:
-				out = append(out, append([]byte(nil), m.data...))
-			}
-		}
-	}
-}
-
-// netlinkAttr encodes one attribute, padded.
-func netlinkAttr(typ uint16, v []byte) []byte {
-	b := make([]byte, nlmAlign(unix.SizeofNlAttr+len(v)))
-	binary.NativeEndian.PutUint16(b, uint16(unix.SizeofNlAttr+len(v)))
-	binary.NativeEndian.PutUint16(b[2:], typ)
-	copy(b[unix.SizeofNlAttr:], v)
-	return b
-}
-
-type netlinkAttribute struct {
-	typ uint16
-	val []byte
-}
-
-// netlinkAttrs iterates over a message's attributes; a length that does not
-// fit ends the iteration.
-func netlinkAttrs(b []byte) iter.Seq[netlinkAttribute] {
-	return func(yield func(netlinkAttribute) bool) {
-		for len(b) >= unix.SizeofNlAttr {
-			n := int(binary.NativeEndian.Uint16(b))
-			if n < unix.SizeofNlAttr || n > len(b) {
-				return
-			}
-			typ := binary.NativeEndian.Uint16(b[2:]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER)
-			if !yield(netlinkAttribute{typ, b[unix.SizeofNlAttr:n]}) {
-				return
-			}
-			b = b[min(nlmAlign(n), len(b)):]
-		}
-	}
-}
-
-type netlinkMessage struct {
-	typ  uint16
-	data []byte
-}
-
-// parseNetlink splits a datagram into netlink messages, refusing lengths
-// that do not fit.
-func parseNetlink(b []byte) ([]netlinkMessage, error) {
-	var msgs []netlinkMessage
-	for len(b) >= unix.NLMSG_HDRLEN {
-		l := int(binary.NativeEndian.Uint32(b))
-		if l < unix.NLMSG_HDRLEN || l > len(b) {
-			return nil, fmt.Errorf("verbs: RDMA netlink: malformed message")
-		}
-		msgs = append(msgs, netlinkMessage{typ: binary.NativeEndian.Uint16(b[4:]), data: b[unix.NLMSG_HDRLEN:l]})
-		b = b[min(nlmAlign(l), len(b)):]
+	msgs, err := nlmsg.Exchange(fd, uint16(rdmaNLNldev<<10)+cmd, unix.NLM_F_DUMP, attrs)
+	if err != nil {
+		return nil, fmt.Errorf("verbs: RDMA %w", err)
 	}
 	return msgs, nil
 }
 
-func nlmAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
-
 // parseLink reads one port's attributes.
 func parseLink(b []byte) Link {
 	var l Link
-	for a := range netlinkAttrs(b) {
-		v := a.val
+	for a := range nlmsg.Attrs(b) {
+		v := a.Value
 		switch {
-		case a.typ == rdmaNldevDevName:
+		case a.Type == rdmaNldevDevName:
 			l.Device = strings.TrimRight(string(v), "\x00")
-		case a.typ == rdmaNldevPortIndex && len(v) >= 4:
+		case a.Type == rdmaNldevPortIndex && len(v) >= 4:
 			l.Port = uint8(binary.NativeEndian.Uint32(v))
-		case a.typ == rdmaNldevPortState && len(v) >= 1:
+		case a.Type == rdmaNldevPortState && len(v) >= 1:
 			l.State = PortState(v[0])
-		case a.typ == rdmaNldevNdevIndex && len(v) >= 4:
+		case a.Type == rdmaNldevNdevIndex && len(v) >= 4:
 			l.NetdevIndex = int(binary.NativeEndian.Uint32(v))
-		case a.typ == rdmaNldevNdevName:
+		case a.Type == rdmaNldevNdevName:
 			l.Netdev = strings.TrimRight(string(v), "\x00")
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/rdmanet/sdk/internal/cabi"
+	"github.com/rdmanet/sdk/internal/nlmsg"
 )
 
 func TestNetlinkConstantsMatchHeaders(t *testing.T) {
@@ -30,11 +31,11 @@ func TestNetlinkConstantsMatchHeaders(t *testing.T) {
 func TestParseLink(t *testing.T) {
 	u32 := func(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
 	var b []byte
-	b = append(b, netlinkAttr(rdmaNldevDevName, []byte("rxe0\x00"))...)
-	b = append(b, netlinkAttr(rdmaNldevPortIndex, u32(1))...)
-	b = append(b, netlinkAttr(rdmaNldevPortState, []byte{4})...)
-	b = append(b, netlinkAttr(rdmaNldevNdevIndex, u32(7))...)
-	b = append(b, netlinkAttr(rdmaNldevNdevName, []byte("lab-a\x00"))...)
+	b = append(b, nlmsg.Attr(rdmaNldevDevName, []byte("rxe0\x00"))...)
+	b = append(b, nlmsg.Attr(rdmaNldevPortIndex, u32(1))...)
+	b = append(b, nlmsg.Attr(rdmaNldevPortState, []byte{4})...)
+	b = append(b, nlmsg.Attr(rdmaNldevNdevIndex, u32(7))...)
+	b = append(b, nlmsg.Attr(rdmaNldevNdevName, []byte("lab-a\x00"))...)
 	want := Link{Device: "rxe0", Port: 1, State: PortActive, Netdev: "lab-a", NetdevIndex: 7}
 	if got := parseLink(b); got != want {
 		t.Errorf("parseLink = %+v, want %+v", got, want)
@@ -43,12 +44,9 @@ func TestParseLink(t *testing.T) {
 	for i := range b {
 		parseLink(b[:i])
 	}
-	bad := netlinkAttr(rdmaNldevDevName, []byte("x"))
+	bad := nlmsg.Attr(rdmaNldevDevName, []byte("x"))
 	binary.NativeEndian.PutUint16(bad, 200)
 	if got := parseLink(bad); got != (Link{}) {
 		t.Errorf("an attribute longer than its message was read: %+v", got)
-	}
-	if _, err := parseNetlink([]byte{255, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}); err == nil {
-		t.Error("a message longer than its datagram was accepted")
 	}
 }
