@@ -17,7 +17,9 @@ import (
 // instead of skipping it.
 const RequireEnv = "RDMANET_REQUIRE_RDMA_HEADERS"
 
-var headers = []string{"infiniband/verbs.h", "rdma/rdma_cma.h", "rdma/rdma_netlink.h"}
+// The kernel's headers (linux-libc-dev) are here too: the lossless checks
+// speak DCB netlink and ethtool.
+var headers = []string{"infiniband/verbs.h", "rdma/rdma_cma.h", "rdma/rdma_netlink.h", "linux/dcbnl.h", "linux/ethtool.h", "linux/sockios.h"}
 
 // Compiler returns the C compiler to check with, after making sure rdma-core's
 // headers are there. Without them the test skips, or fails under RequireEnv.
@@ -51,13 +53,13 @@ func Constants(t testing.TB, names []string) map[string]int64 {
 	t.Helper()
 	cc := Compiler(t)
 	var src strings.Builder
-	src.WriteString("#include <stdio.h>\n")
+	src.WriteString("#include <stdio.h>\n#include <stddef.h>\n")
 	for _, h := range headers {
 		fmt.Fprintf(&src, "#include <%s>\n", h)
 	}
 	src.WriteString("int main(void) {\n")
 	for _, n := range names {
-		fmt.Fprintf(&src, "\tprintf(\"%%s %%lld\\n\", %q, (long long)(%s));\n", n, n)
+		fmt.Fprintf(&src, "\tprintf(\"%%s\\t%%lld\\n\", %q, (long long)(%s));\n", n, n)
 	}
 	src.WriteString("\treturn 0;\n}\n")
 	dir := t.TempDir()
@@ -74,7 +76,7 @@ func Constants(t testing.TB, names []string) map[string]int64 {
 	}
 	vals := make(map[string]int64)
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		name, v, _ := strings.Cut(line, " ")
+		name, v, _ := strings.Cut(line, "\t") // names may hold spaces: sizeof(struct x)
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			t.Fatalf("constants program printed %q", line)
