@@ -104,7 +104,9 @@ func readStats(netdev string) ([]Stat, error) {
 	return out, nil
 }
 
-func readCounters(netdev string) Counters {
+// ReadCounters reads the driver statistics of netdev that count pause
+// frames and discards.
+func ReadCounters(netdev string) Counters {
 	stats, err := readStats(netdev)
 	if err != nil {
 		return Counters{Err: err}

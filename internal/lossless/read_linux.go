@@ -20,6 +20,6 @@ func Read(netdev string) Config {
 	}
 	c.Trust = readTrust(sysfsNet, netdev, ieee, ieeeErr)
 	c.ECN = readECN(sysfsNet, netdev)
-	c.Counters = readCounters(netdev)
+	c.Counters = ReadCounters(netdev)
 	return c
 }
