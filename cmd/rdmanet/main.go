@@ -12,6 +12,7 @@
 //
 //	devices   RDMA devices, their ports, netdevs and GIDs, and the limits
 //	doctor    would a dial to ADDR use RDMA, and if not, why
+//	stat      live RDMA port and hardware counters as rates, with what the trouble ones mean
 //	serve     an rdmanet server for ping and bench
 //	ping      round trips against serve
 //	bench     stream throughput to (or from) serve
@@ -20,14 +21,14 @@
 // With --json (before or after the command) a command writes one JSON
 // document to stdout, with stable field names, instead of its human output;
 // serve, which runs until stopped, writes one JSON object per line (an event
-// each). Diagnostics go to stderr.
+// each), and so does stat (an interval each). Diagnostics go to stderr.
 //
 // Exit codes:
 //
 //	0  success: RDMA is available (devices), a dial would use it (doctor), the run completed (serve, ping, bench)
 //	1  runtime failure: a dial, listen or I/O failed (with -policy rdma that includes a dial that could not use RDMA)
 //	2  usage error: unknown command, bad flag or argument, or a malformed RDMANET_TRANSPORT
-//	3  works, but not over RDMA: devices found no usable RDMA, doctor's checks or dial did not give RDMA, ping or bench with -require-rdma ran over TCP
+//	3  works, but not over RDMA: devices found no usable RDMA (stat: no RDMA device to watch), doctor's checks or dial did not give RDMA, ping or bench with -require-rdma ran over TCP
 //
 // In every case that is not 0, the reason RDMA is not used (a fallback
 // reason such as "no-device" or "route-without-rdma") and a hint on how to
@@ -64,7 +65,7 @@ const exitCodesHelp = `Exit codes:
   0  success: RDMA is available (devices), a dial would use it (doctor), the run completed (serve, ping, bench)
   1  runtime failure: a dial, listen or I/O failed (with -policy rdma that includes a dial that could not use RDMA)
   2  usage error: unknown command, bad flag or argument, or a malformed RDMANET_TRANSPORT
-  3  works, but not over RDMA: devices found no usable RDMA, doctor's checks or dial did not give RDMA, ping or bench with -require-rdma ran over TCP
+  3  works, but not over RDMA: devices found no usable RDMA (stat: no RDMA device to watch), doctor's checks or dial did not give RDMA, ping or bench with -require-rdma ran over TCP
 `
 
 func main() {
@@ -102,6 +103,7 @@ func init() {
 	commands = []*command{
 		{name: "devices", summary: "RDMA devices, ports, netdevs, GIDs, and the limits on connections", run: runDevices},
 		{name: "doctor", args: "ADDR", summary: "would a dial to ADDR (host:port) use RDMA, and if not, why", run: runDoctor},
+		{name: "stat", args: "[DEVICE]", summary: "live RDMA port and hardware counters as rates, with what the trouble ones mean", run: runStat},
 		{name: "serve", summary: "serve ping and bench over RDMA and TCP", run: runServe},
 		{name: "ping", args: "ADDR", summary: "round trips against rdmanet serve at ADDR", run: runPing},
 		{name: "bench", args: "ADDR", summary: "stream throughput to (or from) rdmanet serve at ADDR", run: runBench},
@@ -190,7 +192,7 @@ Commands:
 	fmt.Fprint(w, `
 A command's flags may come before or after its arguments. --json (before
 or after the command) writes one JSON document to stdout
-(serve: one JSON object per line) instead of the human output.
+(serve and stat: one JSON object per line) instead of the human output.
 RDMANET_TRANSPORT=auto|rdma|tcp overrides the policy of "tcp" dials and
 listens, as in every program that uses rdmanet.
 
@@ -201,6 +203,12 @@ listens, as in every program that uses rdmanet.
 // arguments. Flags may come before or after them. ok is false when the
 // command must return code: usage errors (2) and -h (0).
 func parse(g *globals, fs *flag.FlagSet, args []string, nargs int) (pos []string, code int, ok bool) {
+	return parseRange(g, fs, args, nargs, nargs)
+}
+
+// parseRange is parse for a command that takes from least to most
+// positional arguments.
+func parseRange(g *globals, fs *flag.FlagSet, args []string, least, most int) (pos []string, code int, ok bool) {
 	c := g.cmd
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -222,11 +230,14 @@ func parse(g *globals, fs *flag.FlagSet, args []string, nargs int) (pos []string
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
-	if len(pos) != nargs {
-		if nargs == 0 {
+	if len(pos) < least || len(pos) > most {
+		switch {
+		case most == 0:
 			return nil, usageError(g, fs, "unexpected argument %q", pos[0]), false
+		case least == most:
+			return nil, usageError(g, fs, "want %d argument (%s), got %d", least, c.args, len(pos)), false
 		}
-		return nil, usageError(g, fs, "want %d argument (%s), got %d", nargs, c.args, len(pos)), false
+		return nil, usageError(g, fs, "want %d to %d arguments (%s), got %d", least, most, c.args, len(pos)), false
 	}
 	return pos, exitOK, true
 }
