@@ -26,8 +26,11 @@ type devicesJSON struct {
 	Links    []linkJSON    `json:"links"`
 	Fallback *fallbackJSON `json:"fallback"` // why RDMA cannot be used here, or null
 	Limits   limitsJSON    `json:"limits"`
-	TookMS   float64       `json:"took_ms"`
-	ExitCode int           `json:"exit_code"`
+	// Lossless is the lossless-network check of every RDMA port; it does
+	// not change the exit code.
+	Lossless []losslessJSON `json:"lossless"`
+	TookMS   float64        `json:"took_ms"`
+	ExitCode int            `json:"exit_code"`
 }
 
 type deviceJSON struct {
@@ -119,6 +122,7 @@ func runDevices(ctx context.Context, g *globals, fs *flag.FlagSet, args []string
 		}
 		out.Fallback = reasonOnly(r, why)
 	}
+	out.Lossless = checkLossless(links)
 	out.TookMS = ms(time.Since(start))
 	out.ExitCode = exitOK
 	if !out.Usable {
@@ -273,6 +277,10 @@ func printDevices(w io.Writer, out *devicesJSON) {
 				fmt.Fprintf(w, "    %s port %d: %s, netdev %s\n", l.Device, l.Port, l.State, orDash(l.Netdev))
 			}
 		}
+		fmt.Fprintln(w)
+	}
+	if len(out.Lossless) > 0 {
+		printLossless(w, out.Lossless)
 		fmt.Fprintln(w)
 	}
 	printLimits(w, out.Limits)

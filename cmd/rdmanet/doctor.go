@@ -12,6 +12,7 @@ import (
 
 	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/rdmanet"
+	"github.com/rdmanet/sdk/verbs"
 )
 
 // doctorJSON is `rdmanet doctor --json`.
@@ -24,6 +25,9 @@ type doctorJSON struct {
 	Steps    []stepJSON `json:"steps"` // fallback.Diagnose's, in order; the last fails if any does
 	ChecksOK bool       `json:"checks_ok"`
 	Dial     *dialJSON  `json:"dial"` // null with --no-connect
+	// Lossless is the lossless-network check of every RDMA port of this
+	// host; a warning there does not change the verdict or exit code.
+	Lossless []losslessJSON `json:"lossless"`
 	// The verdict: whether a dial to Addr uses RDMA, and if not, why.
 	RDMA     bool          `json:"rdma"`
 	Fallback *fallbackJSON `json:"fallback"`
@@ -58,7 +62,7 @@ func runDoctor(ctx context.Context, g *globals, fs *flag.FlagSet, args []string)
 		return code
 	}
 	addr := pos[0]
-	out := doctorJSON{Command: "doctor", Addr: addr, Local: *local, Steps: []stepJSON{}}
+	out := doctorJSON{Command: "doctor", Addr: addr, Local: *local, Steps: []stepJSON{}, Lossless: []losslessJSON{}}
 	var src netip.Addr
 	if *local != "" {
 		var err error
@@ -109,6 +113,8 @@ func runDoctor(ctx context.Context, g *globals, fs *flag.FlagSet, args []string)
 		out.Fallback = reasonOnly(fallback.ReasonPolicy, nil)
 	}
 	out.RDMA = out.Fallback == nil
+	links, _ := verbs.Links() // an error leaves no ports to check
+	out.Lossless = checkLossless(links)
 
 	if *noConnect {
 		if out.RDMA {
@@ -198,6 +204,7 @@ func printDoctor(w io.Writer, out *doctorJSON) {
 		fmt.Fprintf(w, "  %s  %-15s %s\n", mark, s.Name, orDash(s.Detail))
 		printFallback(w, "        ", s.Fallback)
 	}
+	printLossless(w, out.Lossless)
 	if dj := out.Dial; dj != nil {
 		fmt.Fprintln(w, "dial (network tcp, auto policy):")
 		switch {
