@@ -85,3 +85,19 @@ func Constants(t testing.TB, names []string) map[string]int64 {
 	}
 	return vals
 }
+
+// CheckConstants fails t for each constant of want whose value in the
+// headers differs.
+func CheckConstants(t testing.TB, want map[string]int64) {
+	t.Helper()
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	got := Constants(t, names)
+	for n, w := range want {
+		if got[n] != w {
+			t.Errorf("%s = %d in the headers, %d here", n, got[n], w)
+		}
+	}
+}
