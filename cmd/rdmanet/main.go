@@ -1,8 +1,10 @@
 // Command rdmanet is the operator's tool for rdmanet: it lists this host's
 // RDMA devices and the limits that bound how many connections it can hold,
-// tells whether a dial to an address would use RDMA and, if not, why, and
-// measures round trips and throughput between two hosts over the transport
-// rdmanet picks.
+// tells whether a dial to an address would use RDMA and, if not, why,
+// checks that the network under RoCE is configured lossless (PFC, trust,
+// ECN, pause and discard counters), shows the RDMA counters that signal
+// trouble as live rates, and measures round trips and throughput between
+// two hosts over the transport rdmanet picks.
 //
 // Usage:
 //
@@ -10,8 +12,8 @@
 //
 // Commands:
 //
-//	devices   RDMA devices, their ports, netdevs and GIDs, and the limits
-//	doctor    would a dial to ADDR use RDMA, and if not, why
+//	devices   RDMA devices, their ports, netdevs and GIDs, lossless-network checks, and the limits
+//	doctor    would a dial to ADDR use RDMA, and if not, why; and is the network lossless for RoCE
 //	stat      live RDMA port and hardware counters as rates, with what the trouble ones mean
 //	serve     an rdmanet server for ping and bench
 //	ping      round trips against serve
@@ -101,8 +103,8 @@ var commands []*command
 
 func init() {
 	commands = []*command{
-		{name: "devices", summary: "RDMA devices, ports, netdevs, GIDs, and the limits on connections", run: runDevices},
-		{name: "doctor", args: "ADDR", summary: "would a dial to ADDR (host:port) use RDMA, and if not, why", run: runDoctor},
+		{name: "devices", summary: "RDMA devices, ports, netdevs, GIDs, lossless-network checks, and the limits on connections", run: runDevices},
+		{name: "doctor", args: "ADDR", summary: "would a dial to ADDR (host:port) use RDMA, and if not, why; and is the network lossless for RoCE", run: runDoctor},
 		{name: "stat", args: "[DEVICE]", summary: "live RDMA port and hardware counters as rates, with what the trouble ones mean", run: runStat},
 		{name: "serve", summary: "serve ping and bench over RDMA and TCP", run: runServe},
 		{name: "ping", args: "ADDR", summary: "round trips against rdmanet serve at ADDR", run: runPing},
