@@ -4,7 +4,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -91,6 +93,8 @@ func TestLabStat(t *testing.T) {
 		t.Fatalf("stat: exit %d: %s", code, errOut)
 	}
 	moved := false
+	var busiest statJSON // the interval whose packets moved most, to show
+	most := 0.0
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -101,6 +105,9 @@ func TestLabStat(t *testing.T) {
 		for _, r := range s.Ports[0].Rates {
 			if r.Source == portstat.SourceHW && strings.Contains(r.Name, "pkts") && r.Delta > 0 && r.PerSecond != nil && *r.PerSecond > 0 {
 				moved = true
+				if *r.PerSecond > most {
+					most, busiest = *r.PerSecond, s
+				}
 			}
 		}
 		if p := s.Ports[0]; p.Netdev != "lab-a" || len(p.Lacks) == 0 {
@@ -109,6 +116,15 @@ func TestLabStat(t *testing.T) {
 	}
 	if !moved {
 		t.Errorf("no packet counter of %s moved while bench ran:\n%s", env.DevA, out)
+	}
+	if moved {
+		// The human form of the same interval shows the rate.
+		var b bytes.Buffer
+		printStat(&b, &busiest, true)
+		if !strings.Contains(b.String(), fmt.Sprintf("%.1f", most)) {
+			t.Errorf("the human output does not show the rate %.1f:\n%s", most, b.String())
+		}
+		t.Logf("stat during bench:\n%s", b.String())
 	}
 	if code := <-benchDone; code != exitOK {
 		t.Errorf("bench: exit %d", code)
