@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // Status is a finding's verdict.
@@ -132,7 +131,7 @@ func Assess(protocol string, c Config) []Finding {
 // why says an error in an operator's words: EOPNOTSUPP from DCB netlink
 // means the driver has no DCB support.
 func why(err error) string {
-	if errors.Is(err, unix.EOPNOTSUPP) {
+	if errors.Is(err, syscall.EOPNOTSUPP) {
 		return err.Error() + " (the driver has no DCB support, as with rxe over a veth)"
 	}
 	return err.Error()
