@@ -62,7 +62,11 @@ type Conn struct {
 
 	ticker     *time.Timer   // keepalive and dead-path checks (tick.go)
 	engineDone chan struct{} // the background poller has returned
-	released   chan struct{} // the link is closed and its memory freed (linger.go)
+
+	// bytesSent and bytesReceived count what Write took and Read
+	// returned, under mu (which both already hold), for Connections.
+	bytesSent, bytesReceived uint64
+	released                 chan struct{} // the link is closed and its memory freed (linger.go)
 }
 
 // newLinkConn makes a connection over l, which is established: the
@@ -119,6 +123,7 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 	c.startTicksLocked()
 	c.mu.Unlock()
 	go c.engine()
+	register(c)
 	return nil
 }
 
@@ -190,6 +195,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		}
 		n, err := c.eng.Read(b)
+		c.bytesReceived += uint64(n)
 		if err != stream.ErrWouldBlock {
 			c.flushLocked() // a credit or an announcement may be due; more may be readable
 			if err == nil || err == io.EOF {
@@ -226,6 +232,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		}
 		n, err := c.eng.Write(b[written:])
 		written += n
+		c.bytesSent += uint64(n)
 		c.flushLocked()
 		if err == nil {
 			err = c.eng.Err() // posting what was taken may have failed
@@ -274,6 +281,7 @@ func (c *Conn) Close() error {
 	l.Wake() // a Read or Write, or the engine, asleep on the link
 	c.calls.closeAndWait()
 	<-c.engineDone
+	unregister(c)
 	go c.linger()
 	return nil
 }

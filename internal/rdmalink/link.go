@@ -138,6 +138,12 @@ func (l *Link) RecvRingKey() (uint64, uint32) {
 }
 func (l *Link) Addrs() (local, remote netip.AddrPort) { return l.local, l.peer }
 
+// Endpoint returns the RDMA device and port the link uses and its queue
+// pair's number, as rdma_cm chose them, for diagnostics.
+func (l *Link) Endpoint() (device string, port uint8, qpNum uint32) {
+	return l.res.device, l.res.port, l.res.qpNum
+}
+
 // PostSend turns the engine's requests into work requests and posts them
 // in one call.
 func (l *Link) PostSend(wrs []link.SendWR) error {

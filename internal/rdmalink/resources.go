@@ -26,6 +26,11 @@ type resources struct {
 	recvDepth         int
 	maxInline         uint32
 	name              string // the device and port, for errors and diagnostics
+	// The device, port and queue pair number, kept apart so that they
+	// may be reported after the queue pair is gone.
+	device string
+	port   uint8
+	qpNum  uint32
 }
 
 func newResources(id *cm.ID, cfg Config) (_ *resources, err error) {
@@ -89,6 +94,7 @@ func newResources(id *cm.ID, cfg Config) (_ *resources, err error) {
 	}
 	r.maxInline = r.qp.Cap().MaxInlineData
 	r.name = fmt.Sprintf("%s port %d", ctx.Name(), id.Port())
+	r.device, r.port, r.qpNum = ctx.Name(), id.Port(), r.qp.Num()
 	return r, nil
 }
 

@@ -1,0 +1,78 @@
+package rdmanet
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// ConnsHandler returns an http.Handler that lists the live connections
+// (Connections), for a program's debug server, the way net/http/pprof's
+// handlers serve profiles:
+//
+//	mux.Handle("/debug/rdmanet/conns", rdmanet.ConnsHandler())
+//
+// It answers JSON (a list of ConnInfo), or the table WriteConnTable writes
+// when the request says ?format=text or accepts text/plain and not JSON.
+// `rdmanet conns URL` reads it.
+func ConnsHandler() http.Handler { return http.HandlerFunc(serveConns) }
+
+func serveConns(w http.ResponseWriter, r *http.Request) {
+	conns := Connections()
+	w.Header().Set("Cache-Control", "no-store")
+	if wantsText(r) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		WriteConnTable(w, conns)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(conns)
+}
+
+// wantsText reports whether r asks for the table rather than JSON.
+func wantsText(r *http.Request) bool {
+	switch r.URL.Query().Get("format") {
+	case "text":
+		return true
+	case "json":
+		return false
+	}
+	accept := r.Header.Get("Accept")
+	return strings.Contains(accept, "text/plain") && !strings.Contains(accept, "json")
+}
+
+// WriteConnTable writes conns as a table, one line each, with a header:
+// addresses, transport and protocol, device and queue pair, bytes each
+// way, the send queue and ring in use, the peer's room, idle time and
+// the last error.
+func WriteConnTable(w io.Writer, conns []ConnInfo) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOCAL\tREMOTE\tSIDE\tTRANSPORT\tDEVICE\tQP\tSENT\tRECEIVED\tSENDQ\tRING\tPEER-ROOM\tUNREAD\tIDLE\tERROR")
+	for _, c := range conns {
+		transport := string(c.Transport) + "/" + string(c.Protocol)
+		if c.Session {
+			transport += "+session"
+		}
+		device, qp := "-", "-"
+		if c.Device != "" {
+			device, qp = fmt.Sprintf("%s/%d", c.Device, c.Port), fmt.Sprint(c.QP)
+		}
+		errText := c.LastError
+		if errText == "" {
+			errText = "-"
+		}
+		win := c.Window
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d/%d\t%d/%d\t%d\t%d\t%v\t%s\n",
+			c.Local, c.Remote, c.Side, transport, device, qp,
+			c.BytesSent, c.BytesReceived,
+			win.SendInFlight, win.SendSlots, win.SendRingUsed, win.SendRing,
+			win.PeerRoom, win.RecvUnread, c.Idle.Round(time.Millisecond), errText)
+	}
+	return tw.Flush()
+}

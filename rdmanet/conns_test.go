@@ -1,0 +1,163 @@
+package rdmanet
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/rdmanet/sdk/fallback"
+)
+
+// findConn returns the listed connection from local to remote.
+func findConn(conns []ConnInfo, local, remote string) (ConnInfo, bool) {
+	for _, c := range conns {
+		if c.Local == local && c.Remote == remote {
+			return c, true
+		}
+	}
+	return ConnInfo{}, false
+}
+
+// TestConnectionsListsLiveConns: both ends of a pair are listed once
+// established, with their protocol, side and the bytes each way; they
+// leave the list when Close returns.
+func TestConnectionsListsLiveConns(t *testing.T) {
+	for _, m := range hostModes {
+		t.Run(m.name, func(t *testing.T) {
+			goroutineCheck(t)
+			client, server, _, _ := memPair(t, Config{}, m.features)
+			cl, sl := client.LocalAddr().String(), server.LocalAddr().String()
+			msg := []byte(strings.Repeat("x", 1000))
+			if _, err := client.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(server, make([]byte, len(msg))); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := server.Write(msg[:10]); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(client, make([]byte, 10)); err != nil {
+				t.Fatal(err)
+			}
+
+			conns := Connections()
+			ci, ok := findConn(conns, cl, sl)
+			if !ok {
+				t.Fatalf("client %s -> %s not listed in %+v", cl, sl, conns)
+			}
+			si, ok := findConn(conns, sl, cl)
+			if !ok {
+				t.Fatalf("server %s -> %s not listed in %+v", sl, cl, conns)
+			}
+			want := ProtocolValkey
+			if m.features != 0 {
+				want = ProtocolRdmanet
+			}
+			for _, c := range []ConnInfo{ci, si} {
+				if c.Protocol != want || c.Transport != fallback.RDMA || c.Session || c.LastError != "" {
+					t.Errorf("listed as %+v, want protocol %s over rdma, no session, no error", c, want)
+				}
+				if c.Window.SendSlots == 0 || c.Window.SendRing == 0 {
+					t.Errorf("window %+v has no send queue or ring", c.Window)
+				}
+			}
+			if ci.Side != sideDialed || si.Side != sideAccepted {
+				t.Errorf("sides %q and %q, want %q and %q", ci.Side, si.Side, sideDialed, sideAccepted)
+			}
+			if ci.BytesSent != 1000 || ci.BytesReceived != 10 || si.BytesSent != 10 || si.BytesReceived != 1000 {
+				t.Errorf("client sent/received %d/%d, server %d/%d; want 1000/10 and 10/1000",
+					ci.BytesSent, ci.BytesReceived, si.BytesSent, si.BytesReceived)
+			}
+
+			closeAndWait(t, client)
+			if _, ok := findConn(Connections(), cl, sl); ok {
+				t.Error("the client is still listed after Close")
+			}
+			if _, ok := findConn(Connections(), sl, cl); !ok {
+				t.Error("the server left the list before its Close")
+			}
+			closeAndWait(t, server)
+			if _, ok := findConn(Connections(), sl, cl); ok {
+				t.Error("the server is still listed after Close")
+			}
+		})
+	}
+}
+
+// TestConnectionsShowsFailure: a connection whose link failed stays
+// listed, with the error, until it is closed.
+func TestConnectionsShowsFailure(t *testing.T) {
+	goroutineCheck(t)
+	client, server, a, _ := memPair(t, Config{}, hostModes[0].features)
+	defer closeAndWait(t, server)
+	defer closeAndWait(t, client)
+	a.Cut(errors.New("cable pulled"))
+	buf := make([]byte, 1000)
+	for {
+		if _, err := client.Write(buf); err != nil {
+			break
+		}
+	}
+	c, ok := findConn(Connections(), client.LocalAddr().String(), server.LocalAddr().String())
+	if !ok {
+		t.Fatal("the failed connection is not listed before Close")
+	}
+	if !strings.Contains(c.LastError, "cable pulled") {
+		t.Errorf("the failed connection is listed without its error: %+v", c)
+	}
+}
+
+// TestConnsHandler: the handler's JSON decodes to the listed connections,
+// and ?format=text gives the table with a line per connection.
+func TestConnsHandler(t *testing.T) {
+	goroutineCheck(t)
+	client, server, _, _ := memPair(t, Config{}, hostModes[0].features)
+	defer closeAndWait(t, server)
+	defer closeAndWait(t, client)
+	srv := httptest.NewServer(ConnsHandler())
+	defer srv.Close()
+
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []ConnInfo
+	err = json.NewDecoder(resp.Body).Decode(&conns)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("decoding the handler's JSON: %v", err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	cl, sl := client.LocalAddr().String(), server.LocalAddr().String()
+	if _, ok := findConn(conns, cl, sl); !ok {
+		t.Errorf("JSON lacks the client: %+v", conns)
+	}
+
+	resp, err = http.Get(srv.URL + "?format=text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+	if !strings.HasPrefix(lines[0], "LOCAL") {
+		t.Errorf("table without header:\n%s", body)
+	}
+	found := 0
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) > 2 && (f[0] == cl && f[1] == sl || f[0] == sl && f[1] == cl) {
+			found++
+		}
+	}
+	if found != 2 {
+		t.Errorf("table has %d lines for the pair, want 2:\n%s", found, body)
+	}
+}
