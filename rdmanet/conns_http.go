@@ -10,11 +10,15 @@ import (
 	"time"
 )
 
+// ConnsPath is where programs conventionally mount ConnsHandler, and
+// where `rdmanet conns` looks when given only host:port.
+const ConnsPath = "/debug/rdmanet/conns"
+
 // ConnsHandler returns an http.Handler that lists the live connections
 // (Connections), for a program's debug server, the way net/http/pprof's
 // handlers serve profiles:
 //
-//	mux.Handle("/debug/rdmanet/conns", rdmanet.ConnsHandler())
+//	mux.Handle(rdmanet.ConnsPath, rdmanet.ConnsHandler())
 //
 // It answers JSON (a list of ConnInfo), or the table WriteConnTable writes
 // when the request says ?format=text or accepts text/plain and not JSON.

@@ -18,6 +18,7 @@
 //	serve     an rdmanet server for ping and bench
 //	ping      round trips against serve
 //	bench     stream throughput to (or from) serve
+//	conns     a program's live connections, from its rdmanet.ConnsHandler
 //	help      help on a command
 //
 // With --json (before or after the command) a command writes one JSON
@@ -109,6 +110,7 @@ func init() {
 		{name: "serve", summary: "serve ping and bench over RDMA and TCP", run: runServe},
 		{name: "ping", args: "ADDR", summary: "round trips against rdmanet serve at ADDR", run: runPing},
 		{name: "bench", args: "ADDR", summary: "stream throughput to (or from) rdmanet serve at ADDR", run: runBench},
+		{name: "conns", args: "URL", summary: "a program's live rdmanet connections, from its rdmanet.ConnsHandler at URL (or HOST:PORT)", run: runConns},
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -61,6 +62,7 @@ func runServe(ctx context.Context, g *globals, fs *flag.FlagSet, args []string) 
 	fs.Var(&pol, "policy", "`auto|rdma|tcp`: auto serves RDMA and TCP (or TCP alone where RDMA cannot be used), rdma RDMA only (network rdma), tcp TCP only")
 	resume := fs.Duration("resume", 0, "keep resumable sessions, whose clients (with -resume) may resume on another path within `bound` (0: none)")
 	keepAlive := fs.Duration("keepalive", 0, "how often an idle connection checks its path (0: rdmanet's default, 3s)")
+	debug := fs.String("debug", "", "serve the live connections (rdmanet conns) over HTTP on `host:port` at "+rdmanet.ConnsPath)
 	if _, code, ok := parse(g, fs, args, 0); !ok {
 		return code
 	}
@@ -87,6 +89,15 @@ func runServe(ctx context.Context, g *globals, fs *flag.FlagSet, args []string) 
 			printFallback(g.stderr, "  ", f)
 		}
 		return exitFailure
+	}
+	if *debug != "" {
+		stopDebug, err := serveDebug(*debug)
+		if err != nil {
+			ln.Close()
+			fmt.Fprintf(g.stderr, "rdmanet serve: -debug: %v\n", err)
+			return exitFailure
+		}
+		defer stopDebug()
 	}
 	s := &server{g: g, out: printer{w: g.stdout}, conns: map[net.Conn]bool{}, counts: map[fallback.Transport]int{}}
 	noRDMA := fallbackOf(ln.RDMAError())
@@ -292,4 +303,17 @@ func fillPattern(b []byte, off uint64) {
 	for i := range b {
 		b[i] = byte(off + uint64(i))
 	}
+}
+
+// serveDebug serves rdmanet.ConnsHandler on addr until stop is called.
+func serveDebug(addr string) (stop func(), err error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(rdmanet.ConnsPath, rdmanet.ConnsHandler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(l)
+	return func() { srv.Close() }, nil
 }
