@@ -66,7 +66,9 @@ type Conn struct {
 	// bytesSent and bytesReceived count what Write took and Read
 	// returned, under mu (which both already hold), for Connections.
 	bytesSent, bytesReceived uint64
-	released                 chan struct{} // the link is closed and its memory freed (linger.go)
+	// peerClosedCounted: a Write found the peer gone, and it was counted.
+	peerClosedCounted bool
+	released          chan struct{} // the link is closed and its memory freed (linger.go)
 }
 
 // newLinkConn makes a connection over l, which is established: the
@@ -158,6 +160,7 @@ func (c *Conn) failedLocked() {
 	if !c.disconnected {
 		c.disconnected = true
 		c.link.Disconnect()
+		countConnError(c.eng.Err())
 	}
 	if c.poll.owner == ownerWaiter {
 		c.link.Wake()
@@ -241,6 +244,10 @@ func (c *Conn) Write(b []byte) (int, error) {
 		case err == nil:
 			return written, nil
 		case err != stream.ErrWouldBlock:
+			if err == stream.ErrPeerClosed && !c.peerClosedCounted {
+				c.peerClosedCounted = true
+				countConnError(err)
+			}
 			return written, c.opError("write", err)
 		}
 		if err := c.waitLocked(c.writable, &c.writeDeadline); err != nil {

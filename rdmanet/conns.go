@@ -67,12 +67,41 @@ var live struct {
 	conns map[*Conn]struct{}
 }
 
-// closedBytes are the bytes of connections closed so far, so that process
+// closed are the counts of connections closed so far, so that process
 // totals are the sum of these and of the live connections' counts: the
 // data path counts each connection's bytes only, under the lock it
 // already holds.
-var closedBytes struct {
-	sent, received atomic.Uint64
+var closed struct {
+	sent, received, posted, arrived atomic.Uint64
+}
+
+// totals are the process's counts over every connection.
+type totals struct {
+	open                            int
+	sent, received, posted, arrived uint64
+}
+
+// countsLocked returns c's own counts; c.mu is held.
+func (c *Conn) countsLocked() totals {
+	s := c.eng.State()
+	return totals{sent: c.bytesSent, received: c.bytesReceived, posted: s.Posted, arrived: s.Arrived}
+}
+
+// liveTotals adds the closed connections' counts and the live ones'.
+func liveTotals() totals {
+	t := totals{sent: closed.sent.Load(), received: closed.received.Load(), posted: closed.posted.Load(), arrived: closed.arrived.Load()}
+	cs := liveConns()
+	t.open = len(cs)
+	for _, c := range cs {
+		c.mu.Lock()
+		ct := c.countsLocked()
+		c.mu.Unlock()
+		t.sent += ct.sent
+		t.received += ct.received
+		t.posted += ct.posted
+		t.arrived += ct.arrived
+	}
+	return t
 }
 
 func register(c *Conn) {
@@ -95,10 +124,12 @@ func unregister(c *Conn) {
 		return
 	}
 	c.mu.Lock()
-	sent, received := c.bytesSent, c.bytesReceived
+	t := c.countsLocked()
 	c.mu.Unlock()
-	closedBytes.sent.Add(sent)
-	closedBytes.received.Add(received)
+	closed.sent.Add(t.sent)
+	closed.received.Add(t.received)
+	closed.posted.Add(t.posted)
+	closed.arrived.Add(t.arrived)
 }
 
 // liveConns returns the connections in the registry.

@@ -161,6 +161,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		// Only the answer's wait has a deadline of its own: a deadline
 		// error with the caller's context alive is the peer's silence.
 		why = attemptFailed(dst, err)
+		countConnectFailure(why.Reason)
 	}
 	counters.FellBack(why.Reason)
 	if policy == fallback.RDMAOnly {

@@ -226,6 +226,9 @@ func (c *Conn) suspendLocked() {
 	if cause != errFailback {
 		s.why = cause
 	}
+	if cause != errFailback && cause != errResumedElsewhere {
+		countConnError(cause)
+	}
 	s.left = SessionMove{Reason: moveReason(cause), From: transportOfLink(old)}
 	s.lostAt = time.Now()
 	slog.Info("rdmanet: session lost its link", "session", s.id, "path", s.path, "err", cause)

@@ -128,6 +128,10 @@ type Engine struct {
 	resend     uint64
 	reshutdown bool // Shutdown goes again after the bytes sent again
 
+	// Counts for diagnostics (State): requests posted by the send queues
+	// of earlier links, and messages that arrived.
+	postedBefore, arrivedMsgs uint64
+
 	lastPost     time.Time // when anything was last posted (keepalive is due KeepAlive after)
 	lastProgress time.Time // when a send last completed, or a signaled request was posted with none outstanding
 }
@@ -232,6 +236,7 @@ func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
 	ring := e.recv.(*RecvRing)
 	e.cfg.Caps, e.cfg.RecvAddr, e.cfg.RecvKey = caps, recvAddr, recvKey
 	// Bytes still to be sent again from an earlier Relink go with this one.
+	e.postedBefore += e.sq.posted
 	e.sq = e.sq.Relink(min(caps.SendDepth, int(e.cfg.Peer.RecvDepth)), e.resend)
 	e.send.(*SendRing).Relink(e.resend)
 	clear(e.out)
@@ -442,6 +447,7 @@ func (e *Engine) Handle(c *link.Completion) {
 		}
 	case link.DataArrived:
 		e.reposts++
+		e.arrivedMsgs++
 		if e.resuming {
 			e.Fail(protocolErrorf("data before the peer's Resume on a resumed link"))
 			return
@@ -453,6 +459,7 @@ func (e *Engine) Handle(c *link.Completion) {
 		e.arrived = true
 	case link.ControlArrived:
 		e.reposts++
+		e.arrivedMsgs++
 		m, err := wire.Decode(c.Msg[:], e.cfg.Features != 0)
 		if err != nil {
 			e.Fail(err)

@@ -18,6 +18,10 @@ type State struct {
 	// RecvUnread is how many received bytes wait to be read contiguously
 	// (on the ring, those before its end; the rest follow).
 	RecvUnread uint32
+	// Posted counts the work requests posted (data writes and control
+	// messages) and Arrived the peer's messages that arrived, over the
+	// engine's life.
+	Posted, Arrived uint64
 	// LastPost is when anything was last posted; LastProgress when a send
 	// last completed (or a request was posted with none outstanding).
 	LastPost, LastProgress time.Time
@@ -31,6 +35,7 @@ func (e *Engine) State() State {
 		SendSlots: q.depth, SendInFlight: int(q.posted - q.retired),
 		SendRing: q.ring, SendRingUsed: q.put + q.held - q.released(),
 		PeerRoom: e.send.Room(), RecvUnread: unread,
+		Posted: e.postedBefore + q.posted, Arrived: e.arrivedMsgs,
 		LastPost: e.lastPost, LastProgress: e.lastProgress,
 	}
 }
