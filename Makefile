@@ -3,11 +3,12 @@ SHELL := /bin/bash
 GO ?= go
 LAB := bin/rdmanet-lab
 
-# The modules: the SDK, and examples/, a module of its own so that what only
+# The modules: the SDK, examples/, a module of its own so that what only
 # the examples need (go-redis) is not a requirement of programs that import
-# rdmanet. `./...` stops at a nested module's go.mod, so every target that
+# rdmanet, and metrics/prometheus, likewise so that the Prometheus client
+# library is not. `./...` stops at a nested module's go.mod, so every target that
 # covers the tree runs in each module's directory.
-MODULES := . examples
+MODULES := . examples metrics/prometheus
 # $(call in-modules,COMMAND): COMMAND in each module's directory, stopping at
 # the first failure.
 in-modules = set -e; for m in $(MODULES); do echo "[$$m] $(1)"; (cd $$m && $(1)); done
