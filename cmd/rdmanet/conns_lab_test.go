@@ -37,16 +37,7 @@ func TestLabConns(t *testing.T) {
 	go func() {
 		done <- runContext(ctx, []string{"ping", "-i", "20ms", "-local", env.AddrA.String(), srv.addr}, out, &bytes.Buffer{})
 	}()
-	for n := 0; n < 3; {
-		select {
-		case line := <-out.each:
-			if strings.Contains(line, "seq=") {
-				n++
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("no replies:\n%s", out)
-		}
-	}
+	waitReplies(t, out, 3, 30*time.Second)
 
 	var conns []rdmanet.ConnInfo
 	if code := runJSON(t, &conns, "conns", debug); code != exitOK {

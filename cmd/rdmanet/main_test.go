@@ -441,16 +441,7 @@ func TestPingInterrupted(t *testing.T) {
 	out := newLines()
 	done := make(chan int, 1)
 	go func() { done <- runContext(ctx, []string{"ping", "-i", "20ms", srv.addr}, out, &bytes.Buffer{}) }()
-	for n := 0; n < 3; {
-		select {
-		case line := <-out.each:
-			if strings.Contains(line, "seq=") {
-				n++
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no replies:\n%s", out)
-		}
-	}
+	waitReplies(t, out, 3, 10*time.Second)
 	cancel()
 	select {
 	case code := <-done:
@@ -459,6 +450,21 @@ func TestPingInterrupted(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("ping did not stop")
+	}
+}
+
+// waitReplies waits until ping has printed n replies to out.
+func waitReplies(t *testing.T, out *lines, n int, limit time.Duration) {
+	t.Helper()
+	for got := 0; got < n; {
+		select {
+		case line := <-out.each:
+			if strings.Contains(line, "seq=") {
+				got++
+			}
+		case <-time.After(limit):
+			t.Fatalf("no replies:\n%s", out)
+		}
 	}
 }
 
