@@ -23,6 +23,13 @@
 //
 // Waiting (for data, for room to write, for a connection) parks goroutines
 // in Go's netpoller on the connection's completion and event channels.
+//
+// For operators, ReadMetrics counts connections, fallbacks, failed RDMA
+// connection attempts, errors on live connections by kind and traffic
+// (PublishExpvar publishes them; the module
+// github.com/rdmanet/sdk/metrics/prometheus exports them to Prometheus),
+// and Connections lists the live connections, which ConnsHandler serves
+// over HTTP for `rdmanet conns`.
 package rdmanet
 
 import (
