@@ -62,13 +62,13 @@ type Conn struct {
 
 	ticker     *time.Timer   // keepalive and dead-path checks (tick.go)
 	engineDone chan struct{} // the background poller has returned
+	released   chan struct{} // the link is closed and its memory freed (linger.go)
 
 	// bytesSent and bytesReceived count what Write took and Read
 	// returned, under mu (which both already hold), for Connections.
 	bytesSent, bytesReceived uint64
 	// peerClosedCounted: a Write found the peer gone, and it was counted.
 	peerClosedCounted bool
-	released          chan struct{} // the link is closed and its memory freed (linger.go)
 }
 
 // newLinkConn makes a connection over l, which is established: the
