@@ -6,7 +6,10 @@ import (
 	"expvar"
 	"fmt"
 	"io"
+	"os"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/stream"
@@ -48,7 +51,8 @@ func TestMetricsCountTraffic(t *testing.T) {
 }
 
 // TestMetricsCountConnError: a link that fails under a connection counts
-// one error of its kind.
+// one error of its kind at each end. (The in-memory link's Cut fails both
+// ends, as a queue pair's error ends the reliable connection for both.)
 func TestMetricsCountConnError(t *testing.T) {
 	goroutineCheck(t)
 	before := ReadMetrics()
@@ -61,9 +65,20 @@ func TestMetricsCountConnError(t *testing.T) {
 			break
 		}
 	}
+	// The server finds out on its own goroutine: wait until it has, so
+	// that both ends have counted, however the two are scheduled.
+	server.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		if _, err := server.Read(make([]byte, 1000)); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal("the server's end did not fail after the cut")
+			}
+			break
+		}
+	}
 	after := ReadMetrics()
-	if n := after.ConnErrors[ErrorRetryExceeded] - before.ConnErrors[ErrorRetryExceeded]; n != 1 {
-		t.Errorf("retry-exceeded errors moved by %d, want 1 (all: %v)", n, after.ConnErrors)
+	if n := after.ConnErrors[ErrorRetryExceeded] - before.ConnErrors[ErrorRetryExceeded]; n != 2 {
+		t.Errorf("retry-exceeded errors moved by %d, want 2, one at each end (all: %v)", n, after.ConnErrors)
 	}
 }
 
@@ -86,11 +101,16 @@ func TestClassifyConnError(t *testing.T) {
 	}
 }
 
+var expvarRuns atomic.Int64
+
 // TestPublishExpvar: the published variable is JSON with every counter,
 // each kind and reason present.
 func TestPublishExpvar(t *testing.T) {
-	PublishExpvar("rdmanet_test")
-	v := expvar.Get("rdmanet_test")
+	// expvar names are for the life of the process: a name of its own for
+	// each run of the test (go test -count).
+	name := fmt.Sprintf("rdmanet_test_%d", expvarRuns.Add(1))
+	PublishExpvar(name)
+	v := expvar.Get(name)
 	if v == nil {
 		t.Fatal("not published")
 	}
