@@ -90,8 +90,10 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 	if ka < 0 {
 		ka = 0
 	}
+	// Link features (write notices, receive credit) are the link's: its
+	// Caps carry what the engine must know of them.
 	eng, err := stream.New(stream.Config{
-		Features: features, Peer: peer, PeerHello: peer.Version != 0, Server: c.server,
+		Features: features &^ wire.LinkFeatures, Peer: peer, PeerHello: peer.Version != 0, Server: c.server,
 		Caps: c.link.Caps(), SendRing: c.link.SendRing(), RecvRing: c.link.RecvRing(),
 		RecvAddr: addr, RecvKey: key, KeepAlive: ka,
 	})

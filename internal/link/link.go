@@ -109,6 +109,17 @@ type Caps struct {
 	// Name says what the link is, for errors and diagnostics ("rxe0 port 1",
 	// "memory").
 	Name string
+	// RecvCredit: a message that finds no receive posted at the peer ends
+	// the connection (iWARP has no receiver-not-ready retry, and its
+	// devices may complete a send before the peer took it), so the engine
+	// sends none without a receive credit from the peer (Credit's
+	// Receives). Both ends of the link agreed on it.
+	RecvCredit bool
+	// SpeakSecond: this end accepted the connection on a transport whose
+	// passive side must not send before the active side's first message
+	// arrived (iWARP's MPA, RFC 5044 and RFC 6581); the engine holds its
+	// requests until then.
+	SpeakSecond bool
 }
 
 // SendKind is what a send request does.

@@ -50,6 +50,7 @@ type Pipe struct {
 	controls      []uint64
 	disconnecting bool // Disconnect was called: later requests are flushed
 
+	heard      bool // a request of the peer's landed here (SpeakSecond)
 	recvPosted int  // receives posted now
 	withheld   int  // receives PostRecv accepted while StopReposting
 	stopRepost bool // StopReposting(true)
@@ -85,6 +86,7 @@ type request struct {
 	due    time.Time // when it may land (post time plus the end's delay)
 	fail   error     // FailNext: it fails instead of landing
 	waited bool      // it found no receive at the peer and was counted
+	data   []byte    // with EarlyCompletion, SendData's bytes as posted
 }
 
 // entry is a queued completion; seq is the request a SendDone completes.
@@ -111,11 +113,28 @@ type PipeConfig struct {
 	// the peer posts a receive, as rnr_retry 7 ("forever") does; the finite
 	// retry counts 1 to 6 are not modelled and wait forever too.
 	RNRRetry int
+	// RecvCredit and SpeakSecond are reported in Caps, as an iWARP link
+	// reports them. With SpeakSecond, a request posted before the peer's
+	// first request landed at this end fails the connection (ErrSpokeFirst),
+	// which is the worst an MPA peer may do with it.
+	RecvCredit, SpeakSecond bool
+	// EarlyCompletion completes a signaled request when it is posted, not
+	// when it lands, as siw does once the kernel's TCP took the bytes: the
+	// sender may run ahead of the peer's receives, and a completion proves
+	// nothing about the path. The request's bytes are read at post time
+	// then, and a Disconnect delivers what was posted before it, as TCP
+	// delivers what it took before its FIN.
+	EarlyCompletion bool
 }
 
 // ErrRNR is matched by the Err of a Failed completion when a message found no
 // receive posted at the peer and the sender's RNRRetry was 0.
 var ErrRNR = errors.New("link: receiver not ready, retries exhausted")
+
+// ErrSpokeFirst is matched by the Err of a Failed completion when an end
+// configured with SpeakSecond posted a request before the peer's first one
+// landed.
+var ErrSpokeFirst = errors.New("link: the passive side sent before the active side's first message")
 
 // ErrRemoteAccess is matched by the Err of a Failed completion when a SendData
 // or SendMarker wrote outside the peer's announced ring or with the wrong key.
@@ -178,6 +197,8 @@ func (e *Pipe) Caps() Caps {
 		RecvDepth:    e.cfg.RecvDepth,
 		ControlDepth: e.cfg.ControlDepth,
 		Name:         "memory",
+		RecvCredit:   e.cfg.RecvCredit,
+		SpeakSecond:  e.cfg.SpeakSecond,
 	}
 }
 
@@ -248,6 +269,14 @@ func (e *Pipe) PostSend(wrs []SendWR) error {
 		}
 		if e.failNext != nil {
 			r.fail, e.failNext = e.failNext, nil
+		}
+		if e.cfg.EarlyCompletion {
+			if wr.Kind == SendData {
+				r.data = append([]byte(nil), e.send[wr.Off:wr.Off+wr.N]...)
+			}
+			if wr.Signaled {
+				e.push(Completion{Kind: SendDone, ID: wr.ID}, e.seq)
+			}
 		}
 		e.flight = append(e.flight, r)
 	}
@@ -373,6 +402,12 @@ func (e *Pipe) Disconnect() error {
 	if e.pair.over || e.pair.silent {
 		return nil
 	}
+	if e.cfg.EarlyCompletion {
+		e.land(true)
+		if e.pair.over {
+			return nil
+		}
+	}
 	d := Completion{Kind: Disconnected}
 	e.pair.shut(e, d, d)
 	return nil
@@ -402,16 +437,23 @@ func (e *Pipe) Close() error {
 // head of the queue can land: it is due, and a message finds a receive
 // posted. Called with the mutex held, whenever that may have changed: a
 // post, a receive posted at the peer, the delay timer.
-func (e *Pipe) pump() {
+func (e *Pipe) pump() { e.land(false) }
+
+// land lands what pump lands; now lands it whether due or not.
+func (e *Pipe) land(now bool) {
 	t := e.peer
 	for len(e.flight) > 0 && !e.pair.over && !e.pair.silent {
 		r := &e.flight[0]
-		if now := time.Now(); now.Before(r.due) {
+		if !now && time.Now().Before(r.due) {
 			e.armTimer(r.due)
 			return
 		}
 		if r.fail != nil {
 			e.failRequest(r, r.fail)
+			return
+		}
+		if e.cfg.SpeakSecond && !e.heard {
+			e.failRequest(r, ErrSpokeFirst)
 			return
 		}
 		off := 0
@@ -439,9 +481,14 @@ func (e *Pipe) pump() {
 			return // PostRecv at the peer pumps again
 		}
 
+		t.heard = true
 		switch r.wr.Kind {
 		case SendData:
-			copy(t.recv[off:off+int(r.wr.N)], e.send[r.wr.Off:r.wr.Off+r.wr.N])
+			if r.data != nil {
+				copy(t.recv[off:], r.data)
+			} else {
+				copy(t.recv[off:off+int(r.wr.N)], e.send[r.wr.Off:r.wr.Off+r.wr.N])
+			}
 			t.recvPosted--
 			t.push(Completion{Kind: DataArrived, N: r.wr.N}, 0)
 			e.stats.BytesLanded += uint64(r.wr.N)
@@ -449,7 +496,7 @@ func (e *Pipe) pump() {
 			t.recvPosted--
 			t.push(Completion{Kind: ControlArrived, Msg: r.wr.Msg}, 0)
 		}
-		if r.wr.Signaled {
+		if r.wr.Signaled && !e.cfg.EarlyCompletion {
 			e.push(Completion{Kind: SendDone, ID: r.wr.ID}, r.seq)
 		}
 		// Shift, to reuse the array (see Poll).

@@ -32,7 +32,17 @@ const (
 // next takes the next message to send. While draining only Shutdown may go
 // (it is part of the stream the peer reads); credit and keepalive would
 // only keep a closing connection busy.
-func (q *controlQueue) next(draining bool) (wire.Message, bool) {
+//
+// creditOnly takes nothing but a Credit: with receive credit, the peer's
+// last receive is kept for it (recvCredit).
+func (q *controlQueue) next(draining, creditOnly bool) (wire.Message, bool) {
+	if creditOnly {
+		if !draining && q.want&wantCredit != 0 {
+			q.want &^= wantCredit
+			return q.creditMessage(), true
+		}
+		return wire.Message{}, false
+	}
 	switch {
 	case draining:
 		// A session that resumes while draining says what it received
@@ -58,7 +68,7 @@ func (q *controlQueue) next(draining bool) (wire.Message, bool) {
 		return wire.Message{Op: wire.OpGetServerFeature}, true
 	case q.want&wantCredit != 0:
 		q.want &^= wantCredit
-		return q.credit, true
+		return q.creditMessage(), true
 	case q.want&wantShutdown != 0:
 		q.want &^= wantShutdown
 		return wire.Message{Op: wire.OpShutdown}, true
@@ -75,4 +85,12 @@ func (q *controlQueue) pending(draining bool) bool {
 		return q.want&(wantShutdown|wantResume) != 0
 	}
 	return q.want != 0 || q.featureReplies > 0
+}
+
+// creditMessage is the Credit owed: the newest one queued, or, when receive
+// credit alone made one due, a Credit the engine fills in as it posts it.
+func (q *controlQueue) creditMessage() wire.Message {
+	m := q.credit
+	m.Op = wire.OpCredit
+	return m
 }

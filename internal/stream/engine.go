@@ -102,6 +102,24 @@ type Engine struct {
 	out     []link.SendWR // requests to post (Flush)
 	reposts int           // receives the peer's messages consumed, to post again
 
+	// rc accounts for the peer's receives on a link without
+	// receiver-not-ready retries (link.Caps.RecvCredit); creditShort is
+	// when a message first had to wait for its credit (zero: none waits),
+	// which Tick bounds as it bounds a request's completion.
+	rc          recvCredit
+	creditShort time.Time
+	// On such a link a send may complete before the peer took it (siw
+	// completes once its TCP has the bytes), so completions prove nothing
+	// about the path: the peer's messages do. lastHeard is when one last
+	// arrived; probed, that a Keepalive went to ask for one since (the
+	// peer answers it with a Credit).
+	lastHeard time.Time
+	probed    bool
+	// muted: this end accepted on a link whose passive side speaks second
+	// (link.Caps.SpeakSecond), and nothing has arrived yet: Flush posts
+	// no requests until something does.
+	muted bool
+
 	// Bytes of small Writes held back while a signaled request is in
 	// flight, to go out as one data request when it completes: where they
 	// are in the transmit ring and where they go. The send queue's
@@ -161,6 +179,14 @@ func New(cfg Config) (*Engine, error) {
 	// for an rdmanet peer, a fatal error for a peer that accepted with an
 	// RNR retry count of 0, as Valkey's clients get).
 	e.sq = NewSendQueue(min(cfg.Caps.SendDepth, peerDepth), uint64(len(cfg.SendRing)))
+	if cfg.Caps.RecvCredit && (cfg.Features&wire.FeatureRing == 0 || !cfg.PeerHello) {
+		return nil, errors.New("stream: receive credit needs the ring and the peer's Hello")
+	}
+	var err error
+	if e.rc, err = newRecvCredit(cfg.Caps.RecvCredit, peerDepth, cfg.Caps.RecvDepth); err != nil {
+		return nil, err
+	}
+	e.muted = cfg.Caps.SpeakSecond
 	announce := wire.Message{Op: wire.OpRegisterXferMemory, Addr: cfg.RecvAddr, Length: uint32(len(cfg.RecvRing)), RKey: cfg.RecvKey}
 	if cfg.Features&wire.FeatureRing != 0 {
 		var peerRetain uint32
@@ -180,7 +206,7 @@ func New(cfg Config) (*Engine, error) {
 // Start announces this side's receive buffer and starts the keepalive clock.
 func (e *Engine) Start() {
 	now := e.cfg.Clock()
-	e.lastPost, e.lastProgress = now, now
+	e.lastPost, e.lastProgress, e.lastHeard = now, now, now
 	e.ctl.want |= wantAnnounce
 	e.flushControl()
 }
@@ -233,8 +259,13 @@ func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
 	if caps.SendDepth < 1 || caps.ControlDepth < 1 {
 		return errors.New("stream: link without send or control slots")
 	}
+	rc, err := newRecvCredit(caps.RecvCredit, int(e.cfg.Peer.RecvDepth), caps.RecvDepth)
+	if err != nil {
+		return err
+	}
 	ring := e.recv.(*RecvRing)
 	e.cfg.Caps, e.cfg.RecvAddr, e.cfg.RecvKey = caps, recvAddr, recvKey
+	e.rc, e.creditShort, e.muted = rc, time.Time{}, caps.SpeakSecond
 	// Bytes still to be sent again from an earlier Relink go with this one.
 	e.postedBefore += e.sq.posted
 	e.sq = e.sq.Relink(min(caps.SendDepth, int(e.cfg.Peer.RecvDepth)), e.resend)
@@ -257,7 +288,7 @@ func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
 	e.lost, e.resuming, e.resend = nil, true, 0
 	e.reshutdown = e.wrDone
 	now := e.cfg.Clock()
-	e.lastPost, e.lastProgress = now, now
+	e.lastPost, e.lastProgress, e.lastHeard, e.probed = now, now, now, false
 	e.flushControl()
 	return nil
 }
@@ -279,7 +310,7 @@ func (e *Engine) Writable() bool {
 		return false
 	}
 	_, space := e.sq.RingSpace()
-	return e.send.Room() > 0 && space > 0
+	return e.send.Room() > 0 && space > 0 && e.rc.canData()
 }
 
 // Read copies received bytes into b. It returns ErrWouldBlock when nothing
@@ -351,7 +382,7 @@ func (e *Engine) Write(b []byte) (int, error) {
 		}
 		room := e.send.Room()
 		off, space := e.sq.RingSpace()
-		if room == 0 || space == 0 {
+		if room == 0 || space == 0 || !e.rc.canData() {
 			// Nothing held may wait with the writer.
 			e.postHeld(false)
 			return written, ErrWouldBlock
@@ -385,6 +416,12 @@ func (e *Engine) postHeld(signal bool) {
 		// completion that frees one posts what is held (AfterCompletions).
 		return
 	}
+	if !e.rc.canData() {
+		// The peer's Credit posts them (AfterCompletions).
+		e.waitCredit()
+		return
+	}
+	e.rc.spend()
 	n, id, signaled := e.sq.PostHeld(signal)
 	e.out = append(e.out, link.SendWR{
 		Kind: link.SendData, Signaled: signaled, ID: id,
@@ -448,6 +485,7 @@ func (e *Engine) Handle(c *link.Completion) {
 	case link.DataArrived:
 		e.reposts++
 		e.arrivedMsgs++
+		e.heard()
 		if e.resuming {
 			e.Fail(protocolErrorf("data before the peer's Resume on a resumed link"))
 			return
@@ -460,6 +498,7 @@ func (e *Engine) Handle(c *link.Completion) {
 	case link.ControlArrived:
 		e.reposts++
 		e.arrivedMsgs++
+		e.heard()
 		m, err := wire.Decode(c.Msg[:], e.cfg.Features != 0)
 		if err != nil {
 			e.Fail(err)
@@ -512,6 +551,14 @@ func (e *Engine) control(m wire.Message) {
 			return
 		}
 		e.sq.Ack(m.ConsumedBytes)
+		before := e.rc.available()
+		if err := e.rc.peerReport(m.Receives); err != nil {
+			e.Fail(err)
+			return
+		}
+		if e.rc.available() > before {
+			e.creditShort = time.Time{}
+		}
 	case wire.OpShutdown:
 		if e.cfg.Features&wire.FeatureShutdown == 0 {
 			e.Fail(protocolErrorf("Shutdown without the half-close extension"))
@@ -526,8 +573,24 @@ func (e *Engine) control(m wire.Message) {
 			}
 			e.ctl.featureReplies++
 		}
-	case wire.OpSetClientFeature, wire.OpKeepalive:
+	case wire.OpWritten:
+		// A link with write notices turns them into arrivals: one that
+		// reaches the engine came on a link that agreed on none.
+		e.Fail(protocolErrorf("Written on a link without write notices"))
+	case wire.OpKeepalive:
+		if e.rc.on {
+			// The peer learns from the answer that the path works.
+			e.ctl.want |= wantCredit
+		}
+	case wire.OpSetClientFeature:
 	}
+}
+
+// heard notes a message from the peer: a passive side that waited for the
+// first may speak now, and the path works.
+func (e *Engine) heard() {
+	e.muted = false
+	e.lastHeard, e.probed = e.cfg.Clock(), false
 }
 
 // AfterCompletions runs after a batch of completions: held bytes whose
@@ -551,10 +614,28 @@ func (e *Engine) AfterCompletions() {
 // send nothing before it).
 func (e *Engine) flushControl() {
 	for e.err == nil && e.lost == nil && e.ctl.outstanding < e.ctl.slots && e.sq.SlotsFree() > 0 {
-		m, ok := e.ctl.next(e.draining)
-		if !ok {
+		if !e.rc.canControl(true) {
+			if e.ctl.pending(e.draining) {
+				e.waitCredit()
+			}
 			return
 		}
+		m, ok := e.ctl.next(e.draining, !e.rc.canControl(false))
+		if !ok {
+			if e.ctl.pending(e.draining) {
+				e.waitCredit()
+			}
+			return
+		}
+		if m.Op == wire.OpCredit {
+			// The newest totals: what was read, and the receives posted
+			// again, which may have grown since the Credit was queued.
+			if r, ok := e.recv.(*RecvRing); ok {
+				_, m.ConsumedBytes = r.Totals()
+			}
+			e.rc.stamp(&m)
+		}
+		e.rc.spend()
 		wr := link.SendWR{Kind: link.SendControl, Signaled: true, ID: e.sq.PostControl()}
 		m.Encode(&wr.Msg)
 		e.out = append(e.out, wr)
@@ -572,7 +653,20 @@ func (e *Engine) Flush(l Poster) error {
 		e.out, e.reposts = e.out[:0], 0
 		return nil
 	}
-	if len(e.out) > 0 {
+	// Receives first: a Credit due for them goes in this Flush.
+	if e.reposts > 0 && !e.draining && e.err == nil {
+		n := e.reposts
+		e.reposts = 0
+		if err := l.PostRecv(n); err != nil {
+			e.Fail(err)
+			return err
+		}
+		if e.rc.postedAgain(n) {
+			e.ctl.want |= wantCredit
+			e.flushControl()
+		}
+	}
+	if len(e.out) > 0 && !e.muted {
 		err := l.PostSend(e.out)
 		clear(e.out)
 		e.out = e.out[:0]
@@ -581,15 +675,14 @@ func (e *Engine) Flush(l Poster) error {
 			return err
 		}
 	}
-	if e.reposts > 0 && !e.draining && e.err == nil {
-		n := e.reposts
-		e.reposts = 0
-		if err := l.PostRecv(n); err != nil {
-			e.Fail(err)
-			return err
-		}
-	}
 	return nil
+}
+
+// waitCredit notes that a message waits for the peer's receive credit.
+func (e *Engine) waitCredit() {
+	if e.creditShort.IsZero() {
+		e.creditShort = e.cfg.Clock()
+	}
 }
 
 // Poster is what Flush posts on: a link.Link.
@@ -613,6 +706,26 @@ func (e *Engine) Tick() {
 			return
 		}
 	}
+	if !e.creditShort.IsZero() {
+		// A peer that takes messages posts their receives again at once:
+		// credit that does not come is a dead path too.
+		if waited := now.Sub(e.creditShort); waited >= deadFactor*e.cfg.KeepAlive {
+			e.Fail(&PathDeadError{Outstanding: waited})
+			return
+		}
+	}
+	if e.rc.on {
+		silent := now.Sub(e.lastHeard)
+		if silent >= deadFactor*e.cfg.KeepAlive {
+			e.Fail(&PathDeadError{Outstanding: silent})
+			return
+		}
+		if silent >= e.cfg.KeepAlive && !e.probed && !e.draining {
+			e.probed = true
+			e.ctl.want |= wantKeepalive
+			e.flushControl()
+		}
+	}
 	if !e.draining && now.Sub(e.lastPost) >= e.cfg.KeepAlive {
 		e.ctl.want |= wantKeepalive
 		e.flushControl()
@@ -630,6 +743,20 @@ func (e *Engine) NextTick() time.Time {
 	if e.sq.SignaledPending() {
 		if dead := e.lastProgress.Add(deadFactor * e.cfg.KeepAlive); dead.Before(next) || e.draining {
 			next = dead
+		}
+	}
+	if !e.creditShort.IsZero() {
+		if dead := e.creditShort.Add(deadFactor * e.cfg.KeepAlive); dead.Before(next) {
+			next = dead
+		}
+	}
+	if e.rc.on {
+		probe := e.lastHeard.Add(e.cfg.KeepAlive)
+		if e.probed || e.draining {
+			probe = e.lastHeard.Add(deadFactor * e.cfg.KeepAlive)
+		}
+		if probe.Before(next) {
+			next = probe
 		}
 	}
 	return next
@@ -674,7 +801,7 @@ func (e *Engine) resendData() {
 	for e.resend > 0 && e.lost == nil && !e.resuming {
 		room := e.send.Room()
 		off, space := e.sq.RingSpace()
-		if room == 0 || space == 0 {
+		if room == 0 || space == 0 || !e.rc.canData() {
 			return
 		}
 		n := min(e.resend, uint64(room), space)

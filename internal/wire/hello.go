@@ -34,6 +34,12 @@ type Hello struct {
 	// resuming the session over TCP: a server tells such a connection from
 	// a plain TCP client's by it, without waiting for its first bytes.
 	TCPPort uint16
+
+	// Needs are the link features (LinkFeatures) the sender's device
+	// cannot work without, among those it offers: a dialer on an iWARP
+	// device needs FeatureWriteNotice and FeatureRecvCredit. The server
+	// uses a link feature when either side needs it.
+	Needs Features
 }
 
 // SessionID names a resumable session: 128 random bits from crypto/rand,
@@ -63,7 +69,21 @@ const (
 	// link (another RDMA path, or TCP) and resume there with nothing lost.
 	// It needs FeatureRing.
 	FeatureResume
+	// FeatureWriteNotice: data goes as an RDMA write followed by a Written
+	// message saying how many bytes it wrote, not as a write with
+	// immediate data, which iWARP devices do not have. A property of one
+	// link: each link of a session agrees on it afresh.
+	FeatureWriteNotice
+	// FeatureRecvCredit: no message is sent without a receive posted for
+	// it at the peer, which returns receives in Credit's Receives: iWARP
+	// has no receiver-not-ready retry, so a message that finds no receive
+	// ends the connection. It needs FeatureRing; a property of one link.
+	FeatureRecvCredit
 )
+
+// LinkFeatures are the features that belong to one link rather than to the
+// stream: a session's links may differ in them.
+const LinkFeatures = FeatureWriteNotice | FeatureRecvCredit
 
 // HelloVersion is the version this package speaks.
 const HelloVersion = 1
@@ -80,8 +100,13 @@ const (
 	SessionHelloSize = 48
 )
 
-// helloFlagResume, in byte 9: the connect resumes the Hello's session.
-const helloFlagResume = 1
+// Flags in byte 9: the connect resumes the Hello's session (sessions only);
+// the sender needs FeatureWriteNotice; it needs FeatureRecvCredit.
+const (
+	helloFlagResume     = 1
+	helloFlagNeedNotice = 2
+	helloFlagNeedCredit = 4
+)
 
 // Encode returns h in wire format.
 func (h Hello) Encode() []byte {
@@ -96,9 +121,15 @@ func (h Hello) Encode() []byte {
 	be.PutUint32(b[10:], uint32(h.Features))
 	be.PutUint16(b[14:], h.RecvDepth)
 	be.PutUint32(b[16:], h.RingSize)
+	if h.Needs&FeatureWriteNotice != 0 {
+		b[9] |= helloFlagNeedNotice
+	}
+	if h.Needs&FeatureRecvCredit != 0 {
+		b[9] |= helloFlagNeedCredit
+	}
 	if size == SessionHelloSize {
 		if h.Resume {
-			b[9] = helloFlagResume
+			b[9] |= helloFlagResume
 		}
 		copy(b[20:36], h.Session[:])
 		be.PutUint32(b[36:], h.Generation)
@@ -141,6 +172,18 @@ func DecodeHello(data []byte) (h Hello, ok bool, err error) {
 	}
 	if h.RecvDepth == 0 {
 		return Hello{}, false, protocolErrorf("hello with no receives")
+	}
+	if data[9]&helloFlagNeedNotice != 0 {
+		h.Needs |= FeatureWriteNotice
+	}
+	if data[9]&helloFlagNeedCredit != 0 {
+		h.Needs |= FeatureRecvCredit
+	}
+	if h.Needs&^h.Features != 0 {
+		return Hello{}, false, protocolErrorf("hello needing features %#x it does not offer (%#x)", uint32(h.Needs), uint32(h.Features))
+	}
+	if h.Features&FeatureRecvCredit != 0 && h.Features&FeatureRing == 0 {
+		return Hello{}, false, protocolErrorf("hello offering receive credit without the ring")
 	}
 	if h.Features&FeatureResume != 0 {
 		if len(data) < SessionHelloSize {

@@ -39,6 +39,11 @@ const (
 	// bytes the sender received and consumed, so that the peer sends again
 	// what did not arrive.
 	OpResume Opcode = 0x7203
+	// OpWritten follows each data write on a link with FeatureWriteNotice:
+	// the write before it put Length bytes into the receiver's ring. The
+	// link turns it into the arrival of those bytes, as a write with
+	// immediate data would have announced them.
+	OpWritten Opcode = 0x7204
 )
 
 func (o Opcode) String() string {
@@ -57,6 +62,8 @@ func (o Opcode) String() string {
 		return "Shutdown"
 	case OpResume:
 		return "Resume"
+	case OpWritten:
+		return "Written"
 	}
 	return fmt.Sprintf("Opcode(%#x)", uint16(o))
 }
@@ -70,7 +77,8 @@ type Message struct {
 	Select   uint16
 	Features uint64
 
-	// RegisterXferMemory: the sender's receive buffer.
+	// RegisterXferMemory: the sender's receive buffer. Written: the bytes
+	// the write before it put into the ring (Length).
 	Addr   uint64
 	Length uint32
 	RKey   uint32
@@ -117,6 +125,8 @@ func (m *Message) Encode(b *[MessageSize]byte) {
 	case OpResume:
 		be.PutUint64(b[8:], m.ReceivedBytes)
 		be.PutUint64(b[16:], m.ConsumedBytes)
+	case OpWritten:
+		be.PutUint32(b[24:], m.Length)
 	}
 }
 
@@ -138,7 +148,7 @@ func Decode(b []byte, extended bool) (Message, error) {
 		m.Addr = be.Uint64(b[16:])
 		m.Length = be.Uint32(b[24:])
 		m.RKey = be.Uint32(b[28:])
-	case OpCredit, OpShutdown, OpResume:
+	case OpCredit, OpShutdown, OpResume, OpWritten:
 		if !extended {
 			return Message{}, protocolErrorf("opcode %v without the rdmanet extension", m.Op)
 		}
@@ -149,6 +159,8 @@ func Decode(b []byte, extended bool) (Message, error) {
 		case OpResume:
 			m.ReceivedBytes = be.Uint64(b[8:])
 			m.ConsumedBytes = be.Uint64(b[16:])
+		case OpWritten:
+			m.Length = be.Uint32(b[24:])
 		}
 	default:
 		return Message{}, protocolErrorf("unknown opcode %#x", uint16(m.Op))

@@ -40,6 +40,8 @@ var exact = []struct {
 		"7202 0000 00000000 00000000 00000000 00000000 00000000 00000000 00000000"},
 	{"Resume", Message{Op: OpResume, ReceivedBytes: 0x1112131415161718, ConsumedBytes: 0x0102030405060708}, true,
 		"7203 0000 00000000 1112131415161718 0102030405060708 00000000 00000000"},
+	{"Written", Message{Op: OpWritten, Length: 0x00012345}, true,
+		"7204 0000 00000000 00000000 00000000 00000000 00000000 00012345 00000000"},
 }
 
 func TestMessagesByteExact(t *testing.T) {
@@ -156,6 +158,41 @@ func TestSessionHello(t *testing.T) {
 	}
 	if _, ok, err := DecodeHello(b[:HelloSize]); ok || !errors.Is(err, ErrProtocol) {
 		t.Errorf("a session hello cut to %d bytes: ok %v, %v; want a protocol error", HelloSize, ok, err)
+	}
+}
+
+// TestLinkFeatureHello: an iWARP dialer's Hello offers the link features
+// and says in byte 9 that it needs them.
+func TestLinkFeatureHello(t *testing.T) {
+	if FeatureWriteNotice != 8 || FeatureRecvCredit != 16 {
+		t.Fatalf("feature bits moved: write notice %d, receive credit %d", FeatureWriteNotice, FeatureRecvCredit)
+	}
+	h := Hello{Version: HelloVersion, Features: FeatureRing | FeatureShutdown | LinkFeatures, RecvDepth: 256, RingSize: 1 << 18,
+		Needs: LinkFeatures}
+	b := h.Encode()
+	want := unhex(t, "72646d616e657400 01 06 0000001b 0100 00040000")
+	if string(b) != string(want) {
+		t.Fatalf("hello encodes as % x, want % x", b, want)
+	}
+	got, ok, err := DecodeHello(b)
+	if err != nil || !ok || got != h {
+		t.Fatalf("DecodeHello = %+v, %v, %v", got, ok, err)
+	}
+	// With a session too: the flags share byte 9 with resume.
+	h.Features |= FeatureResume
+	h.Resume, h.Session, h.SendRing = true, SessionID{1}, 4096
+	if got, ok, err := DecodeHello(h.Encode()); err != nil || !ok || got != h {
+		t.Fatalf("session: DecodeHello = %+v, %v, %v", got, ok, err)
+	}
+
+	bad := map[string]Hello{
+		"needs what it does not offer": {Version: 1, Features: FeatureRing, RecvDepth: 8, RingSize: 1, Needs: FeatureWriteNotice},
+		"credit without the ring":      {Version: 1, Features: FeatureRecvCredit, RecvDepth: 8, RingSize: 1},
+	}
+	for name, h := range bad {
+		if _, ok, err := DecodeHello(h.Encode()); ok || !errors.Is(err, ErrProtocol) {
+			t.Errorf("%s: DecodeHello = ok %v, %v; want a protocol error", name, ok, err)
+		}
 	}
 }
 
