@@ -46,7 +46,7 @@ func NewMemory(ttl time.Duration, max int) *Memory {
 // depend on the destination (its host, its port) and not on this host.
 func Remembers(r Reason) bool {
 	switch r {
-	case ReasonRejected, ReasonTimeout, ReasonUnreachable:
+	case ReasonRejected, ReasonTimeout, ReasonUnreachable, ReasonNoImmediate:
 		return true
 	}
 	return false

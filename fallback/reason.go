@@ -47,6 +47,9 @@ const (
 	// ReasonResources: a resource limit stopped RDMA set-up: locked memory
 	// (RLIMIT_MEMLOCK) for registration, memory, queue pairs, file descriptors.
 	ReasonResources Reason = "resources"
+	// ReasonNoImmediate: this host's RDMA device has no immediate data
+	// (iWARP), and the peer speaks only Valkey's protocol, which needs it.
+	ReasonNoImmediate Reason = "no-immediate-data"
 	// ReasonRDMAError: RDMA set-up failed in another way (the Error's Err says how).
 	ReasonRDMAError Reason = "rdma-error"
 )
@@ -54,7 +57,7 @@ const (
 // reasons lists every reason; Counters number them by their place here.
 var reasons = [...]Reason{
 	ReasonPolicy, ReasonNoCgo, ReasonUnsupportedOS, ReasonNoLibrary, ReasonNoDevice,
-	ReasonRouteNoRDMA, ReasonRejected, ReasonTimeout, ReasonUnreachable, ReasonResources, ReasonRDMAError,
+	ReasonRouteNoRDMA, ReasonRejected, ReasonTimeout, ReasonUnreachable, ReasonResources, ReasonNoImmediate, ReasonRDMAError,
 }
 
 // AllReasons lists every reason.
@@ -85,6 +88,8 @@ func (r Reason) Describe() string {
 		return "the peer is not reachable over RDMA"
 	case ReasonResources:
 		return "a resource limit (locked memory, memory, queue pairs) stopped RDMA set-up"
+	case ReasonNoImmediate:
+		return "this host's RDMA device has no immediate data (iWARP), which the peer's protocol (Valkey's) needs"
 	case ReasonRDMAError:
 		return "RDMA set-up failed"
 	}
@@ -111,6 +116,8 @@ func (r Reason) Hint() string {
 		return "start the server with rdmanet.Listen (or another RDMA listener) on that port"
 	case ReasonTimeout:
 		return "check that the peer's host has RDMA (rdmanet devices) and that UDP port 4791 (RoCEv2) passes"
+	case ReasonNoImmediate:
+		return "reach Valkey peers through a RoCE or InfiniBand device; rdmanet peers agree on write notices over iWARP"
 	case ReasonResources:
 		return "raise RLIMIT_MEMLOCK (ulimit -l, LimitMEMLOCK= in systemd) or use smaller buffers (rdmanet.Config)"
 	}
@@ -184,6 +191,8 @@ func Classify(err error) Reason {
 		return ReasonNoLibrary
 	case errors.Is(err, verbs.ErrNoDevice):
 		return ReasonNoDevice
+	case errors.Is(err, verbs.ErrNoImmediate):
+		return ReasonNoImmediate
 	case errors.As(err, &ev) && ev.Event == cm.EventRejected:
 		return ReasonRejected
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT):

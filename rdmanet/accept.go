@@ -357,12 +357,19 @@ func (s *rdmaSide) accept(ctx context.Context, req *cm.Request) (net.Conn, error
 		c, err = newConn(req.ID, s.cfg, true, mem)
 	}
 	acceptSetups.leave()
+	var linkFeatures wire.Features
+	if err == nil {
+		if linkFeatures, err = chooseLinkFeatures(h, ok, c.rdma, s.cfg.extensions()); err != nil {
+			c.rdma.Discard() // mem goes below
+		}
+	}
 	if err != nil {
 		mem.close()
 		req.ID.Reject(rejectReason(err))
 		req.ID.Close()
 		return nil, err
 	}
+	agreed |= linkFeatures
 	accept := s.cfg.helloOf(agreed)
 	if mem != nil {
 		accept = s.acceptNewSession(c, agreed, h, req.ID.RemoteAddr().Addr())

@@ -70,6 +70,10 @@ type Config struct {
 	// two rdmanet peers negotiate the ring and half-close (docs/protocol.md),
 	// and a Valkey peer gets Valkey's protocol anyway.
 	ValkeyCompatible bool
+
+	// linkNeeds adds to the link features the device needs: tests run
+	// the iWARP data path (write notices, receive credit) on Soft-RoCE.
+	linkNeeds wire.Features
 }
 
 // extensions are the features this side offers or accepts.
@@ -145,6 +149,7 @@ func (c Config) linkConfig() rdmalink.Config {
 	return rdmalink.Config{
 		SendBuffer: c.SendBuffer, RecvBuffer: c.RecvBuffer,
 		SendDepth: c.sendDepth(), RecvDepth: c.RecvDepth, ControlDepth: controlSlots,
+		Needs: c.linkNeeds,
 	}
 }
 

@@ -32,7 +32,9 @@ func newConn(id *cm.ID, cfg Config, server bool, mem *ringMem) (*Conn, error) {
 // error (a Hello this side cannot work with) nothing was started: the
 // caller discards the connection as after a failed handshake.
 func (c *Conn) start(features wire.Features, peer wire.Hello) error {
-	c.rdma.Established()
+	if err := c.rdma.Established(features&wire.LinkFeatures, c.server); err != nil {
+		return err
+	}
 	if err := c.begin(features, peer); err != nil {
 		return err
 	}

@@ -25,6 +25,10 @@ type ConnInfo struct {
 	Device string `json:",omitempty"`
 	Port   uint8  `json:",omitempty"`
 	QP     uint32 `json:",omitempty"`
+	// DataPath is how data reaches the peer over RDMA:
+	// "write-with-immediate", or "write-and-notice" where a device has no
+	// immediate data (iWARP; docs/protocol.md). Empty over TCP.
+	DataPath string `json:",omitempty"`
 
 	// BytesSent and BytesReceived count the bytes Write took and Read
 	// returned.
@@ -162,6 +166,9 @@ func Connections() []ConnInfo {
 	return infos
 }
 
+// Info is the connection's state now, as Connections reports it.
+func (c *Conn) Info() ConnInfo { return c.info(time.Now()) }
+
 // info takes a snapshot of c, under c.mu.
 func (c *Conn) info(now time.Time) ConnInfo {
 	c.mu.Lock()
@@ -183,6 +190,7 @@ func (c *Conn) info(now time.Time) ConnInfo {
 	}
 	if l, ok := c.link.(*rdmalink.Link); ok {
 		i.Device, i.Port, i.QP = l.Endpoint()
+		i.DataPath = l.DataPath()
 	}
 	s := c.eng.State()
 	i.Window = Window{

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/rdmanet/sdk/internal/rdmalink"
 )
 
 // ConnsPath is where programs conventionally mount ConnsHandler, and
@@ -62,6 +64,9 @@ func WriteConnTable(w io.Writer, conns []ConnInfo) error {
 		transport := string(c.Transport) + "/" + string(c.Protocol)
 		if c.Session {
 			transport += "+session"
+		}
+		if c.DataPath == rdmalink.DataPathNotice {
+			transport += "+notices" // iWARP: writes without immediate data
 		}
 		device, qp := "-", "-"
 		if c.Device != "" {

@@ -213,7 +213,6 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 		return nil, err
 	}
 	offer := cfg.extensions()
-	hello := cfg.hello(offer)
 	var mem *ringMem
 	var port *tcpPortReservation
 	if offer&wire.FeatureResume != 0 {
@@ -223,11 +222,6 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 			slog.Debug("rdmanet: no TCP port for resuming sessions", "err", err)
 		}
 		mem, err = newRingMem(cfg)
-		h := cfg.helloOf(offer)
-		if port != nil {
-			h.TCPPort = port.port
-		}
-		hello = h.Encode()
 	}
 	defer func() {
 		if err != nil || c.sess == nil {
@@ -241,6 +235,16 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	if err != nil {
 		mem.close()
 		return nil, err
+	}
+	var hello []byte
+	if offer != 0 {
+		h := linkHello(cfg.helloOf(offer), c.rdma)
+		if port != nil {
+			h.TCPPort = port.port
+		}
+		hello = h.Encode()
+	} else if c.rdma.Needs() != 0 {
+		return nil, noImmediate(c.rdma, "Config.ValkeyCompatible speaks Valkey's protocol only")
 	}
 	// As libvalkey: responder resources and initiator depth 1, and an RNR
 	// retry count of 7 (retry forever: a peer slow to repost receives delays
@@ -266,7 +270,11 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 	}
 	var agreed wire.Features
 	if ok {
-		agreed = h.Features & offer
+		agreed = h.Features & (offer | wire.LinkFeatures)
+	}
+	if err := checkLinkAnswer(agreed&wire.LinkFeatures, ok, c.rdma); err != nil {
+		id.Disconnect()
+		return nil, err
 	}
 	if agreed&wire.FeatureResume != 0 {
 		if h.Session.IsZero() {

@@ -168,19 +168,30 @@ func (s *rdmaSide) acceptResume(ctx context.Context, req *cm.Request, h wire.Hel
 	if err == nil {
 		l, err = rdmalink.New(req.ID, lc)
 	}
+	var linkFeatures wire.Features
+	if err == nil {
+		if linkFeatures, err = chooseLinkFeatures(h, true, l, s.cfg.extensions()); err != nil {
+			l.Discard()
+		}
+	}
 	if err != nil {
 		req.ID.Reject(rejectReason(err))
 		req.ID.Close()
 		return abort(err)
 	}
-	accept := s.cfg.helloOf(h.Features & s.cfg.extensions())
+	accept := s.cfg.helloOf(h.Features&s.cfg.extensions() | linkFeatures)
 	accept.Session, accept.Generation = h.Session, h.Generation
 	if err := req.ID.Accept(ctx, cm.ConnParam{PrivateData: accept.Encode(), ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
 		req.ID.Close()
 		l.Discard()
 		return abort(err)
 	}
-	l.Established()
+	if err := l.Established(linkFeatures, true); err != nil {
+		req.ID.Disconnect()
+		req.ID.Close()
+		l.Discard()
+		return abort(err)
+	}
 	if err := c.resumeEnd(l, rdmaPathName(l)); err != nil {
 		return err // resumeEnd closed l
 	}
@@ -290,6 +301,7 @@ func dialResume(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Con
 	}
 	cctx, cancel := context.WithTimeout(ctx, resumeAnswerWait)
 	defer cancel()
+	h = linkHello(h, l)
 	peer, err := id.Connect(cctx, cm.ConnParam{PrivateData: h.Encode(), ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
 	if err != nil {
 		err = withRejectReason(err)
@@ -305,11 +317,16 @@ func dialResume(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Con
 	case !ok || ph.Features&wire.FeatureResume == 0 || ph.Session != h.Session:
 		err = fmt.Errorf("%w: the server answered without the session", ErrSessionRefused)
 	}
+	if err == nil {
+		agreed := ph.Features & wire.LinkFeatures
+		if err = checkLinkAnswer(agreed, true, l); err == nil {
+			err = l.Established(agreed, false)
+		}
+	}
 	if err != nil {
 		id.Disconnect()
 		return nil, wire.Hello{}, err
 	}
-	l.Established()
 	l.StartEvents()
 	return l, ph, nil
 }

@@ -102,6 +102,15 @@ func AdoptContext(raw rdmacore.Context) *Context {
 // Name is the device's name.
 func (c *Context) Name() string { return c.name }
 
+// Transport is the device's transport.
+func (c *Context) Transport() Transport {
+	if !c.g.Use() {
+		return TransportUnspecified
+	}
+	defer c.g.Done()
+	return Transport(rdmacore.ContextTransport(c.raw))
+}
+
 // NumCompVectors is how many completion vectors (interrupt queues) the device has.
 func (c *Context) NumCompVectors() int {
 	if !c.g.Use() {

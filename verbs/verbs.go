@@ -29,6 +29,10 @@ var (
 	ErrNoDevice = errors.New("verbs: no RDMA device")
 	// ErrBusy: Close of an object that others still use (a Buffer with live MRs).
 	ErrBusy = errors.New("verbs: object still in use")
+	// ErrNoImmediate: the device has no immediate data (RDMA writes and
+	// sends with immediate), as iWARP devices have none, and the peer's
+	// protocol needs it.
+	ErrNoImmediate = errors.New("verbs: the device has no immediate data")
 )
 
 type (

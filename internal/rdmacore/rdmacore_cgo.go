@@ -99,6 +99,12 @@ func ContextDeviceName(ctx Context) string {
 	return C.GoString(&(*C.struct_rn_ibv_context)(ctx).device.name[0])
 }
 
+// ContextTransport is the transport (enum ibv_transport_type) of the device
+// ctx was opened on.
+func ContextTransport(ctx Context) int {
+	return int((*C.struct_rn_ibv_context)(ctx).device.transport_type)
+}
+
 func NumCompVectors(ctx Context) int {
 	return int((*C.struct_rn_ibv_context)(ctx).num_comp_vectors)
 }

@@ -13,6 +13,7 @@ func OpenDevice(string) (Context, error)             { return nil, ErrNotSupport
 func CloseDevice(Context) error                      { return ErrNotSupported }
 func ContextDeviceName(Context) string               { return "" }
 func NumCompVectors(Context) int                     { return 0 }
+func ContextTransport(Context) int                   { return 0 }
 func QueryDevice(Context) (DeviceAttr, error)        { return DeviceAttr{}, ErrNotSupported }
 func QueryPort(Context, uint8) (PortAttr, error)     { return PortAttr{}, ErrNotSupported }
 func QueryGID(Context, uint8, int) ([16]byte, error) { return [16]byte{}, ErrNotSupported }

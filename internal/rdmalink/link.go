@@ -7,6 +7,7 @@ package rdmalink
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -23,8 +24,10 @@ import (
 // Link is a link.Link over one RDMA reliable connection: an rdma_cm ID,
 // its queue pair, a completion queue with its channel, and the registered
 // rings (resources). Data goes as RDMA_WRITE_WITH_IMM (the immediate is the
-// byte count), control messages as SENDs from a slot of the control buffer,
-// and receives land in slots of the same buffer.
+// byte count), or, with write notices (an iWARP device has no immediate
+// data), as an RDMA_WRITE followed by a SEND of a Written message from a
+// notice slot; control messages go as SENDs from a slot of the control
+// buffer, and receives land in slots of the same buffer.
 //
 // The link also owns the connection manager's events for its ID: a
 // DISCONNECTED from the peer (answered at once, so the peer's own
@@ -46,6 +49,13 @@ type Link struct {
 	sendWRs  []verbs.SendWR
 	wcs      [pollBatch]verbs.WorkCompletion
 	ctlNext  uint64 // control messages posted, ever: the next one's slot is ctlNext % ControlDepth
+
+	// needs are the link features this end's device cannot do without;
+	// notice, whether data goes with write notices on this connection
+	// (Established); noticeNext numbers them, as ctlNext control messages.
+	needs      wire.Features
+	notice     bool
+	noticeNext uint64
 
 	flushedAt time.Time // when the first flushed completion was seen
 	reported  bool      // Disconnected or Failed was reported
@@ -86,6 +96,9 @@ type Config struct {
 	Release              func()
 	SendDepth, RecvDepth int // send queue slots; receives kept posted
 	ControlDepth         int // control messages that may be in flight
+	// Needs adds to the link features the device needs (DeviceNeeds):
+	// tests run the iWARP data path on Soft-RoCE with it.
+	Needs wire.Features
 }
 
 // New makes the verbs objects of a connection on id and posts every
@@ -93,19 +106,24 @@ type Config struct {
 // moment the connection is established. Established and StartEvents
 // follow once it is; Discard releases a link whose connection never was.
 func New(id *cm.ID, cfg Config) (*Link, error) {
-	res, err := newResources(id, cfg)
+	ctx := id.Context()
+	if ctx == nil {
+		return nil, errors.New("rdmanet: connection has no RDMA device")
+	}
+	needs := DeviceNeeds(ctx.Transport()) | cfg.Needs
+	res, err := newResources(id, cfg, needs&wire.FeatureWriteNotice != 0)
 	if err != nil {
 		return nil, err
 	}
 	l := &Link{
-		id: id, res: res,
+		id: id, res: res, needs: needs,
 		caps: link.Caps{
 			SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth, ControlDepth: cfg.ControlDepth,
 			MaxInline: int(res.maxInline), Name: res.name,
 		},
 		consumed: make([]int, 0, cfg.RecvDepth),
 		recvWRs:  make([]verbs.RecvWR, cfg.RecvDepth),
-		sendWRs:  make([]verbs.SendWR, 0, cfg.SendDepth),
+		sendWRs:  make([]verbs.SendWR, 0, res.sendWRs),
 	}
 	for i := range l.recvWRs {
 		l.recvWRs[i] = verbs.RecvWR{ID: recvTag | uint64(i), Local: res.recvSlot(i)}
@@ -117,8 +135,48 @@ func New(id *cm.ID, cfg Config) (*Link, error) {
 	return l, nil
 }
 
-// Established records the connection's addresses once it is established.
-func (l *Link) Established() { l.local, l.peer = l.id.LocalAddr(), l.id.RemoteAddr() }
+// DeviceNeeds are the link features a device of transport t cannot work
+// without: iWARP has no immediate data (write notices instead) and no
+// receiver-not-ready retry (receive credit instead).
+func DeviceNeeds(t verbs.Transport) wire.Features {
+	if t == verbs.TransportIWARP {
+		return wire.FeatureWriteNotice | wire.FeatureRecvCredit
+	}
+	return 0
+}
+
+// Data paths (DataPath).
+const (
+	DataPathImmediate = "write-with-immediate"
+	DataPathNotice    = "write-and-notice"
+)
+
+// DataPath says how data reaches the peer: RDMA writes with immediate
+// data, or writes each followed by a Written notice (iWARP).
+func (l *Link) DataPath() string {
+	if l.notice {
+		return DataPathNotice
+	}
+	return DataPathImmediate
+}
+
+// Needs are the link features this end cannot work without: what a
+// dialer's Hello says it needs, and what a listener must agree on.
+func (l *Link) Needs() wire.Features { return l.needs }
+
+// Established records the connection's addresses once it is established,
+// and the link features both ends agreed on. The accepting end of a link
+// that needs receive credit (iWARP) speaks second, as MPA wants.
+func (l *Link) Established(features wire.Features, accepted bool) error {
+	l.local, l.peer = l.id.LocalAddr(), l.id.RemoteAddr()
+	if features&wire.FeatureWriteNotice != 0 && !l.res.notices {
+		return fmt.Errorf("rdmanet: the peer needs write notices, and %s was made for immediate data", l.res.name)
+	}
+	l.notice = features&wire.FeatureWriteNotice != 0
+	l.caps.RecvCredit = features&wire.FeatureRecvCredit != 0
+	l.caps.SpeakSecond = accepted && l.needs&wire.FeatureRecvCredit != 0
+	return nil
+}
 
 // StartEvents starts taking the connection manager's events.
 func (l *Link) StartEvents() {
@@ -160,6 +218,27 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 			v.Local = l.res.txMR.Slice(int(wr.Off), int(wr.N))
 			if wr.N <= l.res.maxInline {
 				v.Flags |= verbs.SendInline
+			}
+			if l.notice {
+				// The write, silent, then its notice, which carries the
+				// engine's id and signal and consumes the peer's receive:
+				// a reliable connection places the write before the
+				// notice's receive completes.
+				v.Opcode, v.Imm, v.ID = verbs.OpRDMAWrite, 0, 0
+				v.Flags &^= verbs.SendSignaled
+				out = append(out, v)
+				v = verbs.SendWR{ID: wr.ID}
+				if wr.Signaled {
+					v.Flags |= verbs.SendSignaled
+				}
+				slot := int(l.noticeNext % uint64(l.caps.SendDepth))
+				l.noticeNext++
+				m := wire.Message{Op: wire.OpWritten, Length: wr.N}
+				m.Encode(l.res.noticeSlotBytes(slot))
+				v.Opcode, v.Local = verbs.OpSend, l.res.noticeSlot(slot)
+				if wire.MessageSize <= l.res.maxInline {
+					v.Flags |= verbs.SendInline
+				}
 			}
 		case link.SendControl:
 			slot := int(l.ctlNext % uint64(l.caps.ControlDepth))
@@ -243,8 +322,19 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 				l.reported = true
 				return n + 1, nil
 			}
+			msg := l.res.recvSlotBytes(slot)
+			if l.notice && wire.Opcode(binary.BigEndian.Uint16(msg)) == wire.OpWritten {
+				m, err := wire.Decode(msg, true)
+				if err != nil {
+					*c = link.Completion{Kind: link.Failed, Err: err}
+					l.reported = true
+					return n + 1, nil
+				}
+				*c = link.Completion{Kind: link.DataArrived, N: m.Length}
+				break
+			}
 			*c = link.Completion{Kind: link.ControlArrived}
-			copy(c.Msg[:], l.res.recvSlotBytes(slot))
+			copy(c.Msg[:], msg)
 		default:
 			*c = link.Completion{Kind: link.Failed, Err: &wire.ProtocolError{Reason: "unexpected completion " + wc.Opcode.String()}}
 			l.reported = true

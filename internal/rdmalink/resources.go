@@ -18,12 +18,15 @@ type resources struct {
 	qp  *verbs.QP
 	rx  *verbs.Buffer // the peer writes here
 	tx  *verbs.Buffer // the transmit ring
-	ctl *verbs.Buffer // receive slots, then control send slots, 32 bytes each
+	ctl *verbs.Buffer // receive slots, control send slots, then notice slots, 32 bytes each
 
 	rxMR, txMR, ctlMR *verbs.MR
 	borrowed          bool   // rx and tx are the caller's (Config.SendMem and RecvMem)
 	release           func() // Config.Release, until called
 	recvDepth         int
+	controlDepth      int
+	notices           bool // made for write notices: a write and a send per data request, and notice slots
+	sendWRs           int  // the send queue's size
 	maxInline         uint32
 	name              string // the device and port, for errors and diagnostics
 	// The device, port and queue pair number, kept apart so that they
@@ -33,11 +36,11 @@ type resources struct {
 	qpNum  uint32
 }
 
-func newResources(id *cm.ID, cfg Config) (_ *resources, err error) {
+func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error) {
 	raiseMemlock()
 	// r, not the result: a failure returns nil, and what was made so far
 	// must still be released.
-	r := &resources{recvDepth: cfg.RecvDepth, release: cfg.Release}
+	r := &resources{recvDepth: cfg.RecvDepth, controlDepth: cfg.ControlDepth, notices: notices, release: cfg.Release, sendWRs: cfg.SendDepth}
 	defer func() {
 		if err != nil {
 			r.close()
@@ -47,13 +50,24 @@ func newResources(id *cm.ID, cfg Config) (_ *resources, err error) {
 	if ctx == nil {
 		return nil, errors.New("rdmanet: connection has no RDMA device")
 	}
+	noticeSlots := 0
+	if notices {
+		r.sendWRs, noticeSlots = 2*cfg.SendDepth, cfg.SendDepth
+	}
+	// A queue pair that fails may flush every request it holds, signaled
+	// or not: the completion queue has room for all of them. It is never
+	// resized (iWARP devices cannot, and no device needs to).
+	cqSize := r.sendWRs + cfg.RecvDepth
+	if err := checkLimits(ctx, r.sendWRs, cfg.RecvDepth, cqSize); err != nil {
+		return nil, err
+	}
 	if r.pd, err = ctx.AllocPD(); err != nil {
 		return nil, err
 	}
 	if r.ch, err = ctx.NewCompChannel(); err != nil {
 		return nil, err
 	}
-	if r.cq, err = ctx.NewCQ(cfg.SendDepth+cfg.RecvDepth, r.ch, 0); err != nil {
+	if r.cq, err = ctx.NewCQ(cqSize, r.ch, 0); err != nil {
 		return nil, err
 	}
 	if cfg.SendMem != nil && cfg.RecvMem != nil {
@@ -72,11 +86,11 @@ func newResources(id *cm.ID, cfg Config) (_ *resources, err error) {
 			return nil, err
 		}
 	}
-	if r.ctl, r.ctlMR, err = r.register((cfg.RecvDepth+cfg.ControlDepth)*wire.MessageSize, verbs.AccessLocalWrite); err != nil {
+	if r.ctl, r.ctlMR, err = r.register((cfg.RecvDepth+cfg.ControlDepth+noticeSlots)*wire.MessageSize, verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	qpc := cm.QPConfig{SendCQ: r.cq, RecvCQ: r.cq, Cap: verbs.QPCap{
-		MaxSendWR: uint32(cfg.SendDepth), MaxRecvWR: uint32(cfg.RecvDepth),
+		MaxSendWR: uint32(r.sendWRs), MaxRecvWR: uint32(cfg.RecvDepth),
 		MaxSendSGE: 1, MaxRecvSGE: 1,
 	}}
 	// Devices differ in how much they send inline (some none, some Intel
@@ -130,6 +144,12 @@ func (r *resources) sendSlot(i int) verbs.SGE { return r.recvSlot(r.recvDepth + 
 
 func (r *resources) sendSlotBytes(i int) *[wire.MessageSize]byte {
 	return (*[wire.MessageSize]byte)(r.recvSlotBytes(r.recvDepth + i))
+}
+
+func (r *resources) noticeSlot(i int) verbs.SGE { return r.recvSlot(r.recvDepth + r.controlDepth + i) }
+
+func (r *resources) noticeSlotBytes(i int) *[wire.MessageSize]byte {
+	return (*[wire.MessageSize]byte)(r.recvSlotBytes(r.recvDepth + r.controlDepth + i))
 }
 
 // close releases everything but the queue pair (the cm ID's), in the order
