@@ -360,7 +360,10 @@ func (s *rdmaSide) accept(ctx context.Context, req *cm.Request) (net.Conn, error
 	var linkFeatures wire.Features
 	if err == nil {
 		if linkFeatures, err = chooseLinkFeatures(h, ok, c.rdma, s.cfg.extensions()); err != nil {
-			c.rdma.Discard() // mem goes below
+			req.ID.Reject(rejectReason(err))
+			req.ID.Close()
+			c.discard() // after the ID, which owns the queue pair
+			return nil, err
 		}
 	}
 	if err != nil {

@@ -34,9 +34,11 @@ func chooseLinkFeatures(offer wire.Hello, hello bool, l *rdmalink.Link, accepts 
 	switch {
 	case need == 0:
 		return 0, nil
-	case !hello || accepts == 0:
+	case accepts == 0:
+		return 0, noImmediate(l, "this listener speaks Valkey's protocol only (Config.ValkeyCompatible)")
+	case !hello:
 		return 0, noImmediate(l, "the client speaks Valkey's protocol")
-	case need&^(offer.Features&accepts) != 0:
+	case need&^offer.Features != 0:
 		return 0, noImmediate(l, fmt.Sprintf("the client offers link features %#x of the %#x needed", uint32(offer.Features&wire.LinkFeatures), uint32(need)))
 	}
 	if depth := min(int(offer.RecvDepth), l.Caps().RecvDepth); need&wire.FeatureRecvCredit != 0 && depth < minRecvCreditDepth {

@@ -171,7 +171,10 @@ func (s *rdmaSide) acceptResume(ctx context.Context, req *cm.Request, h wire.Hel
 	var linkFeatures wire.Features
 	if err == nil {
 		if linkFeatures, err = chooseLinkFeatures(h, true, l, s.cfg.extensions()); err != nil {
-			l.Discard()
+			req.ID.Reject(rejectReason(err))
+			req.ID.Close()
+			l.Discard() // after the ID, which owns the queue pair
+			return abort(err)
 		}
 	}
 	if err != nil {
