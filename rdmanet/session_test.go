@@ -151,7 +151,7 @@ func (p *sessionPair) fault(rng *rand.Rand) string {
 
 func TestSessionSurvivesFaultsMidStream(t *testing.T) {
 	goroutineCheck(t)
-	cfg := Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, RecvDepth: 16, KeepAlive: 50 * time.Millisecond}
+	cfg := Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, RecvDepth: 16, KeepAlive: 250 * time.Millisecond}
 	p := newSessionPair(t, cfg)
 	const size = 32 << 20
 	done := streamBothWays(t, p.client, p.server, size)
@@ -196,7 +196,7 @@ func TestSessionNetConnWithFaults(t *testing.T) {
 		}
 	})
 	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
-		p := newSessionPair(t, Config{KeepAlive: 50 * time.Millisecond})
+		p := newSessionPair(t, Config{KeepAlive: 250 * time.Millisecond})
 		quit := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -226,7 +226,7 @@ func TestSessionNetConnWithFaults(t *testing.T) {
 // once it has one again.
 func TestSessionDeadlinesDuringPause(t *testing.T) {
 	goroutineCheck(t)
-	p := newSessionPair(t, Config{KeepAlive: 50 * time.Millisecond})
+	p := newSessionPair(t, Config{KeepAlive: 250 * time.Millisecond})
 	hold := make(chan struct{})
 	p.mu.Lock()
 	p.hold = hold
@@ -259,7 +259,7 @@ func TestSessionDeadlinesDuringPause(t *testing.T) {
 // error naming every path tried; so does the server's side, which waits.
 func TestSessionResumeTimeout(t *testing.T) {
 	goroutineCheck(t)
-	p := newSessionPair(t, Config{KeepAlive: 50 * time.Millisecond, ResumeTimeout: 300 * time.Millisecond})
+	p := newSessionPair(t, Config{KeepAlive: 250 * time.Millisecond, ResumeTimeout: 300 * time.Millisecond})
 	p.mu.Lock()
 	p.refuse = errors.New("test: no route to host")
 	p.mu.Unlock()
@@ -295,7 +295,7 @@ func TestSessionRefusesStaleGeneration(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			goroutineCheck(t)
-			p := newSessionPair(t, Config{KeepAlive: 50 * time.Millisecond})
+			p := newSessionPair(t, Config{KeepAlive: 250 * time.Millisecond})
 			// One good resume first, so the generation is 1 and a replay of
 			// the first request (generation 0) is stale.
 			a, _ := p.pipes()
@@ -324,7 +324,7 @@ func TestSessionRefusesStaleGeneration(t *testing.T) {
 // A peer that closes ends the session as today: no resumption.
 func TestSessionPeerCloseIsNotAFailure(t *testing.T) {
 	goroutineCheck(t)
-	p := newSessionPair(t, Config{KeepAlive: 50 * time.Millisecond})
+	p := newSessionPair(t, Config{KeepAlive: 250 * time.Millisecond})
 	roundTrip(t, p.client, p.server)
 	closeAndWait(t, p.server)
 	var b [1]byte
@@ -363,7 +363,7 @@ func roundTrip(t *testing.T, a, b *Conn) {
 func TestSessionFailsBack(t *testing.T) {
 	goroutineCheck(t)
 	before := SessionStats()
-	p := newSessionPair(t, Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, KeepAlive: 50 * time.Millisecond, FailbackInterval: 20 * time.Millisecond})
+	p := newSessionPair(t, Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
 	var broken atomic.Bool
 	p.client.sess.paths = []resumePath{
 		{name: "primary", dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
@@ -423,7 +423,7 @@ func TestSessionStatsCountMoves(t *testing.T) {
 		}
 		return n
 	}
-	p := newSessionPair(t, Config{KeepAlive: 50 * time.Millisecond})
+	p := newSessionPair(t, Config{KeepAlive: 250 * time.Millisecond})
 	before := SessionStats()
 	a, _ := p.pipes()
 	a.Cut(nil)
