@@ -50,6 +50,10 @@ const (
 	// ReasonNoImmediate: this host's RDMA device has no immediate data
 	// (iWARP), and the peer speaks only Valkey's protocol, which needs it.
 	ReasonNoImmediate Reason = "no-immediate-data"
+	// ReasonIWARPPort: a listener serving TCP and RDMA on one port could not
+	// listen for RDMA there, because iWARP shares TCP's port numbers (on an
+	// iWARP device's address, or the wildcard address of a host with one).
+	ReasonIWARPPort Reason = "iwarp-port-in-use"
 	// ReasonRDMAError: RDMA set-up failed in another way (the Error's Err says how).
 	ReasonRDMAError Reason = "rdma-error"
 )
@@ -57,7 +61,7 @@ const (
 // reasons lists every reason; Counters number them by their place here.
 var reasons = [...]Reason{
 	ReasonPolicy, ReasonNoCgo, ReasonUnsupportedOS, ReasonNoLibrary, ReasonNoDevice,
-	ReasonRouteNoRDMA, ReasonRejected, ReasonTimeout, ReasonUnreachable, ReasonResources, ReasonNoImmediate, ReasonRDMAError,
+	ReasonRouteNoRDMA, ReasonRejected, ReasonTimeout, ReasonUnreachable, ReasonResources, ReasonNoImmediate, ReasonIWARPPort, ReasonRDMAError,
 }
 
 // AllReasons lists every reason.
@@ -90,6 +94,8 @@ func (r Reason) Describe() string {
 		return "a resource limit (locked memory, memory, queue pairs) stopped RDMA set-up"
 	case ReasonNoImmediate:
 		return "this host's RDMA device has no immediate data (iWARP), which the peer's protocol (Valkey's) needs"
+	case ReasonIWARPPort:
+		return "iWARP shares TCP's port numbers, so one port cannot serve both TCP and iWARP"
 	case ReasonRDMAError:
 		return "RDMA set-up failed"
 	}
@@ -118,6 +124,8 @@ func (r Reason) Hint() string {
 		return "check that the peer's host has RDMA (rdmanet devices) and that UDP port 4791 (RoCEv2) passes"
 	case ReasonNoImmediate:
 		return "reach Valkey peers through a RoCE or InfiniBand device; rdmanet peers agree on write notices over iWARP"
+	case ReasonIWARPPort:
+		return "listen on network \"rdma\" for iWARP clients, or serve both on an address of a RoCE or InfiniBand device"
 	case ReasonResources:
 		return "raise RLIMIT_MEMLOCK (ulimit -l, LimitMEMLOCK= in systemd) or use smaller buffers (rdmanet.Config)"
 	}

@@ -64,8 +64,23 @@ type requestSource interface {
 // address it got (port 0 picks one).
 type listenFunc func(ap netip.AddrPort, backlog int) (requestSource, netip.AddrPort, error)
 
-// listenCM is the listenFunc of real listeners.
+// listenCM is the listenFunc of real listeners that serve RDMA only.
 func listenCM(ap netip.AddrPort, backlog int) (requestSource, netip.AddrPort, error) {
+	return listenOne(ap, backlog)
+}
+
+// listenCMBesideTCP is the listenFunc of listeners that serve TCP on the
+// same port: on a wildcard address of a host with an iWARP device, it
+// leaves the iWARP devices out (listen_each.go).
+func listenCMBesideTCP(ap netip.AddrPort, backlog int) (requestSource, netip.AddrPort, error) {
+	if listenBesideIWARP(ap) {
+		return listenEach(ap, backlog)
+	}
+	return listenOne(ap, backlog)
+}
+
+// listenOne makes one listening ID on ap.
+func listenOne(ap netip.AddrPort, backlog int) (*cm.ID, netip.AddrPort, error) {
 	id, err := cm.NewID()
 	if err != nil {
 		return nil, netip.AddrPort{}, err

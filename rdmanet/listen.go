@@ -68,12 +68,12 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	backlog := cmp.Or(max(lc.Backlog, 0), 128)
 	switch policy {
 	case fallback.RDMAOnly:
-		id, bound, why := listenRDMA(ap, backlog)
+		id, bound, why := listenRDMA(ap, backlog, listenCM)
 		if why != nil {
 			counters.FellBack(why.Reason)
 			return nil, opErr(why)
 		}
-		l.startRDMA(id, bound, cfg, backlog)
+		l.startRDMA(id, bound, cfg, backlog, listenCM)
 		return l, nil
 	case fallback.TCPOnly:
 		l.noRDMA = &fallback.Error{Reason: fallback.ReasonPolicy}
@@ -91,12 +91,14 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 			return nil, opErr(err)
 		}
 		port := l.tcp.Addr().(*net.TCPAddr).AddrPort().Port()
-		id, bound, why := listenRDMA(netip.AddrPortFrom(ap.Addr(), port), backlog)
+		id, bound, why := listenRDMA(netip.AddrPortFrom(ap.Addr(), port), backlog, listenCMBesideTCP)
 		if why == nil {
-			l.startRDMA(id, bound, cfg, backlog)
+			l.startRDMA(id, bound, cfg, backlog, listenCMBesideTCP)
 			break
 		}
-		if ap.Port() == 0 && errors.Is(why, syscall.EADDRINUSE) && try < 5 {
+		if iwarpPortConflict(ap.Addr(), why) {
+			why = iwarpPortError(why.Err)
+		} else if ap.Port() == 0 && errors.Is(why, syscall.EADDRINUSE) && try < 5 {
 			l.tcp.Close()
 			continue
 		}
@@ -112,7 +114,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 }
 
 // listenRDMA makes the listening ID on ap, or says why it cannot.
-func listenRDMA(ap netip.AddrPort, backlog int) (requestSource, netip.AddrPort, *fallback.Error) {
+func listenRDMA(ap netip.AddrPort, backlog int, listen listenFunc) (requestSource, netip.AddrPort, *fallback.Error) {
 	if err := cm.Available(); err != nil {
 		return nil, netip.AddrPort{}, &fallback.Error{Reason: fallback.Classify(err), Err: err}
 	}
@@ -125,7 +127,7 @@ func listenRDMA(ap netip.AddrPort, backlog int) (requestSource, netip.AddrPort, 
 			}
 		}
 	}
-	id, bound, err := listenCM(ap, backlog)
+	id, bound, err := listen(ap, backlog)
 	if err != nil {
 		return nil, netip.AddrPort{}, &fallback.Error{Reason: fallback.Classify(err), Err: err}
 	}
@@ -133,9 +135,10 @@ func listenRDMA(ap netip.AddrPort, backlog int) (requestSource, netip.AddrPort, 
 }
 
 // startRDMA serves RDMA connections from id, listening on bound.
-func (l *Listener) startRDMA(id requestSource, bound netip.AddrPort, cfg Config, backlog int) {
+func (l *Listener) startRDMA(id requestSource, bound netip.AddrPort, cfg Config, backlog int, listen listenFunc) {
 	l.rdmaAddr = &Addr{bound}
 	l.rdma = newRDMASide(bound, cfg, backlog)
+	l.rdma.listen = listen // to listen again the same way
 	l.rdma.start(id)
 }
 
