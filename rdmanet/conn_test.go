@@ -75,13 +75,21 @@ func memPair(t testing.TB, cfg Config, features wire.Features) (client, server *
 // memConns makes Conns over the ends of a pipe (or links wrapping them).
 func memConns(t testing.TB, cfg Config, features wire.Features, a, b link.Link) (client, server *Conn, pa, pb *link.Pipe) {
 	t.Helper()
-	client, err := newLinkConn(a, cfg, false, features, helloOf(cfg, features))
-	if err != nil {
+	var err error
+	if b.Caps().SpeakSecond {
+		// The accepting side starts first, as it may on iWARP, where it
+		// must not speak before the dialer.
+		if server, err = newLinkConn(b, cfg, true, features, helloOf(cfg, features)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if client, err = newLinkConn(a, cfg, false, features, helloOf(cfg, features)); err != nil {
 		t.Fatal(err)
 	}
-	server, err = newLinkConn(b, cfg, true, features, helloOf(cfg, features))
-	if err != nil {
-		t.Fatal(err)
+	if server == nil {
+		if server, err = newLinkConn(b, cfg, true, features, helloOf(cfg, features)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	pa, _ = unwrapPipe(a)
 	pb, _ = unwrapPipe(b)
