@@ -23,10 +23,10 @@ import (
 // spares the kernel a module request per crc32 implementation (each a
 // modprobe run, about 0.5 s in all) when the first rxe device is added.
 // nbd is the kernel's NBD client, the block device of blockstore's lab
-// tests (examples/blockstore). ib_core and libcrc32c are what the lab's own
-// siw.ko needs (siw.go): it is loaded without modprobe, which resolves no
-// dependencies for a module outside /lib/modules; libcrc32c pulls in the
-// crc32c implementations siw computes iWARP's MPA checksums with.
+// tests (examples/blockstore). ib_core and libcrc32c are the dependencies
+// of the lab's own siw.ko (siw.go), which is not under /lib/modules and so
+// is loaded directly (loadSiw), with nothing to resolve them; libcrc32c
+// pulls in the crc32c implementations siw computes MPA's CRC with.
 var guestModules = []string{"ib_core", "rdma_rxe", "rdma_ucm", "ib_uverbs", "veth", "crc32_generic", "libcrc32c", "nbd"}
 
 // prefixLen is the prefix length of every lab subnet.
@@ -117,8 +117,9 @@ type batch struct {
 }
 
 // build loads the modules (siw.ko among them) and creates the namespaces,
-// links, addresses and RDMA devices of topology(). Commands are grouped into one batch per program
-// and namespace, because each program start costs about 0.1 s under TCG.
+// links, addresses and RDMA devices of topology(). Commands are grouped into
+// one batch per program and namespace, because each program start costs
+// about 0.1 s under TCG.
 func (s *netSetup) build() error {
 	namespaces := []string{""} // "" is the initial one
 	ipCmds := map[string][]string{"": {"link set lo up"}}
