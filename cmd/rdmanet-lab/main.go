@@ -1,7 +1,8 @@
 //go:build linux
 
 // Command rdmanet-lab runs a command in a throwaway VM with real RDMA
-// (Soft-RoCE), for testing rdmanet on machines whose kernel has none.
+// (Soft-RoCE and Soft-iWARP), for testing rdmanet on machines whose kernel
+// has none.
 //
 // It boots the host's Debian kernel under QEMU (TCG), with the host's root
 // file system as the guest's, read-only, and runs the command there as root
@@ -26,10 +27,11 @@ import (
 const usage = `usage: rdmanet-lab [flags] CMD [ARGS...]
        rdmanet-lab [flags] -selfcheck
 
-Boots the host's kernel under QEMU/TCG with Soft-RoCE (rdma_rxe) and runs CMD
-inside: as root, with the host's root file system read-only (its temporary
-directory writable), the same working directory and environment, RLIMIT_MEMLOCK
-unlimited, TMPDIR on a tmpfs and standard input empty. CMD's output streams to
+Boots the host's kernel under QEMU/TCG with Soft-RoCE (rdma_rxe) and
+Soft-iWARP (siw) and runs CMD inside: as root, with the host's root file
+system read-only (its temporary directory writable), the same working
+directory and environment, RLIMIT_MEMLOCK unlimited, TMPDIR on a tmpfs and
+standard input empty. CMD's output streams to
 rdmanet-lab's own, and rdmanet-lab exits with CMD's exit status (128+N if
 signal N killed it).
 
@@ -46,19 +48,26 @@ The lab's network (all in 198.18.0.0/15), as CMD's environment describes it:
                  A and B reach each other over RDMA on either path, each a
                  veth pair of its own; TCP between these addresses goes
                  through lo, untouched by faults on the veths
+    RDMANET_LAB_IWARP_ADDR_A, _DEV_A, _NETDEV_A   iWARP: %[17]v on %[19]s (%[21]s)
+    RDMANET_LAB_IWARP_ADDR_B, _DEV_B, _NETDEV_B          %[18]v on %[20]s (%[22]s)
+                 A and B over Soft-iWARP, a veth pair of its own; siw's
+                 TCP between them goes through lo too
     RDMANET_LAB_NORDMA_HOST, _NETNS     %[13]v in netns %[14]s: a host without
                                         RDMA (TCP works, RDMA gets no answer)
     RDMANET_LAB_PLAIN_HOST, _NETNS      %[15]v in netns %[16]s, behind a netdev
                                         without RDMA (address resolution fails)
 Package internal/labenv reads them for tests.
 
--selfcheck boots the lab and checks it with ibv_devices, rping (on both paths),
-ib_write_bw and ib_send_lat, printing each tool's summary (inside the lab it
+-selfcheck boots the lab and checks it with ibv_devices, ibv_devinfo, rping
+(on both RoCE paths and the iWARP pair), ib_write_bw (RoCE, and iWARP over
+rdma_cm) and ib_send_lat, printing each tool's summary (inside the lab it
 checks the lab it is in).
 
 The kernel and initramfs it boots are built from the host's and cached in
-~/.cache/rdmanet-lab (or $XDG_CACHE_HOME/rdmanet-lab). Runs of one user wait
-for each other: one VM at a time.
+~/.cache/rdmanet-lab (or $XDG_CACHE_HOME/rdmanet-lab), and so is siw.ko,
+which Debian's kernels lack: it is built once per kernel and kernel source
+from linux-source-6.1 against the kernel's linux-headers package (about 30 s).
+Runs of one user wait for each other: one VM at a time.
 
 Exit status: CMD's own; 124 if -timeout expired; 125 if the lab failed
 (including a guest that reported no status); 126/127 if CMD cannot be
@@ -87,7 +96,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		d := labenv.Default
 		fmt.Fprintf(stderr, usage, d.AddrA, d.AddrB, d.DevA, d.DevB, d.NetdevA, d.NetdevB,
 			d.AddrA2, d.AddrB2, d.DevA2, d.DevB2, d.NetdevA2, d.NetdevB2,
-			d.NoRDMAHost, d.NoRDMANetns, d.PlainHost, d.PlainNetns)
+			d.NoRDMAHost, d.NoRDMANetns, d.PlainHost, d.PlainNetns,
+			d.AddrIA, d.AddrIB, d.DevIA, d.DevIB, d.NetdevIA, d.NetdevIB)
 		fs.VisitAll(func(f *flag.Flag) {
 			if f.Name == "guest" { // for /init only
 				return

@@ -39,7 +39,7 @@ func TestUsage(t *testing.T) {
 	}
 	var stderr bytes.Buffer
 	run([]string{"-h"}, &bytes.Buffer{}, &stderr)
-	for _, want := range []string{"go test -exec", "198.18.0.1", "198.18.3.2", "rxe4", "lab-d", "RDMANET_LAB_ADDR_A2", "RDMANET_LAB_PLAIN_HOST", "-selfcheck", "-timeout"} {
+	for _, want := range []string{"go test -exec", "198.18.0.1", "198.18.3.2", "rxe4", "lab-d", "RDMANET_LAB_ADDR_A2", "RDMANET_LAB_PLAIN_HOST", "RDMANET_LAB_IWARP_ADDR_B", "198.18.4.2", "siw1", "lab-i1", "-selfcheck", "-timeout"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("usage lacks %q", want)
 		}

@@ -13,8 +13,8 @@ import (
 	"github.com/rdmanet/sdk/internal/labenv"
 )
 
-// The command on the lab's Soft-RoCE: devices, doctor to a host with RDMA
-// and to one without, ping and bench over RDMA.
+// The command on the lab's Soft-RoCE: devices (and the Soft-iWARP devices),
+// doctor to a host with RDMA and to one without, ping and bench over RDMA.
 
 func TestLabDevices(t *testing.T) {
 	env := labenv.RequireRDMA(t)
@@ -58,8 +58,31 @@ func TestLabDevices(t *testing.T) {
 	if found != 2 {
 		t.Errorf("devices lists %d of %s and %s: %+v", found, env.DevA, env.DevB, out.Devices)
 	}
+	// The Soft-iWARP pair: transport iWARP. siw's GIDs are made of its
+	// netdev's MAC address, not of IP addresses, so none is checked.
+	iw := env.IWARP()
+	wantIW := map[string]string{iw.DevA: iw.NetdevA, iw.DevB: iw.NetdevB}
+	foundIW := 0
+	for _, d := range out.Devices {
+		netdev, ok := wantIW[d.Name]
+		if !ok {
+			continue
+		}
+		foundIW++
+		if d.Error != "" || d.Transport != "iWARP" || len(d.Ports) != 1 {
+			t.Errorf("%s: %+v; want transport iWARP, one port", d.Name, d)
+			continue
+		}
+		if p := d.Ports[0]; p.State != "ACTIVE" || p.Protocol != "iWARP" || p.Netdev != netdev {
+			t.Errorf("%s port 1: %+v; want ACTIVE, iWARP, netdev %s", d.Name, p, netdev)
+		}
+	}
+	if foundIW != 2 {
+		t.Errorf("devices lists %d of %s and %s: %+v", foundIW, iw.DevA, iw.DevB, out.Devices)
+	}
 	_, human, _ := runCmd(t, "devices")
-	for _, s := range []string{env.DevA, env.DevB, "lab-a", "lab-b", "ACTIVE", "RoCE", "::ffff:" + env.AddrA.String(), "RLIMIT_MEMLOCK"} {
+	for _, s := range []string{env.DevA, env.DevB, "lab-a", "lab-b", "ACTIVE", "RoCE", "::ffff:" + env.AddrA.String(), "RLIMIT_MEMLOCK",
+		iw.DevA + "  transport iWARP", iw.DevB + "  transport iWARP", iw.NetdevA, iw.NetdevB} {
 		if !strings.Contains(human, s) {
 			t.Errorf("devices does not show %q:\n%s", s, human)
 		}

@@ -135,7 +135,7 @@ func (g *guest) run(specPath string) int {
 	}
 	g.verbose = sp.Verbose
 
-	ns, err := newNetSetup(g.logf)
+	ns, err := newNetSetup(sp.SiwModule, g.logf)
 	if err == nil {
 		err = ns.build()
 	}

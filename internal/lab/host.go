@@ -121,6 +121,11 @@ func prepare(cfg Config, cache string) (machine, spec, error) {
 	if err != nil {
 		return machine{}, spec{}, fmt.Errorf("building the initramfs: %w", err)
 	}
+	siw, err := siwModule(k, cache, func(msg string) { fmt.Fprintf(cfg.Stderr, "lab: %s\n", msg) })
+	if err != nil {
+		return machine{}, spec{}, err
+	}
+	sp.SiwModule = siw
 	image, err := pvhKernel(k, cache)
 	if err != nil {
 		image = k.image

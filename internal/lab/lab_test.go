@@ -186,7 +186,7 @@ func TestTopology(t *testing.T) {
 		}
 	}
 	d := labenv.Default
-	for _, a := range []netip.Addr{d.AddrA, d.AddrB, d.AddrA2, d.AddrB2, d.NoRDMAHost, d.PlainHost} {
+	for _, a := range []netip.Addr{d.AddrA, d.AddrB, d.AddrA2, d.AddrB2, d.AddrIA, d.AddrIB, d.NoRDMAHost, d.PlainHost} {
 		if !addrs[a] {
 			t.Errorf("labenv address %v is not in the lab's topology", a)
 		}
@@ -199,7 +199,7 @@ func TestTopology(t *testing.T) {
 	ends := map[string]linkEnd{}
 	for i, pair := range topology() {
 		for _, e := range pair {
-			for _, n := range []string{e.dev, e.rxe} {
+			for _, n := range []string{e.dev, e.rdma} {
 				if n != "" && names[n] {
 					t.Errorf("%s appears twice in the topology", n)
 				}
@@ -216,10 +216,11 @@ func TestTopology(t *testing.T) {
 		}
 		subnets[p] = i
 	}
-	for _, path := range d.Paths() {
-		for _, want := range []linkEnd{{dev: path.NetdevA, addr: path.A, rxe: path.DevA}, {dev: path.NetdevB, addr: path.B, rxe: path.DevB}} {
+	path2 := labenv.Pair{Provider: labenv.ProviderRXE, AddrA: d.AddrA2, AddrB: d.AddrB2, DevA: d.DevA2, DevB: d.DevB2, NetdevA: d.NetdevA2, NetdevB: d.NetdevB2}
+	for _, pair := range append(d.Pairs(), path2) {
+		for _, want := range []linkEnd{{dev: pair.NetdevA, addr: pair.AddrA, rdma: pair.DevA, provider: pair.Provider}, {dev: pair.NetdevB, addr: pair.AddrB, rdma: pair.DevB, provider: pair.Provider}} {
 			if got := ends[want.dev]; got != want {
-				t.Errorf("labenv's path end %+v is %+v in the topology", want, got)
+				t.Errorf("labenv's pair end %+v is %+v in the topology", want, got)
 			}
 		}
 	}

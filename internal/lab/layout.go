@@ -55,6 +55,9 @@ type spec struct {
 	Env     []string // complete environment of the command
 	Dir     string   // working directory
 	Verbose bool     // log the set-up steps on stderr
+	// SiwModule is the host path of the siw.ko built for the lab kernel
+	// (siw.go), the same path in the guest, whose root is the host's.
+	SiwModule string
 }
 
 // Control messages on portCtl, one per line. The guest sends msgStart just

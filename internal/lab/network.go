@@ -4,6 +4,7 @@ package lab
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/internal/labenv"
+	"golang.org/x/sys/unix"
 )
 
 // guestModules are loaded in the guest before the network is built.
@@ -21,8 +23,11 @@ import (
 // spares the kernel a module request per crc32 implementation (each a
 // modprobe run, about 0.5 s in all) when the first rxe device is added.
 // nbd is the kernel's NBD client, the block device of blockstore's lab
-// tests (examples/blockstore).
-var guestModules = []string{"rdma_rxe", "rdma_ucm", "ib_uverbs", "veth", "crc32_generic", "nbd"}
+// tests (examples/blockstore). ib_core and libcrc32c are the dependencies
+// of the lab's own siw.ko (siw.go), which is not under /lib/modules and so
+// is loaded directly (loadSiw), with nothing to resolve them; libcrc32c
+// pulls in the crc32c implementations siw computes MPA's CRC with.
+var guestModules = []string{"ib_core", "rdma_rxe", "rdma_ucm", "ib_uverbs", "veth", "crc32_generic", "libcrc32c", "nbd"}
 
 // prefixLen is the prefix length of every lab subnet.
 const prefixLen = 24
@@ -32,7 +37,10 @@ type linkEnd struct {
 	dev   string     // interface name
 	addr  netip.Addr // its address, with prefixLen
 	netns string     // its network namespace, or "" for the initial one
-	rxe   string     // the rxe device on it, or "" for none
+	rdma  string     // the RDMA device on it, or "" for none
+	// provider is the type of rdma: labenv.ProviderRXE (Soft-RoCE) or
+	// labenv.ProviderSIW (Soft-iWARP).
+	provider string
 }
 
 // where names the interface for messages.
@@ -47,22 +55,28 @@ func (e linkEnd) where() string {
 // labenv.Default; the near ends of the non-RDMA hosts are the lab's own.
 func topology() [][2]linkEnd {
 	d := labenv.Default
+	rxe, siw := labenv.ProviderRXE, labenv.ProviderSIW
 	return [][2]linkEnd{
 		// A and B: RDMA bound to A goes out on lab-a and comes in on lab-b.
 		// Both ends stay in the initial namespace, the only one where
 		// Debian 6.1's rxe receives.
-		{{dev: d.NetdevA, addr: d.AddrA, rxe: d.DevA}, {dev: d.NetdevB, addr: d.AddrB, rxe: d.DevB}},
+		{{dev: d.NetdevA, addr: d.AddrA, rdma: d.DevA, provider: rxe}, {dev: d.NetdevB, addr: d.AddrB, rdma: d.DevB, provider: rxe}},
 		// Path 2 between A and B, the same again on a veth pair and a
 		// subnet of its own: a fault on one path leaves the other alone.
 		// Each subnet's two routes (one per end) are distinct from the
 		// other path's, and rdma_cm and rxe pick the route out of the
 		// source address's own interface, so neither path's traffic
 		// crosses the other's veths.
-		{{dev: d.NetdevA2, addr: d.AddrA2, rxe: d.DevA2}, {dev: d.NetdevB2, addr: d.AddrB2, rxe: d.DevB2}},
+		{{dev: d.NetdevA2, addr: d.AddrA2, rdma: d.DevA2, provider: rxe}, {dev: d.NetdevB2, addr: d.AddrB2, rdma: d.DevB2, provider: rxe}},
 		// A host without RDMA: the near end has rxe, so RDMA toward the far
 		// end is sent and never answered.
-		{{dev: "lab-n0", addr: netip.MustParseAddr("198.18.1.1"), rxe: "rxe2"},
+		{{dev: "lab-n0", addr: netip.MustParseAddr("198.18.1.1"), rdma: "rxe2", provider: rxe},
 			{dev: "lab-n1", addr: d.NoRDMAHost, netns: d.NoRDMANetns}},
+		// A and B over Soft-iWARP, on a veth pair of its own. siw's TCP
+		// between the two addresses goes through lo like any local TCP
+		// (docs/lab.md, "Soft-iWARP"); rdma_cm still resolves the peer
+		// through the source address's interface, with ARP over the veths.
+		{{dev: d.NetdevIA, addr: d.AddrIA, rdma: d.DevIA, provider: siw}, {dev: d.NetdevIB, addr: d.AddrIB, rdma: d.DevIB, provider: siw}},
 		// A route through a netdev without RDMA: address resolution fails.
 		{{dev: "lab-p0", addr: netip.MustParseAddr("198.18.2.1")},
 			{dev: "lab-p1", addr: d.PlainHost, netns: d.PlainNetns}},
@@ -72,10 +86,11 @@ func topology() [][2]linkEnd {
 // netSetup builds the lab's network with the host's modprobe, ip and rdma.
 type netSetup struct {
 	modprobe, ip, rdma string
+	siwModule          string                           // the lab's siw.ko (siw.go)
 	log                func(format string, args ...any) // set-up steps
 }
 
-func newNetSetup(log func(string, ...any)) (*netSetup, error) {
+func newNetSetup(siwModule string, log func(string, ...any)) (*netSetup, error) {
 	modprobe, err := toolModprobe.find()
 	if err != nil {
 		return nil, err
@@ -88,7 +103,10 @@ func newNetSetup(log func(string, ...any)) (*netSetup, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &netSetup{modprobe: modprobe, ip: ip, rdma: rdma, log: log}, nil
+	if siwModule == "" {
+		return nil, errors.New("no siw.ko: the host did not build Soft-iWARP")
+	}
+	return &netSetup{modprobe: modprobe, ip: ip, rdma: rdma, siwModule: siwModule, log: log}, nil
 }
 
 // batch is one run of a set-up program: argv, then lines on its standard
@@ -98,9 +116,10 @@ type batch struct {
 	lines []string
 }
 
-// build loads the modules and creates the namespaces, links, addresses and
-// rxe devices of topology(). Commands are grouped into one batch per program
-// and namespace, because each program start costs about 0.1 s under TCG.
+// build loads the modules (siw.ko among them) and creates the namespaces,
+// links, addresses and RDMA devices of topology(). Commands are grouped into
+// one batch per program and namespace, because each program start costs
+// about 0.1 s under TCG.
 func (s *netSetup) build() error {
 	namespaces := []string{""} // "" is the initial one
 	ipCmds := map[string][]string{"": {"link set lo up"}}
@@ -124,8 +143,8 @@ func (s *netSetup) build() error {
 			ipCmds[e.netns] = append(ipCmds[e.netns],
 				fmt.Sprintf("addr add %s/%d dev %s", e.addr, prefixLen, e.dev),
 				"link set "+e.dev+" up")
-			if e.rxe != "" {
-				rdmaCmds = append(rdmaCmds, "link add "+e.rxe+" type rxe netdev "+e.dev)
+			if e.rdma != "" {
+				rdmaCmds = append(rdmaCmds, "link add "+e.rdma+" type "+e.provider+" netdev "+e.dev)
 			}
 		}
 	}
@@ -144,9 +163,14 @@ func (s *netSetup) build() error {
 	// rdma spells the option -b: it would read -batch as -b atch.
 	batches = append(batches, batch{[]string{s.rdma, "-b", "-"}, rdmaCmds})
 
-	for _, b := range batches {
+	for i, b := range batches {
 		if err := s.run(b); err != nil {
 			return err
+		}
+		if i == 0 { // the modules siw.ko needs are loaded
+			if err := s.loadSiw(); err != nil {
+				return err
+			}
 		}
 	}
 	for _, dev := range acceptLocal {
@@ -155,6 +179,21 @@ func (s *netSetup) build() error {
 		if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// loadSiw loads the lab's siw.ko. The syscall, rather than insmod: one
+// program start fewer (about 0.1 s under TCG), and the same error.
+func (s *netSetup) loadSiw() error {
+	s.log("insmod %s", s.siwModule)
+	f, err := os.Open(s.siwModule)
+	if err != nil {
+		return fmt.Errorf("Soft-iWARP module: %w", err)
+	}
+	defer f.Close()
+	if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil {
+		return fmt.Errorf("loading Soft-iWARP module %s: %w (dmesg says why)", s.siwModule, err)
 	}
 	return nil
 }
@@ -176,7 +215,7 @@ func (s *netSetup) run(b batch) error {
 	return nil
 }
 
-// verifyNetwork checks that the network is usable: every rxe device has an
+// verifyNetwork checks that the network is usable: every RDMA device has an
 // active port, and every interface is up and running with its address.
 // Links come up asynchronously, so it retries for a while.
 func verifyNetwork() error {
@@ -194,13 +233,13 @@ func verifyNetwork() error {
 func checkNetwork() error {
 	for _, pair := range topology() {
 		for _, e := range pair {
-			if e.rxe != "" {
-				state, err := os.ReadFile(filepath.Join("/sys/class/infiniband", e.rxe, "ports/1/state"))
+			if e.rdma != "" {
+				state, err := os.ReadFile(filepath.Join("/sys/class/infiniband", e.rdma, "ports/1/state"))
 				if err != nil {
-					return fmt.Errorf("RDMA device %s: %w", e.rxe, err)
+					return fmt.Errorf("RDMA device %s: %w", e.rdma, err)
 				}
 				if !bytes.Contains(state, []byte("ACTIVE")) {
-					return fmt.Errorf("RDMA device %s: port state %s", e.rxe, bytes.TrimSpace(state))
+					return fmt.Errorf("RDMA device %s: port state %s", e.rdma, bytes.TrimSpace(state))
 				}
 			}
 			check := func() error { return checkInterface(e) }

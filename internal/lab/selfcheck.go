@@ -18,6 +18,7 @@ import (
 // Programs the self-check runs, from rdma-core's and perftest's packages.
 var selfCheckTools = []tool{
 	{"ibv_devices", "ibverbs-utils"},
+	{"ibv_devinfo", "ibverbs-utils"},
 	{"rping", "rdmacm-utils"},
 	{"ib_write_bw", "perftest"},
 	{"ib_send_lat", "perftest"},
@@ -51,6 +52,8 @@ func SelfCheck(ctx context.Context, w io.Writer) error {
 	}
 	a, b := env.AddrA.String(), env.AddrB.String()
 	a2, b2 := env.AddrA2.String(), env.AddrB2.String()
+	iw := env.IWARP()
+	ia, ib := iw.AddrA.String(), iw.AddrB.String()
 	rping := func(a, b string) func(context.Context) (string, error) {
 		return func(ctx context.Context) (string, error) {
 			out, err := serverClient(ctx,
@@ -63,15 +66,27 @@ func SelfCheck(ctx context.Context, w io.Writer) error {
 		title string
 		run   func(context.Context) (string, error)
 	}{
-		{fmt.Sprintf("ibv_devices lists %s, %s, %s and %s", env.DevA, env.DevB, env.DevA2, env.DevB2), func(ctx context.Context) (string, error) {
+		{fmt.Sprintf("ibv_devices lists %s, %s, %s, %s, %s and %s", env.DevA, env.DevB, env.DevA2, env.DevB2, env.DevIA, env.DevIB), func(ctx context.Context) (string, error) {
 			return devicesStep(ctx, env)
+		}},
+		{fmt.Sprintf("ibv_devinfo: %s and %s are iWARP, the rxe devices RoCE (transport InfiniBand)", env.DevIA, env.DevIB), func(ctx context.Context) (string, error) {
+			return transportsStep(ctx, env)
 		}},
 		{fmt.Sprintf("rping %s -> %s (path 1), 3 round trips", a, b), rping(a, b)},
 		{fmt.Sprintf("rping %s -> %s (path 2), 3 round trips", a2, b2), rping(a2, b2)},
+		{fmt.Sprintf("rping %s -> %s (iWARP, %s -> %s), 3 round trips", ia, ib, iw.DevA, iw.DevB), rping(ia, ib)},
 		{fmt.Sprintf("ib_write_bw %s -> %s, 64 KiB x 100", env.DevA, env.DevB), func(ctx context.Context) (string, error) {
 			out, err := serverClient(ctx,
 				[]string{"ib_write_bw", "-F", "-d", env.DevB, "-s", "65536", "-n", "100"},
 				[]string{"ib_write_bw", "-F", "-d", env.DevA, "-s", "65536", "-n", "100", b})
+			return perftestSummary(out), err
+		}},
+		// iWARP connects queue pairs through rdma_cm only (-R): perftest's
+		// own exchange over TCP would skip the MPA handshake siw needs.
+		{fmt.Sprintf("ib_write_bw -R %s -> %s (iWARP, %s -> %s), 64 KiB x 100", ia, ib, iw.DevA, iw.DevB), func(ctx context.Context) (string, error) {
+			out, err := serverClient(ctx,
+				[]string{"ib_write_bw", "-F", "-R", "-d", iw.DevB, "--source_ip", ib, "-s", "65536", "-n", "100"},
+				[]string{"ib_write_bw", "-F", "-R", "-d", iw.DevA, "--source_ip", ia, "-s", "65536", "-n", "100", ib})
 			return perftestSummary(out), err
 		}},
 		{fmt.Sprintf("ib_send_lat %s -> %s, 64 B x 200", env.DevA, env.DevB), func(ctx context.Context) (string, error) {
@@ -100,18 +115,57 @@ func SelfCheck(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
-// devicesStep runs ibv_devices and checks that it lists env's four devices.
+// devicesStep runs ibv_devices and checks that it lists env's six devices.
 func devicesStep(ctx context.Context, env labenv.Env) (string, error) {
 	out, err := exec.CommandContext(ctx, "ibv_devices").CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("ibv_devices: %v", err)
 	}
-	for _, dev := range []string{env.DevA, env.DevB, env.DevA2, env.DevB2} {
+	for _, dev := range []string{env.DevA, env.DevB, env.DevA2, env.DevB2, env.DevIA, env.DevIB} {
 		if !hasField(string(out), dev) {
 			return string(out), fmt.Errorf("ibv_devices does not list %s", dev)
 		}
 	}
 	return string(out), nil
+}
+
+// transportsStep runs ibv_devinfo and checks each lab device's transport:
+// iWARP for siw's, InfiniBand (which RoCE is, to verbs) for rxe's.
+func transportsStep(ctx context.Context, env labenv.Env) (string, error) {
+	out, err := exec.CommandContext(ctx, "ibv_devinfo").CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("ibv_devinfo: %v", err)
+	}
+	got := devinfoTransports(string(out))
+	var summary strings.Builder
+	want := map[string]string{env.DevA: "InfiniBand", env.DevB: "InfiniBand", env.DevA2: "InfiniBand", env.DevB2: "InfiniBand",
+		env.DevIA: "iWARP", env.DevIB: "iWARP"}
+	for _, dev := range []string{env.DevA, env.DevB, env.DevA2, env.DevB2, env.DevIA, env.DevIB} {
+		fmt.Fprintf(&summary, "%s: transport %s\n", dev, got[dev])
+	}
+	for dev, w := range want {
+		if got[dev] != w {
+			return summary.String(), fmt.Errorf("ibv_devinfo: %s has transport %q, want %s", dev, got[dev], w)
+		}
+	}
+	return summary.String(), nil
+}
+
+// devinfoTransports reads ibv_devinfo's output: each device's block starts
+// with "hca_id:\tNAME" and has a line "transport:\t\t\tiWARP (1)".
+func devinfoTransports(out string) map[string]string {
+	m := map[string]string{}
+	var dev string
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 2 && f[0] == "hca_id:":
+			dev = f[1]
+		case len(f) >= 2 && f[0] == "transport:" && dev != "":
+			m[dev] = f[1]
+		}
+	}
+	return m
 }
 
 // serverClient runs an RDMA tool's server, then its client against it, and

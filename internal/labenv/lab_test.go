@@ -30,24 +30,7 @@ func TestLab(t *testing.T) {
 		}
 	}
 
-	local := map[netip.Addr]string{}
-	ifaces, err := net.Interfaces()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ifi := range ifaces {
-		addrs, err := ifi.Addrs()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					local[ip.Unmap()] = ifi.Name
-				}
-			}
-		}
-	}
+	local := localAddrs(t)
 	for _, p := range env.Paths() {
 		for _, want := range []struct {
 			a      netip.Addr

@@ -1,5 +1,6 @@
 // Package labenv tells tests whether they run inside the rdmanet lab (a QEMU
-// VM with Soft-RoCE started by cmd/rdmanet-lab) and describes the lab's hosts.
+// VM with Soft-RoCE and Soft-iWARP started by cmd/rdmanet-lab) and describes
+// the lab's hosts.
 //
 // The lab's topology is defined once, in [Default] and the variable table
 // below; rdmanet-lab builds the network from it and passes it to the command it
@@ -28,6 +29,11 @@ const VarLab = "RDMANET_LAB"
 // initial network namespace: TCP between any two of them goes through the
 // loopback interface, not through the veths, so it keeps working whatever
 // happens to an RDMA path.
+//
+// A and B are also joined by a Soft-iWARP (siw) pair (AddrIA, AddrIB): a
+// veth pair of its own with an siw device on each end. siw carries iWARP
+// over the kernel's TCP, which between these local addresses goes through
+// the loopback interface too (docs/lab.md, "Soft-iWARP").
 type Env struct {
 	AddrA, AddrB       netip.Addr // path 1: two addresses on RDMA devices that reach each other
 	DevA, DevB         string     // their RDMA device names
@@ -35,6 +41,9 @@ type Env struct {
 	AddrA2, AddrB2     netip.Addr // path 2, independent of path 1: A's and B's second addresses
 	DevA2, DevB2       string     // their RDMA device names
 	NetdevA2, NetdevB2 string     // the network interfaces under DevA2 and DevB2
+	AddrIA, AddrIB     netip.Addr // the iWARP pair: A's and B's addresses on siw devices
+	DevIA, DevIB       string     // their siw device names
+	NetdevIA, NetdevIB string     // the network interfaces under DevIA and DevIB
 	NoRDMAHost         netip.Addr // a host without RDMA (TCP works, RDMA gets no answer)
 	NoRDMANetns        string     // the network namespace holding NoRDMAHost
 	PlainHost          netip.Addr // reached through a netdev that has no RDMA device
@@ -57,6 +66,12 @@ var Default = Env{
 	DevB2:       "rxe4",
 	NetdevA2:    "lab-c",
 	NetdevB2:    "lab-d",
+	AddrIA:      netip.MustParseAddr("198.18.4.1"),
+	AddrIB:      netip.MustParseAddr("198.18.4.2"),
+	DevIA:       "siw0",
+	DevIB:       "siw1",
+	NetdevIA:    "lab-i0",
+	NetdevIB:    "lab-i1",
 	NoRDMAHost:  netip.MustParseAddr("198.18.1.2"),
 	NoRDMANetns: "nordma",
 	PlainHost:   netip.MustParseAddr("198.18.2.2"),
@@ -79,6 +94,34 @@ func (e Env) Paths() [2]Path {
 	}
 }
 
+// Providers of the lab's RDMA devices, as rdma link add and Pair name them.
+const (
+	ProviderRXE = "rxe" // Soft-RoCE: RoCE v2 over UDP, verbs transport IB
+	ProviderSIW = "siw" // Soft-iWARP: iWARP over the kernel's TCP, verbs transport iWARP
+)
+
+// Pair is two RDMA devices that reach each other, one on host A and one on host B.
+type Pair struct {
+	Provider         string // ProviderRXE or ProviderSIW
+	AddrA, AddrB     netip.Addr
+	DevA, DevB       string
+	NetdevA, NetdevB string
+}
+
+// RoCE returns path 1's Soft-RoCE pair.
+func (e Env) RoCE() Pair {
+	return Pair{ProviderRXE, e.AddrA, e.AddrB, e.DevA, e.DevB, e.NetdevA, e.NetdevB}
+}
+
+// IWARP returns the Soft-iWARP pair.
+func (e Env) IWARP() Pair {
+	return Pair{ProviderSIW, e.AddrIA, e.AddrIB, e.DevIA, e.DevIB, e.NetdevIA, e.NetdevIB}
+}
+
+// Pairs returns one pair of each provider, Soft-RoCE first: what a test
+// that must pass on every kind of RDMA device ranges over.
+func (e Env) Pairs() []Pair { return []Pair{e.RoCE(), e.IWARP()} }
+
 // variables maps each field of Env to its environment variable. field returns
 // a *netip.Addr or a *string pointing into the given Env.
 var variables = []struct {
@@ -97,6 +140,12 @@ var variables = []struct {
 	{"RDMANET_LAB_DEV_B2", func(e *Env) any { return &e.DevB2 }},
 	{"RDMANET_LAB_NETDEV_A2", func(e *Env) any { return &e.NetdevA2 }},
 	{"RDMANET_LAB_NETDEV_B2", func(e *Env) any { return &e.NetdevB2 }},
+	{"RDMANET_LAB_IWARP_ADDR_A", func(e *Env) any { return &e.AddrIA }},
+	{"RDMANET_LAB_IWARP_ADDR_B", func(e *Env) any { return &e.AddrIB }},
+	{"RDMANET_LAB_IWARP_DEV_A", func(e *Env) any { return &e.DevIA }},
+	{"RDMANET_LAB_IWARP_DEV_B", func(e *Env) any { return &e.DevIB }},
+	{"RDMANET_LAB_IWARP_NETDEV_A", func(e *Env) any { return &e.NetdevIA }},
+	{"RDMANET_LAB_IWARP_NETDEV_B", func(e *Env) any { return &e.NetdevIB }},
 	{"RDMANET_LAB_NORDMA_HOST", func(e *Env) any { return &e.NoRDMAHost }},
 	{"RDMANET_LAB_NORDMA_NETNS", func(e *Env) any { return &e.NoRDMANetns }},
 	{"RDMANET_LAB_PLAIN_HOST", func(e *Env) any { return &e.PlainHost }},
@@ -183,9 +232,9 @@ const skipReason = "needs RDMA: not in the rdmanet lab (" + VarLab + " is not 1)
 
 // RequireRDMA returns the lab's environment. Outside the lab it calls t.Skip
 // with a reason saying how to run the test in the lab. Inside the lab, if
-// anything is missing (variables, /sys/class/infiniband devices,
-// /dev/infiniband/uverbs*), it calls t.Fatal: an RDMA test must never skip in
-// the lab.
+// anything is missing (variables, /sys/class/infiniband devices of either
+// provider, /dev/infiniband/uverbs*), it calls t.Fatal: an RDMA test must
+// never skip in the lab.
 func RequireRDMA(t testing.TB) Env {
 	t.Helper()
 	return requireRDMA(t, os.LookupEnv, "/")
@@ -211,7 +260,7 @@ func requireRDMA(t testing.TB, lookup func(string) (string, bool), root string) 
 // checkDevices verifies that the kernel knows e's RDMA devices and that the
 // device files user space opens exist.
 func checkDevices(root string, e Env) error {
-	for _, dev := range []string{e.DevA, e.DevB, e.DevA2, e.DevB2} {
+	for _, dev := range []string{e.DevA, e.DevB, e.DevA2, e.DevB2, e.DevIA, e.DevIB} {
 		p := filepath.Join(root, "sys/class/infiniband", dev)
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("RDMA device %s: %w", dev, err)

@@ -39,7 +39,7 @@ func TestEnvironRoundTrip(t *testing.T) {
 }
 
 func TestDefaultIsInBenchmarkRange(t *testing.T) {
-	for _, a := range []string{Default.AddrA.String(), Default.AddrB.String(), Default.AddrA2.String(), Default.AddrB2.String(), Default.NoRDMAHost.String(), Default.PlainHost.String()} {
+	for _, a := range []string{Default.AddrA.String(), Default.AddrB.String(), Default.AddrA2.String(), Default.AddrB2.String(), Default.AddrIA.String(), Default.AddrIB.String(), Default.NoRDMAHost.String(), Default.PlainHost.String()} {
 		if !strings.HasPrefix(a, "198.18.") && !strings.HasPrefix(a, "198.19.") {
 			t.Errorf("lab address %s is outside 198.18.0.0/15", a)
 		}
@@ -73,6 +73,38 @@ func TestPathsIndependent(t *testing.T) {
 	}
 }
 
+// TestPairs checks that the pairs describe Default's devices, Soft-RoCE
+// first, and that the iWARP pair shares nothing with either RoCE path.
+func TestPairs(t *testing.T) {
+	pairs := Default.Pairs()
+	if len(pairs) != 2 || pairs[0] != Default.RoCE() || pairs[1] != Default.IWARP() {
+		t.Fatalf("Pairs() = %+v, want RoCE() then IWARP()", pairs)
+	}
+	roce := Pair{ProviderRXE, Default.AddrA, Default.AddrB, "rxe0", "rxe1", "lab-a", "lab-b"}
+	if pairs[0] != roce {
+		t.Errorf("RoCE() = %+v, want %+v", pairs[0], roce)
+	}
+	iwarp := Pair{ProviderSIW, netip.MustParseAddr("198.18.4.1"), netip.MustParseAddr("198.18.4.2"), "siw0", "siw1", "lab-i0", "lab-i1"}
+	if pairs[1] != iwarp {
+		t.Errorf("IWARP() = %+v, want %+v", pairs[1], iwarp)
+	}
+	subnet := func(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, 24).Masked() }
+	if subnet(iwarp.AddrA) != subnet(iwarp.AddrB) {
+		t.Errorf("the iWARP pair's %v and %v are not in one /24", iwarp.AddrA, iwarp.AddrB)
+	}
+	taken := map[string]bool{}
+	for _, p := range Default.Paths() {
+		for _, s := range []string{p.A.String(), p.B.String(), p.DevA, p.DevB, p.NetdevA, p.NetdevB, subnet(p.A).String()} {
+			taken[s] = true
+		}
+	}
+	for _, s := range []string{iwarp.AddrA.String(), iwarp.AddrB.String(), iwarp.DevA, iwarp.DevB, iwarp.NetdevA, iwarp.NetdevB, subnet(iwarp.AddrA).String()} {
+		if taken[s] {
+			t.Errorf("the iWARP pair's %s is also an RoCE path's", s)
+		}
+	}
+}
+
 func TestFromEnvironErrors(t *testing.T) {
 	env := Default.Environ()
 	for _, tc := range []struct {
@@ -83,6 +115,8 @@ func TestFromEnvironErrors(t *testing.T) {
 	}{
 		{name: "missing", drop: "RDMANET_LAB_DEV_B"},
 		{name: "missing path 2", drop: "RDMANET_LAB_NETDEV_A2"},
+		{name: "missing iWARP device", drop: "RDMANET_LAB_IWARP_DEV_B"},
+		{name: "bad iWARP address", set: "RDMANET_LAB_IWARP_ADDR_A=198.18.4.300", wantErr: true},
 		{name: "empty", set: "RDMANET_LAB_NORDMA_NETNS="},
 		{name: "bad address", set: "RDMANET_LAB_ADDR_A=198.18.0", wantErr: true},
 	} {
@@ -157,7 +191,8 @@ func callRequireRDMA(env []string, root string) (*fakeTB, Env) {
 func fakeLabRoot(t *testing.T) string {
 	root := t.TempDir()
 	for _, d := range []string{"sys/class/infiniband/rxe0", "sys/class/infiniband/rxe1",
-		"sys/class/infiniband/rxe3", "sys/class/infiniband/rxe4", "dev/infiniband"} {
+		"sys/class/infiniband/rxe3", "sys/class/infiniband/rxe4",
+		"sys/class/infiniband/siw0", "sys/class/infiniband/siw1", "dev/infiniband"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -190,6 +225,7 @@ func TestRequireRDMAFailsInBrokenLab(t *testing.T) {
 		{name: "no variables", env: []string{VarLab + "=1"}},
 		{name: "no device", env: env, remove: "sys/class/infiniband/rxe1"},
 		{name: "no path 2 device", env: env, remove: "sys/class/infiniband/rxe4"},
+		{name: "no siw device", env: env, remove: "sys/class/infiniband/siw0"},
 		{name: "no uverbs", env: env, remove: "dev/infiniband/uverbs0"},
 		{name: "no rdma_cm", env: env, remove: "dev/infiniband/rdma_cm"},
 	} {
