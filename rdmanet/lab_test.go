@@ -222,6 +222,7 @@ func TestLabIntegrity(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	type streamCase struct {
 		name     string
+		env      labenv.Env
 		cfg      rdmanet.Config
 		size     int
 		maxPiece int
@@ -231,19 +232,28 @@ func TestLabIntegrity(t *testing.T) {
 		small := m.cfg
 		small.RecvBuffer, small.SendBuffer = 8192, 8192
 		cases = append(cases,
-			streamCase{m.name + "/64MiB each way, writes up to 1MiB", m.cfg, 64 << 20, 1 << 20},
-			streamCase{m.name + "/many small writes", m.cfg, 1 << 20, 64},
-			streamCase{m.name + "/window smaller than a write", small, 2 << 20, 100_000},
+			streamCase{m.name + "/64MiB each way, writes up to 1MiB", env, m.cfg, 64 << 20, 1 << 20},
+			streamCase{m.name + "/many small writes", env, m.cfg, 1 << 20, 64},
+			streamCase{m.name + "/window smaller than a write", env, small, 2 << 20, 100_000},
+		)
+	}
+	// iWARP's data path (write notices, receive credit), on siw and forced
+	// on rxe; the small writes spend receive credit fastest.
+	for _, dp := range dataPaths(env)[1:] {
+		small := dp.cfg(rdmanet.Config{RecvBuffer: 8192, SendBuffer: 8192, RecvDepth: 16})
+		cases = append(cases,
+			streamCase{dp.name + "/32MiB each way, writes up to 1MiB", dp.env, dp.cfg(rdmanet.Config{}), 32 << 20, 1 << 20},
+			streamCase{dp.name + "/many small writes, 16 receives", dp.env, small, 1 << 20, 64},
 		)
 	}
 	// With BusyPoll, blocked Reads and Writes take completions themselves,
 	// concurrently with the engine: the stream must stay in order.
 	busy := rdmanet.Config{BusyPoll: 50 * time.Microsecond}
-	cases = append(cases, streamCase{"rdmanet busy-polling/16MiB each way, writes up to 64KiB", busy, 16 << 20, 64 << 10})
+	cases = append(cases, streamCase{"rdmanet busy-polling/16MiB each way, writes up to 64KiB", env, busy, 16 << 20, 64 << 10})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			a, b, stop := pipe(t, env, c.cfg)
+			a, b, stop := pipe(t, c.env, c.cfg)
 			defer stop()
 			var wg sync.WaitGroup
 			check := func(w, r net.Conn, seed uint64) {

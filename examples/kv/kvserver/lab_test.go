@@ -22,10 +22,17 @@ import (
 )
 
 // TestLabGoRedisOverRDMA: go-redis, unchanged but for its Dialer hook,
-// against the server on rdmanet.Listen, over the lab's RDMA pair; and a
-// plain TCP client on the same port at the same time.
+// against the server on rdmanet.Listen, over each of the lab's RDMA pairs
+// (Soft-RoCE, and Soft-iWARP, where rdmanet writes without immediate
+// data); and a plain TCP client on the same port at the same time.
 func TestLabGoRedisOverRDMA(t *testing.T) {
 	env := labenv.RequireRDMA(t)
+	for _, p := range env.Pairs() {
+		t.Run(p.Provider, func(t *testing.T) { goRedisOverRDMA(t, p) })
+	}
+}
+
+func goRedisOverRDMA(t *testing.T, env labenv.Pair) {
 	ln, err := rdmanet.Listen("tcp", netip.AddrPortFrom(env.AddrB, 0).String())
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +41,7 @@ func TestLabGoRedisOverRDMA(t *testing.T) {
 
 	var mu sync.Mutex
 	var transports []fallback.Transport
+	var dataPaths []string
 	client := redis.NewClient(&redis.Options{
 		Addr: ln.Addr().String(),
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -43,6 +51,9 @@ func TestLabGoRedisOverRDMA(t *testing.T) {
 				tr, _ := rdmanet.TransportOf(c)
 				mu.Lock()
 				transports = append(transports, tr)
+				if rc, ok := c.(*rdmanet.Conn); ok {
+					dataPaths = append(dataPaths, rc.Info().DataPath)
+				}
 				mu.Unlock()
 			}
 			return c, err
@@ -107,7 +118,17 @@ func TestLabGoRedisOverRDMA(t *testing.T) {
 			break
 		}
 	}
-	t.Logf("go-redis made %d connections, all over RDMA", len(transports))
+	want := "write-with-immediate"
+	if env.Provider == labenv.ProviderSIW {
+		want = "write-and-notice" // iWARP has no immediate data
+	}
+	for _, dp := range dataPaths {
+		if dp != want {
+			t.Errorf("go-redis connections' data paths %v, want %s", dataPaths, want)
+			break
+		}
+	}
+	t.Logf("go-redis made %d connections, all over RDMA (%s)", len(transports), want)
 }
 
 // TestLabGoRedisFailover: go-redis on a resumable session (both sides set

@@ -1,0 +1,199 @@
+//go:build linux
+
+package rdmanet_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/net/nettest"
+
+	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/internal/leakcheck"
+	"github.com/rdmanet/sdk/rdmanet"
+	"github.com/rdmanet/sdk/verbs"
+)
+
+// The core suite runs on both of the lab's providers: Soft-RoCE (rxe) and
+// Soft-iWARP (siw), whose devices have no immediate data and no
+// receiver-not-ready retry, and whose passive side speaks second. The
+// tests written for path 1 take the siw pair in its place.
+
+// onPair is env with path 1 replaced by p.
+func onPair(env labenv.Env, p labenv.Pair) labenv.Env {
+	env.AddrA, env.AddrB, env.DevA, env.DevB, env.NetdevA, env.NetdevB = p.AddrA, p.AddrB, p.DevA, p.DevB, p.NetdevA, p.NetdevB
+	return env
+}
+
+// dataPaths are how data goes between rdmanet peers on each pair: with
+// immediate data on rxe; with write notices and receive credit on siw,
+// and on rxe when forced, so that iWARP's data path also runs on the
+// other provider.
+func dataPaths(env labenv.Env) []struct {
+	name string
+	env  labenv.Env
+	cfg  func(rdmanet.Config) rdmanet.Config
+	want string
+} {
+	same := func(c rdmanet.Config) rdmanet.Config { return c }
+	return []struct {
+		name string
+		env  labenv.Env
+		cfg  func(rdmanet.Config) rdmanet.Config
+		want string
+	}{
+		{"rxe", onPair(env, env.RoCE()), same, "write-with-immediate"},
+		{"siw", onPair(env, env.IWARP()), same, "write-and-notice"},
+		{"rxe with iWARP's data path", onPair(env, env.RoCE()), rdmanet.WithIWARPDataPath, "write-and-notice"},
+	}
+}
+
+// TestLabDataPaths: nettest's whole net.Conn suite and a stream each way
+// at once, on every data path, plain and as a session; both ends say
+// which data path they run.
+func TestLabDataPaths(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	for _, dp := range dataPaths(env) {
+		for _, session := range []bool{false, true} {
+			name := dp.name
+			cfg := rdmanet.Config{}
+			if session {
+				name += "/session"
+				cfg.ResumeTimeout = 30 * time.Second
+			}
+			cfg = dp.cfg(cfg)
+			t.Run(name, func(t *testing.T) {
+				leakcheck.Check(t)
+				nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+					c1, c2, stop = pipe(t, dp.env, cfg)
+					for _, c := range []net.Conn{c1, c2} {
+						if got := c.(*rdmanet.Conn).Info().DataPath; got != dp.want {
+							t.Fatalf("data path %q, want %q", got, dp.want)
+						}
+					}
+					return c1, c2, stop, nil
+				})
+			})
+		}
+	}
+}
+
+// TestLabIWARPValkey: Valkey's protocol needs immediate data, which siw
+// has not. A Valkey-compatible dial from siw fails at once with
+// verbs.ErrNoImmediate (RDMA only) or falls back to TCP for
+// fallback.ReasonNoImmediate; an rdmanet dial to a Valkey-compatible
+// listener on siw is refused with that reason. Nothing hangs.
+func TestLabIWARPValkey(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	leakcheck.Check(t)
+	p := env.IWARP()
+	rdmanet.ForgetFailures()
+
+	// On network "rdma": iWARP shares TCP's ports (TestLabIWARPPorts).
+	lc := rdmanet.ListenConfig{Config: rdmanet.Config{ValkeyCompatible: true}}
+	ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(p.AddrB, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	from := &net.TCPAddr{IP: p.AddrA.AsSlice()}
+
+	valkey := rdmanet.Dialer{LocalAddr: from, Timeout: 20 * time.Second, Config: rdmanet.Config{ValkeyCompatible: true}}
+	start := time.Now()
+	_, err = valkey.Dial("rdma", ln.Addr().String())
+	if !errors.Is(err, verbs.ErrNoImmediate) {
+		t.Fatalf("Valkey-compatible RDMA-only dial from siw: %v, want verbs.ErrNoImmediate", err)
+	}
+	t.Logf("RDMA only, after %v: %v", time.Since(start).Round(time.Millisecond), err)
+
+	c, err := valkey.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("Valkey-compatible dial from siw with fallback: %v", err)
+	}
+	tr, why := rdmanet.TransportOf(c)
+	c.Close()
+	var fe *fallback.Error
+	if tr != fallback.TCP || !errors.As(why, &fe) || fe.Reason != fallback.ReasonNoImmediate {
+		t.Fatalf("Valkey-compatible dial from siw with fallback: %s, %v; want tcp for %s", tr, why, fallback.ReasonNoImmediate)
+	}
+	t.Logf("with fallback: %s: %v", tr, why)
+
+	rdmanet.ForgetFailures()
+	plain := rdmanet.Dialer{LocalAddr: from, Timeout: 20 * time.Second}
+	_, err = plain.Dial("rdma", ln.Addr().String())
+	var refused *rdmanet.ServerRefusedError
+	if !errors.As(err, &refused) {
+		t.Fatalf("rdmanet dial from siw to a Valkey-compatible listener: %v, want a *ServerRefusedError", err)
+	}
+	t.Logf("to a Valkey-compatible listener: %v", err)
+}
+
+// TestLabIWARPPorts: iWARP takes TCP's port numbers. A dial to an siw port
+// where nothing listens is refused as on RoCE; a listener for both
+// transports on an siw address serves TCP and says why; one on network
+// "rdma" serves iWARP.
+func TestLabIWARPPorts(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	leakcheck.Check(t)
+	p := env.IWARP()
+	from := &net.TCPAddr{IP: p.AddrA.AsSlice()}
+
+	d := rdmanet.Dialer{LocalAddr: from, Timeout: 20 * time.Second}
+	_, err := d.Dial("rdma", netip.AddrPortFrom(p.AddrB, 1).String())
+	if !errors.Is(err, cm.ErrRejected) {
+		t.Fatalf("dial to an siw port with no listener = %v, want cm.ErrRejected", err)
+	}
+
+	both, err := rdmanet.Listen("tcp", netip.AddrPortFrom(p.AddrB, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer both.Close()
+	ln := both
+	var why *fallback.Error
+	if tr := ln.Transports(); len(tr) != 1 || tr[0] != fallback.TCP || !errors.As(ln.RDMAError(), &why) || why.Reason != fallback.ReasonIWARPPort {
+		t.Fatalf("a listener for both on siw's address serves %v (RDMA: %v), want TCP only for %s", tr, ln.RDMAError(), fallback.ReasonIWARPPort)
+	}
+	t.Logf("both on %s: %v", ln.Addr(), ln.RDMAError())
+
+	rdma, err := rdmanet.Listen("rdma", netip.AddrPortFrom(p.AddrB, 0).String())
+	if err != nil {
+		t.Fatalf("an RDMA listener on siw's address: %v", err)
+	}
+	defer rdma.Close()
+	go func() {
+		if c, err := rdma.Accept(); err == nil {
+			io.Copy(c, c)
+			c.Close()
+		}
+	}()
+	c, err := d.Dial("rdma", rdma.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := []byte("over iWARP")
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != string(msg) {
+		t.Fatalf("echo %q, %v", got, err)
+	}
+}
