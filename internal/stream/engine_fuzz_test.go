@@ -23,6 +23,8 @@ func FuzzEngine(f *testing.F) {
 	f.Add(byte(1), []byte{0, 0x72, 0, 0, 8, 8, 8, 8, 2, 1})
 	// A resumable session: data written, the link lost, a new one, a Resume.
 	f.Add(byte(7), []byte{4, 200, 7, 1, 7, 0x32, 0, 0x83, 0, 3, 7, 1})
+	// iWARP's link: receive credit, the accepting side speaking second.
+	f.Add(byte(0x63), []byte{4, 10, 4, 10, 4, 10, 0, 0x81, 7, 3, 4, 10, 6, 30, 6, 30})
 	f.Fuzz(func(t *testing.T, mode byte, ops []byte) {
 		features := wire.Features(mode) & (wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume)
 		const ring = 4096
@@ -30,10 +32,15 @@ func FuzzEngine(f *testing.F) {
 		if features != 0 {
 			peer = wire.Hello{Version: 1, Features: features, RecvDepth: uint16(1 + mode%8), RingSize: ring, SendRing: ring / 2}
 		}
+		// Bit 6: an iWARP link (receive credit; bit 5, accepted there).
+		iwarp := mode&0x40 != 0 && features&wire.FeatureRing != 0
+		if iwarp {
+			peer.RecvDepth += 8
+		}
 		clk := &clock{now: time.Unix(0, 0)}
 		e, err := New(Config{
 			Features: features, Peer: peer, PeerHello: peer.Version != 0, Server: mode&4 != 0,
-			Caps:     link.Caps{SendDepth: 16, RecvDepth: 16, ControlDepth: 4},
+			Caps:     link.Caps{SendDepth: 16, RecvDepth: 16, ControlDepth: 4, RecvCredit: iwarp, SpeakSecond: iwarp && mode&0x20 != 0},
 			SendRing: make([]byte, ring), RecvRing: make([]byte, ring), RecvAddr: 1 << 20, RecvKey: 3,
 			KeepAlive: time.Second, Clock: clk.Now,
 		})
@@ -42,6 +49,10 @@ func FuzzEngine(f *testing.F) {
 		}
 		r := &recorder{}
 		e.Start()
+		e.Flush(r)
+		if e.muted && len(r.sent) > 0 {
+			t.Fatalf("the accepting side of an iWARP link posted %d requests before the peer spoke", len(r.sent))
+		}
 		buf := make([]byte, 1000)
 		for i := 0; i+1 < len(ops); i += 2 {
 			op, arg := ops[i]%8, ops[i+1]
@@ -96,6 +107,9 @@ func FuzzEngine(f *testing.F) {
 			// requests it still lists.)
 			if out := e.sq.depth - e.sq.SlotsFree(); peer.Version != 0 && out > int(peer.RecvDepth) {
 				t.Fatalf("%d requests in flight to a peer with %d receives", out, peer.RecvDepth)
+			}
+			if e.rc.on && e.rc.sent > e.rc.peerDepth+e.rc.peerAgain {
+				t.Fatalf("%d messages sent to a peer that posted %d receives and %d again", e.rc.sent, e.rc.peerDepth, e.rc.peerAgain)
 			}
 			if off, n := e.recv.Readable(); uint64(off)+uint64(n) > ring {
 				t.Fatalf("readable [%d,+%d) outside the ring", off, n)
