@@ -23,29 +23,33 @@ import (
 // listenBesideIWARP reports whether a wildcard RDMA listener must leave
 // out iWARP devices: the host has one.
 func listenBesideIWARP(ap netip.AddrPort) bool {
-	if !ap.Addr().IsUnspecified() {
-		return false
-	}
-	devs, err := verbs.Devices()
-	if err != nil {
-		return false
-	}
-	for _, d := range devs {
-		if d.Transport == verbs.TransportIWARP {
-			return true
-		}
-	}
-	return false
+	return ap.Addr().IsUnspecified() && hostHasIWARP()
 }
 
 // rdmaAddrs are the local addresses of the family of wildcard on devices
 // that are not iWARP.
 func rdmaAddrs(wildcard netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range localPrefixes() {
+		ip := p.Addr()
+		if ip.Is4() != wildcard.Unmap().Is4() || ip.IsLinkLocalUnicast() {
+			continue
+		}
+		if d, err := verbs.DeviceForAddr(ip); err == nil && deviceTransport(d.Device) != verbs.TransportIWARP {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// localPrefixes are this host's interface addresses with their subnets
+// (unmapped).
+func localPrefixes() []netip.Prefix {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return nil
 	}
-	var out []netip.Addr
+	var out []netip.Prefix
 	for _, ifi := range ifs {
 		addrs, err := ifi.Addrs()
 		if err != nil {
@@ -57,18 +61,10 @@ func rdmaAddrs(wildcard netip.Addr) []netip.Addr {
 				continue
 			}
 			ip, ok := netip.AddrFromSlice(ipn.IP)
-			if !ok {
-				continue
+			ones, _ := ipn.Mask.Size()
+			if p, err := ip.Unmap().Prefix(ones); ok && err == nil {
+				out = append(out, netip.PrefixFrom(ip.Unmap(), p.Bits()))
 			}
-			ip = ip.Unmap()
-			if ip.Is4() != wildcard.Unmap().Is4() || ip.IsLinkLocalUnicast() {
-				continue
-			}
-			d, err := verbs.DeviceForAddr(ip)
-			if err != nil || deviceTransport(d.Device) == verbs.TransportIWARP {
-				continue
-			}
-			out = append(out, ip)
 		}
 	}
 	return out

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -240,30 +239,10 @@ func rdmaResumePaths(c *Conn, src netip.Addr, dsts []netip.AddrPort, cfg Config)
 // none. A host with a port on each of two networks reaches the server's
 // address on the second through its second port.
 func sameSubnetRDMAAddr(dst netip.Addr) netip.Addr {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return netip.Addr{}
-	}
-	for _, ifi := range ifs {
-		addrs, err := ifi.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			ipn, ok := a.(*net.IPNet)
-			if !ok {
-				continue
-			}
-			ip, ok := netip.AddrFromSlice(ipn.IP)
-			ones, _ := ipn.Mask.Size()
-			if !ok || ip.Unmap() == dst {
-				continue
-			}
-			if p, err := ip.Unmap().Prefix(ones); err != nil || !p.Contains(dst) {
-				continue
-			}
-			if _, err := verbs.DeviceForAddr(ip.Unmap()); err == nil {
-				return ip.Unmap()
+	for _, p := range localPrefixes() {
+		if ip := p.Addr(); ip != dst && p.Contains(dst) {
+			if _, err := verbs.DeviceForAddr(ip); err == nil {
+				return ip
 			}
 		}
 	}
