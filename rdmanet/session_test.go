@@ -45,9 +45,15 @@ func sessionPipe(cfg Config, ctx, crx, stx, srx []byte) (*link.Pipe, *link.Pipe)
 	pc := func(tx, rx []byte) link.PipeConfig {
 		p := pipeConfig(cfg)
 		p.SendMem, p.RecvMem = tx, rx
+		if cfg.linkNeeds&wire.FeatureRecvCredit != 0 {
+			// As over iWARP (conn_test.go's iwarp mode).
+			p.RNRRetry, p.RecvCredit, p.EarlyCompletion = 0, true, true
+		}
 		return p
 	}
-	return link.NewPipe(pc(ctx, crx), pc(stx, srx))
+	client, server := pc(ctx, crx), pc(stx, srx)
+	server.SpeakSecond = server.RecvCredit
+	return link.NewPipe(client, server)
 }
 
 func newSessionPair(t testing.TB, cfg Config) *sessionPair {
@@ -149,9 +155,23 @@ func (p *sessionPair) fault(rng *rand.Rand) string {
 	}
 }
 
+// TestSessionSurvivesFaultsMidStream, also on links as iWARP's (receive
+// credit, early completions, the accepting side speaking second), whose
+// state starts afresh on each new link.
 func TestSessionSurvivesFaultsMidStream(t *testing.T) {
+	for _, iwarp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "rdmanet", true: "iwarp"}[iwarp], func(t *testing.T) {
+			cfg := Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, RecvDepth: 16, KeepAlive: 250 * time.Millisecond}
+			if iwarp {
+				cfg.linkNeeds = wire.LinkFeatures
+			}
+			sessionSurvivesFaults(t, cfg)
+		})
+	}
+}
+
+func sessionSurvivesFaults(t *testing.T, cfg Config) {
 	goroutineCheck(t)
-	cfg := Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, RecvDepth: 16, KeepAlive: 250 * time.Millisecond}
 	p := newSessionPair(t, cfg)
 	const size = 32 << 20
 	done := streamBothWays(t, p.client, p.server, size)
