@@ -227,6 +227,12 @@ func (id *ID) Connect(ctx context.Context, p ConnParam) (ConnParam, error) {
 	ev, err := id.await(ctx, "connect", EventEstablished, func() error {
 		return rdmacore.Connect(id.raw, &cp)
 	})
+	var ee *EventError
+	if errors.Is(err, syscall.ECONNREFUSED) && !errors.As(err, &ee) {
+		// iWARP connects over TCP within rdma_connect, so nothing
+		// listening is refused at once rather than by an event (siw).
+		return ConnParam{}, &EventError{Op: "connect", Event: EventRejected, Status: -int(syscall.ECONNREFUSED)}
+	}
 	return connParamOf(ev.Param), err
 }
 
