@@ -18,7 +18,7 @@ import (
 // fails all). It serves TCP and says why.
 
 // errIWARPSharesPorts is the error of fallback.ReasonIWARPPort.
-var errIWARPSharesPorts = errors.New("rdmanet: iWARP shares TCP's port numbers: the TCP listener holds this port, so RDMA cannot listen on it (listen on network \"rdma\" for iWARP clients)")
+var errIWARPSharesPorts = errors.New("rdmanet: the TCP side holds this port, and iWARP listens on TCP ports (listen on network \"rdma\" for iWARP clients)")
 
 // iwarpPortConflict reports whether rdma_cm's failure to listen on addr
 // (err) is iWARP's port space colliding with the TCP listener's.
