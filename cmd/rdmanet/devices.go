@@ -167,6 +167,14 @@ func queryDevice(d verbs.Device, netdevOf map[string]string) deviceJSON {
 		if err != nil {
 			pj.Error = err.Error()
 		}
+		if d.Transport == verbs.TransportIWARP {
+			// sysfs calls an iWARP GID "IB/RoCE v1" (siw's, made of the
+			// MAC address): a GID type means nothing to iWARP, which
+			// addresses by IP and TCP port.
+			for i := range pj.GIDs {
+				pj.GIDs[i].Type = ""
+			}
+		}
 		dj.Ports = append(dj.Ports, pj)
 	}
 	return dj
