@@ -216,11 +216,12 @@ func (r report) markdown() string {
 		p("**A trial run:** every amount was scaled by %v (`-scale`).\n\n", s.scale)
 	}
 
-	if len(r.impls) > 0 { // else only the failover section was asked for (-only)
+	if r.hasRXE() { // else only other sections were asked for (-only)
 		r.targets(&w)
 		r.throughputTable(&w)
 		r.latencyTable(&w)
 	}
+	r.siwSection(&w)
 	r.failoverSection(&w)
 	r.storageSection(&w)
 	if len(r.impls) > 0 {
@@ -383,7 +384,7 @@ func (r report) throughputTable(w *strings.Builder) {
 		header = append(header, benchkit.SizeName(size)+" writes")
 	}
 	var rows [][]string
-	for _, im := range r.impls {
+	for _, im := range r.rxeImpls() {
 		if im.stream == nil {
 			continue
 		}
@@ -418,7 +419,7 @@ func (r report) latencyTable(w *strings.Builder) {
 		header = append(header, n+" p50", n+" p99", n+" mean")
 	}
 	var rows [][]string
-	for _, im := range r.impls {
+	for _, im := range r.rxeImpls() {
 		if im.pingpong == nil {
 			continue
 		}
