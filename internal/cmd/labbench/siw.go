@@ -30,11 +30,12 @@ const siwPrefix = siwID + "/"
 // isSIW says whether an implementation belongs to the siw section.
 func (im impl) isSIW() bool { return strings.HasPrefix(im.id, siwPrefix) }
 
-// siwImpls are the siw section's rows: each rdmanet mode, and perftest with
-// rdma_cm set-up (-R), which iWARP requires (docs/lab.md, "Soft-iWARP").
+// siwImpls are the siw section's rows: each rdmanet mode that runs on
+// iWARP, and perftest with rdma_cm set-up (-R), which iWARP requires
+// (docs/lab.md, "Soft-iWARP").
 func (b *bench) siwImpls() []impl {
 	var impls []impl
-	for _, m := range benchkit.Modes {
+	for _, m := range siwModes() {
 		impls = append(impls, impl{
 			id: siwPrefix + "rdmanet/" + m.Name, label: "rdmanet (" + m.Name + ") on siw", role: roleBaseline,
 			stream: func(ctx context.Context, size int, total int64) figure {
@@ -53,6 +54,19 @@ func (b *bench) siwImpls() []impl {
 			return b.siwSendLat(ctx, size, n)
 		},
 	})
+}
+
+// siwModes are the modes of benchkit.Modes that can run on iWARP: Valkey's
+// protocol carries its data as writes with immediate data, which iWARP has
+// not, so rdmanet refuses a Valkey-compatible connection on siw.
+func siwModes() []benchkit.Mode {
+	var modes []benchkit.Mode
+	for _, m := range benchkit.Modes {
+		if m.Protocol != rdmanet.ProtocolValkey {
+			modes = append(modes, m)
+		}
+	}
+	return modes
 }
 
 // siwDial connects mode m's pair on p and checks that the connections went
