@@ -8,7 +8,10 @@
 // round trips of 64 B and 4 KiB messages for rdmanet (each mode in
 // internal/benchkit.Modes) and Go's TCP in this process, and for rsockets
 // (rstream), kernel TCP (rstream -T s) and perftest (ib_write_bw,
-// ib_send_lat) as subprocesses. It makes every measurement in a few rounds
+// ib_send_lat) as subprocesses. In the same rounds it measures rdmanet's
+// modes that run on iWARP and perftest (with rdma_cm set-up, -R) on the
+// lab's Soft-iWARP pair, for the report's own siw section (siw.go; -only siw
+// runs it alone). It makes every measurement in a few rounds
 // (-rounds) and prints the best of each, rdmanet's ratios to perftest and
 // rsockets, and whether issue 3's targets are met. Then it measures how a
 // resumable session fails over from one RDMA path to the other and to TCP,
@@ -69,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var o options
 	fs.Float64Var(&o.scale, "scale", 1, "multiply every amount (bytes streamed, round trips) by `f`, for quick trial runs")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "bound each measurement")
-	fs.DurationVar(&o.budget, "budget", 8*time.Minute, "start no round that would end after this much of the run (the first one always runs, its measurements until then)")
+	fs.DurationVar(&o.budget, "budget", 11*time.Minute, "start no round that would end after this much of the run (the first one always runs, its measurements until then)")
 	fs.IntVar(&o.rounds, "rounds", 3, "make every measurement in `n` rounds (each figure is the best of its rounds)")
 	fs.StringVar(&o.host, "host", "", "describe the host running the lab (CPUs, load) in the report")
 	fs.StringVar(&o.rev, "rev", "", "rdmanet's `revision` to name in the report (default: the build's VCS stamp, if any)")
