@@ -194,15 +194,21 @@ func (r report) markdown() string {
 	p("# rdmanet benchmarks\n\n")
 	p("<!-- Written by `make bench` (internal/cmd/labbench); do not edit by hand. -->\n\n")
 	p("Measured on %s by labbench (`make bench`) in the rdmanet lab: %s in a QEMU VM under TCG "+
-		"(software emulation; %d vCPUs, CPU model %q), Soft-RoCE (rdma_rxe)",
+		"(software emulation; %d vCPUs, CPU model %q), Soft-RoCE (rdma_rxe) and Soft-iWARP (siw)",
 		s.when.Format("2006-01-02 15:04 MST"), s.kernel, s.cpus, s.cpu)
 	if s.host != "" {
 		p(", on a host with %s", s.host)
 	}
-	p(". Every client is on %s (%s) and every server on %s (%s), in the one VM: "+
-		"RDMA goes through rxe's loopback path, TCP through the kernel's loopback. "+
-		"rdmanet %s, Go %s, %s. ",
-		s.env.AddrA, s.env.DevA, s.env.AddrB, s.env.DevB,
+	p(". ")
+	if r.hasRXE() || len(r.impls) == 0 { // the siw section says where its own clients and servers are
+		p("Every client is on %s (%s) and every server on %s (%s), in the one VM: "+
+			"RDMA goes through rxe's loopback path, TCP through the kernel's loopback. ",
+			s.env.AddrA, s.env.DevA, s.env.AddrB, s.env.DevB)
+		if len(r.siwImpls()) > 0 {
+			p("The siw section's are on the iWARP pair. ")
+		}
+	}
+	p("rdmanet %s, Go %s, %s. ",
 		s.revision, strings.TrimPrefix(s.goVersion, "go"), orUnknown(s.tools, "tool versions unknown"))
 	if len(r.impls) > 0 {
 		p("Each figure of the comparison is the best of %d rounds of its measurement "+

@@ -60,7 +60,9 @@ func (r report) siwSection(w *strings.Builder) {
 		"the valkey mode is not here, as Valkey's protocol needs immediate data and rdmanet refuses it on iWARP. "+
 		"The reference is perftest on the same pair with rdma_cm set-up (-R), which iWARP requires: "+
 		"ib_write_bw -R (RDMA writes, no copy, no receiver involvement) and ib_send_lat -R (busy-polling "+
-		"sends, half round trips shown doubled). Bytes per measurement and round trips as in the rxe tables.\n\n",
+		"sends, half round trips shown doubled). ib_send_lat -R works on siw, but now and then a run of it fails "+
+		"(`Bad wc status -- 5` on both ends; such a round is listed under the problems). "+
+		"Bytes per measurement and round trips as in the rxe tables.\n\n",
 		p.AddrA, p.DevA, p.AddrB, p.DevB)
 
 	header := []string{""}

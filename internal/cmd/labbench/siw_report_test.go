@@ -59,7 +59,7 @@ func TestOnlySIW(t *testing.T) {
 	r := fakeReport(nil)
 	r.impls = b.impls
 	md := r.markdown()
-	for _, absent := range []string{"## Targets", "## Stream throughput", "## Round trips"} {
+	for _, absent := range []string{"## Targets", "## Stream throughput", "## Round trips", "Every client is on"} {
 		if strings.Contains(md, absent) {
 			t.Errorf("%q in a siw-only report:\n%s", absent, md)
 		}
