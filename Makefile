@@ -61,7 +61,9 @@ lab-test: $(LAB)
 test: deps vet host-test nocgo-test no-rdma-core-test lab-test
 
 # The benchmark comparison, BENCHMARKS.md: one run in the lab of rdmanet, Go's
-# TCP, rsockets, kernel TCP and perftest on the same rxe pair, then a
+# TCP, rsockets, kernel TCP and perftest on the same rxe pair, and of rdmanet
+# and perftest -R on the siw pair (about a minute more per round, 3 rounds;
+# labbench's -budget allows for it), then a
 # resumable session's failover and failback (see internal/cmd/labbench; about
 # 20 s per failover cycle, 12 by default), then examples/blockstore's storage
 # table (about 2 minutes). Not part of `make test`. The report replaces

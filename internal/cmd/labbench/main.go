@@ -8,7 +8,10 @@
 // round trips of 64 B and 4 KiB messages for rdmanet (each mode in
 // internal/benchkit.Modes) and Go's TCP in this process, and for rsockets
 // (rstream), kernel TCP (rstream -T s) and perftest (ib_write_bw,
-// ib_send_lat) as subprocesses. It makes every measurement in a few rounds
+// ib_send_lat) as subprocesses. In the same rounds it measures rdmanet's
+// modes that run on iWARP and perftest (with rdma_cm set-up, -R) on the
+// lab's Soft-iWARP pair, for the report's own siw section (siw.go; -only siw
+// runs it alone). It makes every measurement in a few rounds
 // (-rounds) and prints the best of each, rdmanet's ratios to perftest and
 // rsockets, and whether issue 3's targets are met. Then it measures how a
 // resumable session fails over from one RDMA path to the other and to TCP,
@@ -33,6 +36,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,11 +72,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var o options
 	fs.Float64Var(&o.scale, "scale", 1, "multiply every amount (bytes streamed, round trips) by `f`, for quick trial runs")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "bound each measurement")
-	fs.DurationVar(&o.budget, "budget", 8*time.Minute, "start no round that would end after this much of the run (the first one always runs, its measurements until then)")
+	fs.DurationVar(&o.budget, "budget", 11*time.Minute, "start no round that would end after this much of the run (the first one always runs, its measurements until then)")
 	fs.IntVar(&o.rounds, "rounds", 3, "make every measurement in `n` rounds (each figure is the best of its rounds)")
 	fs.StringVar(&o.host, "host", "", "describe the host running the lab (CPUs, load) in the report")
 	fs.StringVar(&o.rev, "rev", "", "rdmanet's `revision` to name in the report (default: the build's VCS stamp, if any)")
-	fs.StringVar(&o.impls, "only", "", "run only these comma-separated implementations, and the failover and storage sections if "+failoverID+" and "+storageID+" are among them (IDs: "+strings.Join(implIDs(), ", ")+")")
+	fs.StringVar(&o.impls, "only", "", "run only these comma-separated implementations ("+siwID+": all of the siw section's), and the failover and storage sections if "+failoverID+" and "+storageID+" are among them (IDs: "+strings.Join(implIDs(), ", ")+")")
 	fs.IntVar(&o.failoverCycles, "failover-cycles", 6, "make `n` failover cycles of each kind (RDMA to RDMA, RDMA to TCP) on a resumable session; 0: none")
 	fs.StringVar(&o.blockstore, "blockstore", "", "examples/blockstore's binary (`path`), for the storage section; without it the section says it was not measured")
 	fs.DurationVar(&o.storageDuration, "storage-duration", 3*time.Second, "run each storage figure for `d` (whole seconds)")
@@ -277,6 +281,7 @@ func newBench(env labenv.Env, o options, log io.Writer) *bench {
 				return b.sendLat(ctx, true, size, n)
 			}},
 	)
+	b.impls = append(b.impls, b.siwImpls()...)
 	return b
 }
 
@@ -288,7 +293,7 @@ func implIDs() []string {
 	for _, im := range b.impls {
 		ids = append(ids, im.id)
 	}
-	return append(ids, failoverID, storageID)
+	return append(ids, siwID, failoverID, storageID)
 }
 
 // only keeps the implementations whose IDs are in ids, and the failover
@@ -302,8 +307,12 @@ func (b *bench) only(ids []string) error {
 		failover = failover || id == failoverID
 		storage = storage || id == storageID
 		for _, im := range b.impls {
-			if im.id == id {
-				kept, found = append(kept, im), true
+			if im.id != id && !(id == siwID && im.isSIW()) {
+				continue
+			}
+			found = true
+			if !slices.ContainsFunc(kept, func(k impl) bool { return k.id == im.id }) {
+				kept = append(kept, im)
 			}
 		}
 		if !found {
@@ -660,7 +669,12 @@ func clockCheck(f *figure, claimed, wall time.Duration) {
 func (b *bench) writeBW(ctx context.Context, size int, total int64) figure {
 	iters := int(max(5, total/int64(size)))
 	server, client := b.perftestArgs("ib_write_bw", size, iters)
-	return b.toolFigure(ctx, server, client, func(r toolRun) (figure, error) {
+	return b.toolFigure(ctx, server, client, parseWriteBWRun(size, iters))
+}
+
+// parseWriteBWRun parses an ib_write_bw run of iters writes of size bytes.
+func parseWriteBWRun(size, iters int) func(toolRun) (figure, error) {
+	return func(r toolRun) (figure, error) {
 		mbps, err := parseWriteBW(r.clientOut, size)
 		if err != nil {
 			return figure{}, err
@@ -668,7 +682,7 @@ func (b *bench) writeBW(ctx context.Context, size int, total int64) figure {
 		f := figure{mbps: mbps}
 		clockCheck(&f, time.Duration(float64(size)*float64(iters)/mbps*1e3)*time.Nanosecond, r.wall)
 		return f, nil
-	})
+	}
 }
 
 func (b *bench) sendLat(ctx context.Context, events bool, size, n int) figure {
@@ -677,7 +691,12 @@ func (b *bench) sendLat(ctx context.Context, events bool, size, n int) figure {
 		extra = append(extra, "-e")
 	}
 	server, client := b.perftestArgs("ib_send_lat", size, max(5, n), extra...)
-	return b.toolFigure(ctx, server, client, func(r toolRun) (figure, error) {
+	return b.toolFigure(ctx, server, client, parseSendLatRun(size, n))
+}
+
+// parseSendLatRun parses an ib_send_lat run of n round trips of size bytes.
+func parseSendLatRun(size, n int) func(toolRun) (figure, error) {
+	return func(r toolRun) (figure, error) {
 		l, err := parseSendLat(r.clientOut, size)
 		if err != nil {
 			return figure{}, err
@@ -685,7 +704,7 @@ func (b *bench) sendLat(ctx context.Context, events bool, size, n int) figure {
 		f := figure{p50: l.typical, p99: l.p99, mean: l.avg, hasPct: true}
 		clockCheck(&f, time.Duration(float64(n)*l.avg*1e3)*time.Nanosecond, r.wall)
 		return f, nil
-	})
+	}
 }
 
 // ---- where and when -----------------------------------------------------------------

@@ -194,15 +194,21 @@ func (r report) markdown() string {
 	p("# rdmanet benchmarks\n\n")
 	p("<!-- Written by `make bench` (internal/cmd/labbench); do not edit by hand. -->\n\n")
 	p("Measured on %s by labbench (`make bench`) in the rdmanet lab: %s in a QEMU VM under TCG "+
-		"(software emulation; %d vCPUs, CPU model %q), Soft-RoCE (rdma_rxe)",
+		"(software emulation; %d vCPUs, CPU model %q), Soft-RoCE (rdma_rxe) and Soft-iWARP (siw)",
 		s.when.Format("2006-01-02 15:04 MST"), s.kernel, s.cpus, s.cpu)
 	if s.host != "" {
 		p(", on a host with %s", s.host)
 	}
-	p(". Every client is on %s (%s) and every server on %s (%s), in the one VM: "+
-		"RDMA goes through rxe's loopback path, TCP through the kernel's loopback. "+
-		"rdmanet %s, Go %s, %s. ",
-		s.env.AddrA, s.env.DevA, s.env.AddrB, s.env.DevB,
+	p(". ")
+	if r.hasRXE() || len(r.impls) == 0 { // the siw section says where its own clients and servers are
+		p("Every client is on %s (%s) and every server on %s (%s), in the one VM: "+
+			"RDMA goes through rxe's loopback path, TCP through the kernel's loopback. ",
+			s.env.AddrA, s.env.DevA, s.env.AddrB, s.env.DevB)
+		if len(r.siwImpls()) > 0 {
+			p("The siw section's are on the iWARP pair. ")
+		}
+	}
+	p("rdmanet %s, Go %s, %s. ",
 		s.revision, strings.TrimPrefix(s.goVersion, "go"), orUnknown(s.tools, "tool versions unknown"))
 	if len(r.impls) > 0 {
 		p("Each figure of the comparison is the best of %d rounds of its measurement "+
@@ -216,11 +222,12 @@ func (r report) markdown() string {
 		p("**A trial run:** every amount was scaled by %v (`-scale`).\n\n", s.scale)
 	}
 
-	if len(r.impls) > 0 { // else only the failover section was asked for (-only)
+	if r.hasRXE() { // else only other sections were asked for (-only)
 		r.targets(&w)
 		r.throughputTable(&w)
 		r.latencyTable(&w)
 	}
+	r.siwSection(&w)
 	r.failoverSection(&w)
 	r.storageSection(&w)
 	if len(r.impls) > 0 {
@@ -383,7 +390,7 @@ func (r report) throughputTable(w *strings.Builder) {
 		header = append(header, benchkit.SizeName(size)+" writes")
 	}
 	var rows [][]string
-	for _, im := range r.impls {
+	for _, im := range r.rxeImpls() {
 		if im.stream == nil {
 			continue
 		}
@@ -418,7 +425,7 @@ func (r report) latencyTable(w *strings.Builder) {
 		header = append(header, n+" p50", n+" p99", n+" mean")
 	}
 	var rows [][]string
-	for _, im := range r.impls {
+	for _, im := range r.rxeImpls() {
 		if im.pingpong == nil {
 			continue
 		}
