@@ -385,21 +385,7 @@ func (r report) throughputTable(w *strings.Builder) {
 		"rstream: the client sends its transfers, then the server sends as many back; the rate is "+
 		"size ÷ its time per transfer. ib_write_bw: its average bandwidth (RDMA writes, no copy, "+
 		"no receiver involvement), converted from MiB/s.\n\n")
-	header := []string{""}
-	for _, size := range benchkit.StreamSizes {
-		header = append(header, benchkit.SizeName(size)+" writes")
-	}
-	var rows [][]string
-	for _, im := range r.rxeImpls() {
-		if im.stream == nil {
-			continue
-		}
-		rw := []string{im.labelFor(stream)}
-		for _, size := range benchkit.StreamSizes {
-			rw = append(rw, cell(r.res[key{im.id, stream, size}], true, mbpsOf))
-		}
-		rows = append(rows, rw)
-	}
+	header, rows := r.streamTable(r.rxeImpls())
 	amounts := []string{"bytes per measurement (one way)"}
 	for _, size := range benchkit.StreamSizes {
 		amounts = append(amounts, benchkit.SizeName(int(max(1, int64(math.Round(float64(streamBytes(size))*r.set.scale))))))
@@ -419,13 +405,39 @@ func (r report) latencyTable(w *strings.Builder) {
 		"both spinning on a CPU; rdmanet and Go wait in the netpoller. The row of ib_send_lat -e, which waits for completion events as rdmanet does, "+
 		"shows what waiting costs here; it is no target's reference.\n\n",
 		r.set.roundTrips)
-	header := []string{""}
+	header, rows := r.roundTripTable(r.rxeImpls())
+	table(w, header, rows)
+}
+
+// streamTable is the stream throughput of impls, a row each, a column per
+// write size.
+func (r report) streamTable(impls []impl) (header []string, rows [][]string) {
+	header = []string{""}
+	for _, size := range benchkit.StreamSizes {
+		header = append(header, benchkit.SizeName(size)+" writes")
+	}
+	for _, im := range impls {
+		if im.stream == nil {
+			continue
+		}
+		rw := []string{im.labelFor(stream)}
+		for _, size := range benchkit.StreamSizes {
+			rw = append(rw, cell(r.res[key{im.id, stream, size}], true, mbpsOf))
+		}
+		rows = append(rows, rw)
+	}
+	return header, rows
+}
+
+// roundTripTable is the round trips of impls: p50, p99 and mean per size
+// (percentiles only where the implementation reports them).
+func (r report) roundTripTable(impls []impl) (header []string, rows [][]string) {
+	header = []string{""}
 	for _, size := range benchkit.PingPongSizes {
 		n := benchkit.SizeName(size)
 		header = append(header, n+" p50", n+" p99", n+" mean")
 	}
-	var rows [][]string
-	for _, im := range r.rxeImpls() {
+	for _, im := range impls {
 		if im.pingpong == nil {
 			continue
 		}
@@ -440,7 +452,7 @@ func (r report) latencyTable(w *strings.Builder) {
 		}
 		rows = append(rows, rw)
 	}
-	table(w, header, rows)
+	return header, rows
 }
 
 // each calls fn for every figure measured, in the tables' order.

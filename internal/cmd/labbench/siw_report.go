@@ -65,45 +65,11 @@ func (r report) siwSection(w *strings.Builder) {
 		"Bytes per measurement and round trips as in the rxe tables.\n\n",
 		p.AddrA, p.DevA, p.AddrB, p.DevB)
 
-	header := []string{""}
-	for _, size := range benchkit.StreamSizes {
-		header = append(header, benchkit.SizeName(size)+" writes")
-	}
-	var rows [][]string
-	for _, im := range impls {
-		if im.stream == nil {
-			continue
-		}
-		rw := []string{im.labelFor(stream)}
-		for _, size := range benchkit.StreamSizes {
-			rw = append(rw, cell(r.res[key{im.id, stream, size}], true, mbpsOf))
-		}
-		rows = append(rows, rw)
-	}
 	fmt.Fprintf(w, "Stream throughput on siw:\n\n")
+	header, rows := r.streamTable(impls)
 	table(w, header, rows)
-
-	header = []string{""}
-	for _, size := range benchkit.PingPongSizes {
-		n := benchkit.SizeName(size)
-		header = append(header, n+" p50", n+" p99", n+" mean")
-	}
-	rows = nil
-	for _, im := range impls {
-		if im.pingpong == nil {
-			continue
-		}
-		rw := []string{im.labelFor(pingpong)}
-		for _, size := range benchkit.PingPongSizes {
-			f := r.res[key{im.id, pingpong, size}]
-			rw = append(rw,
-				cell(f, true, func(f figure) string { return usec(f.p50) }),
-				cell(f, true, func(f figure) string { return usec(f.p99) }),
-				cell(f, true, func(f figure) string { return usec(f.mean) }))
-		}
-		rows = append(rows, rw)
-	}
 	fmt.Fprintf(w, "Round trips on siw:\n\n")
+	header, rows = r.roundTripTable(impls)
 	table(w, header, rows)
 
 	r.siwRatios(w, impls)
