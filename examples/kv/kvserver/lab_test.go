@@ -24,7 +24,9 @@ import (
 // TestLabGoRedisOverRDMA: go-redis, unchanged but for its Dialer hook,
 // against the server on rdmanet.Listen, over each of the lab's RDMA pairs
 // (Soft-RoCE, and Soft-iWARP, where rdmanet writes without immediate
-// data); and a plain TCP client on the same port at the same time.
+// data); and, on Soft-RoCE, a plain TCP client on the same port at the
+// same time. iWARP takes TCP's port numbers, so there the server listens
+// on network "rdma" and serves no TCP on its port.
 func TestLabGoRedisOverRDMA(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	for _, p := range env.Pairs() {
@@ -33,7 +35,11 @@ func TestLabGoRedisOverRDMA(t *testing.T) {
 }
 
 func goRedisOverRDMA(t *testing.T, env labenv.Pair) {
-	ln, err := rdmanet.Listen("tcp", netip.AddrPortFrom(env.AddrB, 0).String())
+	network := "tcp" // both transports on one port
+	if env.Provider == labenv.ProviderSIW {
+		network = "rdma"
+	}
+	ln, err := rdmanet.Listen(network, netip.AddrPortFrom(env.AddrB, 0).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +106,13 @@ func goRedisOverRDMA(t *testing.T, env labenv.Pair) {
 	}
 	wg.Wait()
 
-	// A TCP client on the same port, at the same time.
-	tcp := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
-	defer tcp.Close()
-	if got, err := tcp.Get(ctx, "n").Int(); err != nil || got != 1000 {
-		t.Errorf("over TCP: GET n = %d, %v", got, err)
+	if network == "tcp" {
+		// A TCP client on the same port, at the same time.
+		tcp := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+		defer tcp.Close()
+		if got, err := tcp.Get(ctx, "n").Int(); err != nil || got != 1000 {
+			t.Errorf("over TCP: GET n = %d, %v", got, err)
+		}
 	}
 
 	mu.Lock()
@@ -121,6 +129,9 @@ func goRedisOverRDMA(t *testing.T, env labenv.Pair) {
 	want := "write-with-immediate"
 	if env.Provider == labenv.ProviderSIW {
 		want = "write-and-notice" // iWARP has no immediate data
+	}
+	if len(dataPaths) != len(transports) {
+		t.Errorf("%d of go-redis's %d connections are rdmanet's", len(dataPaths), len(transports))
 	}
 	for _, dp := range dataPaths {
 		if dp != want {
