@@ -79,6 +79,11 @@ const (
 	// has no receiver-not-ready retry, so a message that finds no receive
 	// ends the connection. It needs FeatureRing; a property of one link.
 	FeatureRecvCredit
+	// FeatureClose: a side that closes a session's connection says so
+	// (Close) before its link ends, so that a link that ends without it
+	// is a lost link, which the session resumes past, and not the peer
+	// closing. It needs FeatureResume.
+	FeatureClose
 )
 
 // LinkFeatures are the features that belong to one link rather than to the
@@ -184,6 +189,9 @@ func DecodeHello(data []byte) (h Hello, ok bool, err error) {
 	}
 	if h.Features&FeatureRecvCredit != 0 && h.Features&FeatureRing == 0 {
 		return Hello{}, false, protocolErrorf("hello offering receive credit without the ring")
+	}
+	if h.Features&FeatureClose != 0 && h.Features&FeatureResume == 0 {
+		return Hello{}, false, protocolErrorf("hello offering Close without sessions")
 	}
 	if h.Features&FeatureResume != 0 {
 		if len(data) < SessionHelloSize {

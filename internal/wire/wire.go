@@ -44,6 +44,11 @@ const (
 	// link turns it into the arrival of those bytes, as a write with
 	// immediate data would have announced them.
 	OpWritten Opcode = 0x7204
+	// OpClose, with FeatureClose, says the sender closed the connection:
+	// nothing follows it, and the end of the link that comes next is the
+	// end of the session. Without it, a session's link that ends was
+	// lost, not closed, and the session resumes.
+	OpClose Opcode = 0x7205
 )
 
 func (o Opcode) String() string {
@@ -64,6 +69,8 @@ func (o Opcode) String() string {
 		return "Resume"
 	case OpWritten:
 		return "Written"
+	case OpClose:
+		return "Close"
 	}
 	return fmt.Sprintf("Opcode(%#x)", uint16(o))
 }
@@ -148,7 +155,7 @@ func Decode(b []byte, extended bool) (Message, error) {
 		m.Addr = be.Uint64(b[16:])
 		m.Length = be.Uint32(b[24:])
 		m.RKey = be.Uint32(b[28:])
-	case OpCredit, OpShutdown, OpResume, OpWritten:
+	case OpCredit, OpShutdown, OpResume, OpWritten, OpClose:
 		if !extended {
 			return Message{}, protocolErrorf("opcode %v without the rdmanet extension", m.Op)
 		}

@@ -42,6 +42,8 @@ var exact = []struct {
 		"7203 0000 00000000 1112131415161718 0102030405060708 00000000 00000000"},
 	{"Written", Message{Op: OpWritten, Length: 0x00012345}, true,
 		"7204 0000 00000000 00000000 00000000 00000000 00000000 00012345 00000000"},
+	{"Close", Message{Op: OpClose}, true,
+		"7205 0000 00000000 00000000 00000000 00000000 00000000 00000000 00000000"},
 }
 
 func TestMessagesByteExact(t *testing.T) {
@@ -124,8 +126,8 @@ func TestHello(t *testing.T) {
 }
 
 func TestSessionHello(t *testing.T) {
-	if FeatureResume != 4 {
-		t.Fatalf("feature bit moved: resume %d", FeatureResume)
+	if FeatureResume != 4 || FeatureClose != 32 {
+		t.Fatalf("feature bits moved: resume %d, close %d", FeatureResume, FeatureClose)
 	}
 	id := SessionID{0xa0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xaf}
 	h := Hello{Version: HelloVersion, Features: FeatureRing | FeatureShutdown | FeatureResume, RecvDepth: 256, RingSize: 1 << 18,
@@ -147,9 +149,10 @@ func TestSessionHello(t *testing.T) {
 	}
 
 	bad := map[string]Hello{
-		"no transmit ring":     {Version: 1, Features: FeatureRing | FeatureResume, RecvDepth: 1, RingSize: 1},
-		"without the ring":     {Version: 1, Features: FeatureResume, RecvDepth: 1, RingSize: 1, SendRing: 1},
-		"resume of no session": {Version: 1, Features: FeatureRing | FeatureResume, RecvDepth: 1, RingSize: 1, SendRing: 1, Resume: true},
+		"no transmit ring":       {Version: 1, Features: FeatureRing | FeatureResume, RecvDepth: 1, RingSize: 1},
+		"without the ring":       {Version: 1, Features: FeatureResume, RecvDepth: 1, RingSize: 1, SendRing: 1},
+		"resume of no session":   {Version: 1, Features: FeatureRing | FeatureResume, RecvDepth: 1, RingSize: 1, SendRing: 1, Resume: true},
+		"close without sessions": {Version: 1, Features: FeatureRing | FeatureClose, RecvDepth: 1, RingSize: 1},
 	}
 	for name, h := range bad {
 		if _, ok, err := DecodeHello(h.Encode()); ok || !errors.Is(err, ErrProtocol) {
