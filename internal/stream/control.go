@@ -27,15 +27,22 @@ const (
 	wantKeepalive
 	wantShutdown
 	wantResume
+	wantClose
 )
 
-// next takes the next message to send. While draining only Shutdown may go
-// (it is part of the stream the peer reads); credit and keepalive would
-// only keep a closing connection busy.
+// wantEnd are the messages that end this side's stream: they follow every
+// byte written, so they wait while any is still to be posted.
+const wantEnd = wantShutdown | wantClose
+
+// next takes the next message to send. While draining only Shutdown and
+// Close may go (they are part of the stream the peer reads); credit and
+// keepalive would only keep a closing connection busy.
 //
 // creditOnly takes nothing but a Credit: with receive credit, the peer's
-// last receive is kept for it (recvCredit).
-func (q *controlQueue) next(draining, creditOnly bool) (wire.Message, bool) {
+// last receive is kept for it (recvCredit). dataFirst holds back the
+// messages that end the stream (wantEnd): written bytes are still to be
+// posted, and must reach the peer before them.
+func (q *controlQueue) next(draining, creditOnly, dataFirst bool) (wire.Message, bool) {
 	if creditOnly {
 		if !draining && q.want&wantCredit != 0 {
 			q.want &^= wantCredit
@@ -51,9 +58,16 @@ func (q *controlQueue) next(draining, creditOnly bool) (wire.Message, bool) {
 			q.want &^= wantResume
 			return q.resume, true
 		}
+		if dataFirst {
+			break
+		}
 		if q.want&wantShutdown != 0 {
 			q.want &^= wantShutdown
 			return wire.Message{Op: wire.OpShutdown}, true
+		}
+		if q.want&wantClose != 0 {
+			q.want &^= wantClose
+			return wire.Message{Op: wire.OpClose}, true
 		}
 	case q.want&wantResume != 0:
 		// First on a resumed link: the peer sends nothing before it has it.
@@ -69,7 +83,7 @@ func (q *controlQueue) next(draining, creditOnly bool) (wire.Message, bool) {
 	case q.want&wantCredit != 0:
 		q.want &^= wantCredit
 		return q.creditMessage(), true
-	case q.want&wantShutdown != 0:
+	case q.want&wantShutdown != 0 && !dataFirst:
 		q.want &^= wantShutdown
 		return wire.Message{Op: wire.OpShutdown}, true
 	case q.want&wantKeepalive != 0:
@@ -80,11 +94,15 @@ func (q *controlQueue) next(draining, creditOnly bool) (wire.Message, bool) {
 }
 
 // pending reports whether a message waits that next would send.
-func (q *controlQueue) pending(draining bool) bool {
-	if draining {
-		return q.want&(wantShutdown|wantResume) != 0
+func (q *controlQueue) pending(draining, dataFirst bool) bool {
+	want := q.want
+	if dataFirst {
+		want &^= wantEnd
 	}
-	return q.want != 0 || q.featureReplies > 0
+	if draining {
+		return want&(wantEnd|wantResume) != 0
+	}
+	return want != 0 || q.featureReplies > 0
 }
 
 // creditMessage is the Credit owed: the newest one queued, or, when receive

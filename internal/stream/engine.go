@@ -2,6 +2,7 @@ package stream
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -73,6 +74,12 @@ var (
 	// ErrHalfCloseUnsupported: CloseWrite needs a peer that negotiated
 	// orderly half-close; Valkey's protocol has none.
 	ErrHalfCloseUnsupported = errors.New("rdmanet: the peer does not support half-close")
+	// ErrPeerLeftLink: in a session whose peers say when they close
+	// (wire.FeatureClose), the peer's end of the link ended without its
+	// Close. The peer suspended the session (its keepalive took a stall
+	// for a dead path, or its device failed), or it died: either way the
+	// link is lost, not closed, and the session resumes or times out.
+	ErrPeerLeftLink = fmt.Errorf("rdmanet: the peer left the link without closing the connection: %w", link.ErrDown)
 )
 
 // PathDeadError: a request posted to the link did not complete within the
@@ -131,8 +138,12 @@ type Engine struct {
 	err      error // why the stream failed, if it did
 	peerGone bool  // the peer disconnected
 	peerDone bool  // the peer shut down its sending side (Shutdown)
-	wrDone   bool  // this side shut down its sending side (CloseWrite)
-	draining bool  // the connection is closing: nothing new is sent but what drains
+	// peerClosed: the peer closed the connection (Close, with
+	// wire.FeatureClose); the end of the link that follows is the end of
+	// the session, not a lost link.
+	peerClosed bool
+	wrDone     bool // this side shut down its sending side (CloseWrite)
+	draining   bool // the connection is closing: nothing new is sent but what drains
 
 	// A resumable session (wire.FeatureResume) outlives its link: a link
 	// failure that another link may cure (link.ErrDown) suspends the
@@ -220,10 +231,13 @@ func (e *Engine) Err() error { return e.err }
 // Fail ends the stream with err (the first error is kept). Reads still
 // return what already arrived, then err. In a resumable session, a link
 // failure that another link may cure (err matches link.ErrDown) suspends
-// the stream instead (Lost), unless it is closing.
+// the stream instead (Lost), unless it is closing. After the peer's Close,
+// such a failure is the peer gone: there is nothing left to resume.
 func (e *Engine) Fail(err error) {
 	switch {
 	case e.err != nil || e.lost != nil:
+	case e.resumable && e.peerClosed && errors.Is(err, link.ErrDown):
+		e.peerGone = true
 	case e.resumable && !e.peerGone && errors.Is(err, link.ErrDown):
 		e.lost = err
 	default:
@@ -239,6 +253,16 @@ func (e *Engine) Resuming() bool { return e.resuming }
 func (e *Engine) End(err error) {
 	if e.err == nil {
 		e.err, e.lost = err, nil
+	}
+}
+
+// PeerLeft ends a session suspended because the peer left its link
+// (ErrPeerLeftLink) and did not come back: as the peer's close, which is
+// what a plain connection sees when its peer's process dies. Reads return
+// what arrived, then io.EOF; Writes fail with ErrPeerClosed.
+func (e *Engine) PeerLeft() {
+	if e.lost == ErrPeerLeftLink && e.err == nil {
+		e.lost, e.peerGone = nil, true
 	}
 }
 
@@ -279,8 +303,13 @@ func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
 	announce.Addr, announce.RKey = recvAddr, recvKey
 	received, consumed := ring.Totals()
 	ring.Relinked()
+	want := wantResume | wantAnnounce
+	if e.draining && e.cfg.Features&wire.FeatureClose != 0 {
+		// The Close sent on the lost link may not have arrived.
+		want |= wantClose
+	}
 	e.ctl = controlQueue{
-		want:     wantResume | wantAnnounce,
+		want:     want,
 		announce: announce,
 		resume:   wire.Message{Op: wire.OpResume, ReceivedBytes: received, ConsumedBytes: consumed},
 		slots:    caps.ControlDepth,
@@ -303,7 +332,7 @@ func (e *Engine) Readable() bool {
 // Writable reports whether a Write would return something other than
 // ErrWouldBlock.
 func (e *Engine) Writable() bool {
-	if e.err != nil || e.peerGone || e.wrDone {
+	if e.err != nil || e.peerGone || e.peerClosed || e.wrDone {
 		return true
 	}
 	if e.suspended() {
@@ -371,7 +400,7 @@ func (e *Engine) Write(b []byte) (int, error) {
 		switch {
 		case e.err != nil:
 			return written, e.err
-		case e.peerGone:
+		case e.peerGone || e.peerClosed:
 			return written, ErrPeerClosed
 		case e.wrDone:
 			return written, ErrWriteShutdown
@@ -506,6 +535,10 @@ func (e *Engine) Handle(c *link.Completion) {
 		}
 		e.control(m)
 	case link.Disconnected:
+		if e.resumable && e.cfg.Features&wire.FeatureClose != 0 && !e.peerClosed {
+			e.Fail(ErrPeerLeftLink)
+			return
+		}
 		e.peerGone = true
 	case link.Failed:
 		e.Fail(c.Err)
@@ -565,6 +598,13 @@ func (e *Engine) control(m wire.Message) {
 			return
 		}
 		e.peerDone = true
+	case wire.OpClose:
+		if e.cfg.Features&wire.FeatureClose == 0 {
+			e.Fail(protocolErrorf("Close without the close extension"))
+			return
+		}
+		// Nothing follows it: the peer's stream ends here too.
+		e.peerDone, e.peerClosed = true, true
 	case wire.OpGetServerFeature:
 		if e.cfg.Server {
 			if e.ctl.featureReplies >= maxFeatureReplies {
@@ -615,14 +655,14 @@ func (e *Engine) AfterCompletions() {
 func (e *Engine) flushControl() {
 	for e.err == nil && e.lost == nil && e.ctl.outstanding < e.ctl.slots && e.sq.SlotsFree() > 0 {
 		if !e.rc.canControl(true) {
-			if e.ctl.pending(e.draining) {
+			if e.ctl.pending(e.draining, e.dataFirst()) {
 				e.waitCredit()
 			}
 			return
 		}
-		m, ok := e.ctl.next(e.draining, !e.rc.canControl(false))
+		m, ok := e.ctl.next(e.draining, !e.rc.canControl(false), e.dataFirst())
 		if !ok {
-			if e.ctl.pending(e.draining) {
+			if e.ctl.pending(e.draining, e.dataFirst()) {
 				e.waitCredit()
 			}
 			return
@@ -775,7 +815,16 @@ func (e *Engine) Drain() {
 		e.out = append(e.out, link.SendWR{Kind: link.SendMarker, Signaled: true, ID: e.sq.PostMarker(), Remote: addr, RKey: rkey})
 		e.posted(true)
 	}
+	if e.cfg.Features&wire.FeatureClose != 0 {
+		e.ctl.want |= wantClose
+		e.flushControl()
+	}
 }
+
+// dataFirst reports whether bytes written may still be to post (held, or,
+// on a resumed link, to be sent again, which the peer's Resume tells):
+// the messages that end the stream (Shutdown, Close) follow them.
+func (e *Engine) dataFirst() bool { return e.sq.Held() > 0 || e.resend > 0 || e.resuming }
 
 // Drained reports whether an orderly close may disconnect now: every
 // request completed (and no control message waits), or the stream ended.
@@ -786,7 +835,7 @@ func (e *Engine) Drained() bool {
 	case e.lost != nil || e.resuming || e.resend > 0:
 		return false // a session that lost its link resumes to deliver
 	}
-	return (e.sq.Idle() && e.sq.Held() == 0 && !e.ctl.pending(true))
+	return (e.sq.Idle() && e.sq.Held() == 0 && !e.ctl.pending(true, false))
 }
 
 // suspended reports whether new bytes must wait: the link is lost, or a

@@ -25,8 +25,13 @@ func FuzzEngine(f *testing.F) {
 	f.Add(byte(7), []byte{4, 200, 7, 1, 7, 0x32, 0, 0x83, 0, 3, 7, 1})
 	// iWARP's link: receive credit, the accepting side speaking second.
 	f.Add(byte(0x63), []byte{4, 10, 4, 10, 4, 10, 0, 0x81, 7, 3, 4, 10, 6, 30, 6, 30})
+	// A session that says when it closes: written, closed, lost, resumed.
+	f.Add(byte(0x87), []byte{4, 200, 5, 3, 7, 1, 7, 0x32, 0, 0x83, 0, 0x85, 7, 0})
 	f.Fuzz(func(t *testing.T, mode byte, ops []byte) {
 		features := wire.Features(mode) & (wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume)
+		if mode&0x80 != 0 && features&wire.FeatureResume != 0 {
+			features |= wire.FeatureClose // a session whose sides say when they close
+		}
 		const ring = 4096
 		peer := wire.Hello{}
 		if features != 0 {
@@ -78,7 +83,11 @@ func FuzzEngine(f *testing.F) {
 			case 4:
 				e.Write(buf[:int(arg)%len(buf)])
 			case 5:
-				e.CloseWrite()
+				if arg%4 == 3 {
+					e.Drain() // the connection's Close
+				} else {
+					e.CloseWrite()
+				}
 			case 6:
 				clk.advance(time.Duration(arg) * 50 * time.Millisecond)
 				e.Tick()
