@@ -82,7 +82,7 @@ func (c Config) extensions() wire.Features {
 		return 0
 	}
 	if c.ResumeTimeout > 0 {
-		return wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume
+		return wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume | wire.FeatureClose
 	}
 	return wire.FeatureRing | wire.FeatureShutdown
 }

@@ -1,11 +1,24 @@
 package rdmanet
 
-import "github.com/rdmanet/sdk/internal/wire"
+import (
+	"github.com/rdmanet/sdk/internal/stream"
+	"github.com/rdmanet/sdk/internal/wire"
+)
 
 // EndLateWatches ends the watches of connection requests that dials gave
 // up on, and waits until they released their cm IDs, so that a test can
 // count what is left open.
 var EndLateWatches = endLateWatches
+
+// DeclareDeadPath makes c do what its keepalive does when the dead-path
+// bound passes (tick.go), whatever the path: a busy host's stall taken for
+// a dead path.
+func DeclareDeadPath(c *Conn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.eng.Fail(&stream.PathDeadError{Outstanding: 2 * c.cfg.KeepAlive})
+	c.flushLocked()
+}
 
 // WithIWARPDataPath returns cfg with the link features of an iWARP device
 // (write notices, receive credit) needed whatever the device: the lab runs

@@ -114,10 +114,9 @@ func (c *Conn) handleLocked(cs []link.Completion) {
 				// run yet.
 				cs[i] = link.Completion{Kind: link.Failed, Err: errResumedElsewhere}
 			}
-			// A new link that ends before the dialer spoke on it ends
-			// the session too: the dialer may have given up waiting for
-			// the accept, but it may as well have closed the connection
-			// during the resume, and the link cannot tell which.
+			// Any other end of the link is the peer closing only if its
+			// Close came first (wire.FeatureClose): the engine takes it
+			// for a lost link otherwise, and the session resumes.
 		}
 		c.eng.Handle(&cs[i])
 	}

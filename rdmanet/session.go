@@ -9,8 +9,10 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/stream"
@@ -91,13 +93,17 @@ type session struct {
 
 	retired   chan struct{} // closed when the lost link was closed (nil when none is)
 	attaching bool          // the server is making a new link for the session
-	failovers int           // links replaced
-	path      string        // the current link's path, for errors and logs
-	why       error         // what broke the link before the current one
-	left      SessionMove   // why and from what the session left its last link (To unset)
-	lostAt    time.Time     // when it did
-	lastMove  SessionMoveEvent
-	cancel    context.CancelFunc
+	// knocked: a resume of the session was asked for since it last lost
+	// its link (the server's side); peerGone: the session ended because
+	// the peer left its link and did not come back (peerLeft).
+	knocked, peerGone bool
+	failovers         int         // links replaced
+	path              string      // the current link's path, for errors and logs
+	why               error       // what broke the link before the current one
+	left              SessionMove // why and from what the session left its last link (To unset)
+	lostAt            time.Time   // when it did
+	lastMove          SessionMoveEvent
+	cancel            context.CancelFunc
 
 	// The dialer's path now (an index into paths), and moving back to
 	// the first one (failback.go).
@@ -226,7 +232,9 @@ func (c *Conn) suspendLocked() {
 	if cause != errFailback {
 		s.why = cause
 	}
-	if cause != errFailback && cause != errResumedElsewhere {
+	if cause != errFailback && cause != errResumedElsewhere && cause != stream.ErrPeerLeftLink {
+		// (The peer's leaving is its own failure, or its close: none
+		// of this side's connection errors.)
 		countConnError(cause)
 	}
 	s.left = SessionMove{Reason: moveReason(cause), From: transportOfLink(old)}
@@ -247,6 +255,7 @@ func (c *Conn) suspendLocked() {
 func (c *Conn) startRecoveryLocked(cause error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.sess.cancel = cancel
+	c.sess.knocked = false
 	go c.recoverSession(ctx, cancel, c.sess.retired, cause)
 }
 
@@ -254,6 +263,16 @@ func (c *Conn) startRecoveryLocked(cause error) {
 // dialing side, makes a new one, and on the listening side waits for one,
 // for up to Config.ResumeTimeout; after that the connection fails with a
 // *ResumeError.
+//
+// A link the peer left without its Close (stream.ErrPeerLeftLink) is lost
+// only if the peer comes back: it let go of a link that may work (its
+// keepalive took a stall for a dead path, or its device failed), or its
+// process died, whose kernel ends its links the same way. A peer that
+// left comes back at once, so the server waits for its resume to be asked
+// for only peerLeftWait; the dialer tries the path it was on first, and
+// if nothing listens there any more, or the server does not know the
+// session, the peer is gone. Either way the session then ends as the
+// peer's close (PeerLeft), the end a plain connection sees.
 func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, retired chan struct{}, cause error) {
 	defer cancel()
 	start := time.Now()
@@ -263,22 +282,41 @@ func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, re
 		return
 	}
 	deadline := start.Add(c.sess.timeout)
+	left := cause == stream.ErrPeerLeftLink
 	if c.sess.paths == nil {
 		// The server: resumeFrom attaches a link; this only ends the wait.
 		t := time.NewTimer(time.Until(deadline))
 		defer t.Stop()
-		select {
-		case <-t.C:
-			c.giveUp(&ResumeError{Cause: cause, Waited: time.Since(start)})
-		case <-ctx.Done():
+		var back <-chan time.Time
+		if left {
+			bt := time.NewTimer(min(peerLeftWait(c.cfg), c.sess.timeout))
+			defer bt.Stop()
+			back = bt.C
 		}
-		return
+		for {
+			select {
+			case <-t.C:
+				c.giveUp(&ResumeError{Cause: cause, Waited: time.Since(start)})
+				return
+			case <-back:
+				if c.peerLeft() {
+					return
+				}
+				back = nil // the dialer asked: it has until the deadline
+			case <-ctx.Done():
+				return
+			}
+		}
 	}
 	var attempts []ResumeAttempt
 	backoff := 10 * time.Millisecond
 	c.mu.Lock()
 	var dead *stream.PathDeadError
-	order := resumeOrder(c.sess.paths, c.sess.pathIndex, errors.As(cause, &dead))
+	from := c.sess.pathIndex
+	order := resumeOrder(c.sess.paths, from, errors.As(cause, &dead))
+	if left {
+		order = append([]int{from}, slices.DeleteFunc(order, func(i int) bool { return i == from })...)
+	}
 	c.mu.Unlock()
 	for {
 		for _, i := range order {
@@ -300,6 +338,11 @@ func (c *Conn) recoverSession(ctx context.Context, cancel context.CancelFunc, re
 				}
 			}
 			attempts = tried(attempts, p.name, err)
+			if left && (errors.Is(err, ErrSessionRefused) || i == from && nothingListens(err)) {
+				slog.Info("rdmanet: session ended: the server left its link and is gone", "session", c.sess.id, "path", p.name, "err", err)
+				c.peerLeft()
+				return
+			}
 			refused := errors.Is(err, ErrSessionRefused)
 			if refused || !time.Now().Before(deadline) || ctx.Err() != nil {
 				c.giveUp(&ResumeError{Cause: cause, Attempts: attempts, Waited: time.Since(start), Refused: refused})
@@ -341,6 +384,37 @@ func (c *Conn) retire(old link.Link) {
 		time.Sleep(time.Millisecond)
 	}
 	old.Close()
+}
+
+// peerLeftWait is how long the server waits for a dialer that left its
+// link without closing to ask for a resume: it does at once, and a dead
+// path on its way costs it resumeAnswerWait before it tries the next.
+func peerLeftWait(cfg Config) time.Duration { return resumeAnswerWait + cfg.KeepAlive }
+
+// nothingListens reports whether a resume's dial found nothing listening
+// at the server's address and port (RDMA's reject by the host, or TCP's
+// refusal): the server's listener is gone, and with it the session.
+func nothingListens(err error) bool {
+	var ee *cm.EventError
+	return errors.As(err, &ee) && ee.NoListener() || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// peerLeft ends a session whose peer left its link and did not come back
+// (recoverSession), unless a resume was asked for meanwhile; it reports
+// whether it did.
+func (c *Conn) peerLeft() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.sess
+	if (c.closing && !c.lingering) || c.link != link.Link(s.lost) || s.knocked || s.attaching {
+		return false
+	}
+	slog.Info("rdmanet: session ended: the peer left its link and did not come back", "session", s.id, "path", s.path)
+	s.peerGone = true
+	c.eng.PeerLeft()
+	c.wakeReadyLocked()
+	s.lost.Wake()
+	return true
 }
 
 // giveUp ends a session that did not resume.
@@ -434,6 +508,7 @@ var errResumedElsewhere = fmt.Errorf("rdmanet: the peer resumed the session on a
 func (c *Conn) resumeBegin(gen uint32) (tx, rx []byte, next uint32, err error) {
 	c.mu.Lock()
 	s := c.sess
+	s.knocked = true // the dialer is alive: peerLeft waits for it
 	switch {
 	case c.closing && !c.lingering:
 		// A connection closed and still delivering what was written
@@ -441,6 +516,8 @@ func (c *Conn) resumeBegin(gen uint32) (tx, rx []byte, next uint32, err error) {
 		err = fmt.Errorf("%w: it was closed", ErrSessionRefused)
 	case c.eng.Err() != nil:
 		err = fmt.Errorf("%w: it has ended: %v", ErrSessionRefused, c.eng.Err())
+	case s.peerGone:
+		err = fmt.Errorf("%w: it has ended: the dialer left its link and did not come back in time", ErrSessionRefused)
 	case s.attaching:
 		err = errResumeBusy
 	case gen != s.gen && (s.next == 0 || gen != s.next):
@@ -570,7 +647,8 @@ func (c *Conn) Session() SessionState {
 	}
 	st := SessionState{Resumable: true, ID: s.id.String(), Generation: s.gen, Failovers: s.failovers, Path: s.path, Failbacks: s.failbacks, LastMove: s.lastMove}
 	if c.link == link.Link(s.lost) {
-		st.Suspended, st.Path = true, ""
+		st.Path = ""
+		st.Suspended = c.eng.Lost() != nil // not once it ended
 	}
 	return st
 }

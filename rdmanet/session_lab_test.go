@@ -70,6 +70,31 @@ func TestLabSessionFailover(t *testing.T) {
 			},
 		})
 	})
+	// Nothing breaks, but one side takes a stall for a dead path (a busy
+	// host) and lets go of a working link. The other side sees the link
+	// end without a Close: the peer left, and the session resumes (a
+	// dialer that left goes to path 2 first; a server that left is
+	// followed on path 1, which the dialer tries first). Before Close, a
+	// server that let go ended the session.
+	for _, side := range []string{"server", "client"} {
+		t.Run(side+" lets go", func(t *testing.T) {
+			failover(t, env, failoverCase{
+				breakConns: func(t *testing.T, sides map[string]*rdmanet.Conn) {
+					rdmanet.DeclareDeadPath(sides[side])
+				},
+				moved: func(t *testing.T, name string, c *rdmanet.Conn) {
+					st := c.Session()
+					if tr, _ := rdmanet.TransportOf(c); tr != fallback.RDMA {
+						t.Errorf("%s: on %s, session %+v; want RDMA", name, tr, st)
+					}
+					if r := st.LastMove.Reason; name != side && r != "peer-left" && r != "peer-resumed" {
+						t.Errorf("%s: moved for %q, want peer-left or peer-resumed", name, r)
+					}
+					t.Logf("%s moved for %s", name, st.LastMove.Reason)
+				},
+			})
+		})
+	}
 	// Every RDMA path drops everything; TCP between the lab's addresses
 	// goes through lo and keeps working. Then path 1 heals, and the
 	// session moves back to it (FailbackInterval 1 s) with the streams
@@ -101,6 +126,7 @@ func TestLabSessionFailover(t *testing.T) {
 // moved back while the streams went on.
 type failoverCase struct {
 	breakPaths func(t *testing.T)
+	breakConns func(t *testing.T, sides map[string]*rdmanet.Conn) // instead of breakPaths
 	moved      func(t *testing.T, name string, c *rdmanet.Conn)
 	heal       func(t testing.TB)
 	back       func(t *testing.T, name string, c *rdmanet.Conn)
@@ -182,7 +208,11 @@ func failover(t *testing.T, env labenv.Env, fc failoverCase) {
 	<-progress
 	<-progress
 	pace.Store(fc.heal != nil)
-	fc.breakPaths(t)
+	if fc.breakPaths != nil {
+		fc.breakPaths(t)
+	} else {
+		fc.breakConns(t, sides)
+	}
 	broke := time.Now()
 	waitSessions(t, sides, "a failover", func(st rdmanet.SessionState) bool { return st.Failovers >= 1 && !st.Suspended })
 	t.Logf("both sides moved %v after the paths broke", time.Since(broke).Round(time.Millisecond))

@@ -17,7 +17,9 @@ import (
 type SessionMove struct {
 	// Reason is why the old link was left: "dead-path" (keepalive found
 	// it), "link-down" (a queue-pair error, a device or address event, a
-	// broken TCP connection), "peer-resumed" (the peer resumed the session
+	// broken TCP connection), "peer-left" (the peer let go of the link
+	// without closing: its keepalive found the path dead first, or its
+	// device failed), "peer-resumed" (the peer resumed the session
 	// elsewhere: it found the path dead first), or "failback" (the dialer
 	// moved back to its first path).
 	Reason   string
@@ -57,6 +59,8 @@ func moveReason(cause error) string {
 		return "peer-resumed"
 	case errors.As(cause, &dead):
 		return "dead-path"
+	case errors.Is(cause, stream.ErrPeerLeftLink):
+		return "peer-left"
 	}
 	return "link-down"
 }

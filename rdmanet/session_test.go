@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/nettest"
 
 	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/stream"
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
@@ -24,7 +25,7 @@ import (
 // away in mid-stream, and a new pipe over the same rings takes their place,
 // as another RDMA path or TCP will in the lab.
 
-const sessionFeatures = wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume
+const sessionFeatures = wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume | wire.FeatureClose
 
 // sessionPair is a client and a server Conn in one session, and the
 // current pipe between them.
@@ -361,6 +362,69 @@ func TestSessionPeerCloseIsNotAFailure(t *testing.T) {
 		t.Fatalf("%d resume dials after the peer closed", dials)
 	}
 	closeAndWait(t, p.client)
+}
+
+// A side whose keepalive takes a stall for a dead path lets go of a link
+// that works. The other side sees the link end without a Close: a lost
+// link, not the peer closing, so the session resumes. On the server, which
+// cannot resume itself, this used to end the session.
+func TestSessionFalseDeadPath(t *testing.T) {
+	for _, side := range []string{"server", "client"} {
+		t.Run(side, func(t *testing.T) {
+			goroutineCheck(t)
+			p := newSessionPair(t, Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, KeepAlive: time.Second})
+			done := streamBothWays(t, p.client, p.server, 4<<20)
+			c := map[string]*Conn{"server": p.server, "client": p.client}[side]
+			for range 3 {
+				before := p.resumed.Load()
+				DeclareDeadPath(c)
+				for end := time.Now().Add(20 * time.Second); p.resumed.Load() == before; time.Sleep(time.Millisecond) {
+					if time.Now().After(end) { // a hang guard, not a timing check
+						t.Fatalf("no resume after the %s let go of its link: %+v", side, p.client.Session())
+					}
+				}
+			}
+			<-done
+			if m := p.client.Session().LastMove; side == "server" && m.Reason != "peer-left" {
+				t.Errorf("the client moved for %q, want peer-left", m.Reason)
+			}
+			closeAndWait(t, p.client)
+			closeAndWait(t, p.server)
+		})
+	}
+}
+
+// A peer that ends its link without closing and does not come back (its
+// process died, and its kernel ended the link) ends the session as a
+// plain connection's peer does, with no resumption: the server's side
+// after peerLeftWait, the dialer's as soon as its resume on the same path
+// is refused.
+func TestSessionPeerDiesWithoutClosing(t *testing.T) {
+	for _, dies := range []string{"client", "server"} {
+		t.Run(dies, func(t *testing.T) {
+			goroutineCheck(t)
+			p := newSessionPair(t, Config{KeepAlive: 250 * time.Millisecond})
+			roundTrip(t, p.client, p.server)
+			p.mu.Lock()
+			p.refuse = fmt.Errorf("%w: test: the session is unknown here", ErrSessionRefused)
+			p.mu.Unlock()
+			survivor := map[string]*Conn{"client": p.server, "server": p.client}[dies]
+			a, b := p.pipes()
+			map[string]*link.Pipe{"client": a, "server": b}[dies].Close()
+			var buf [1]byte
+			if _, err := survivor.Read(buf[:]); err != io.EOF {
+				t.Fatalf("Read after the %s died: %v, want EOF", dies, err)
+			}
+			if _, err := survivor.Write(buf[:]); !errors.Is(err, stream.ErrPeerClosed) {
+				t.Errorf("Write after the %s died: %v, want ErrPeerClosed", dies, err)
+			}
+			if st := survivor.Session(); st.Failovers != 0 || st.Suspended {
+				t.Errorf("session %+v after the %s died", st, dies)
+			}
+			closeAndWait(t, p.client)
+			closeAndWait(t, p.server)
+		})
+	}
 }
 
 // roundTrip sends a byte each way.
