@@ -197,3 +197,84 @@ func TestLabIWARPPorts(t *testing.T) {
 		t.Fatalf("echo %q, %v", got, err)
 	}
 }
+
+// TestLabSessionLetsGo: a session on each data path streams both ways while
+// each side in turn lets go of its working link, as a busy host's stall
+// taken for a dead path makes it (rdmanet.DeclareDeadPath). The other side
+// sees the link end without the peer's Close, and the session resumes on
+// a new link over the same pair: on siw a new MPA connection, whose
+// passive side speaks second again and whose receive credit starts
+// afresh. Every byte arrives once, in order.
+func TestLabSessionLetsGo(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	for _, dp := range dataPaths(env) {
+		t.Run(dp.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			cfg := dp.cfg(sessionConfig)
+			lc := rdmanet.ListenConfig{Config: cfg}
+			// The listener stays: a session resumes through it.
+			ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(dp.env.AddrB, 0).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			accepted := make(chan net.Conn, 1)
+			go func() {
+				c, _ := ln.Accept()
+				accepted <- c
+			}()
+			d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(dp.env.AddrA, 0)}, Timeout: 20 * time.Second, Config: cfg}
+			nc, err := d.Dial("rdma", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			ns := <-accepted
+			if ns == nil {
+				t.Fatal("accept failed")
+			}
+			defer ns.Close()
+			sides := map[string]*rdmanet.Conn{"client": nc.(*rdmanet.Conn), "server": ns.(*rdmanet.Conn)}
+
+			const size = 16 << 20
+			sums := make([][2][32]byte, 2)
+			done := make(chan struct{}, 4)
+			for i, ends := range [][2]net.Conn{{nc, ns}, {ns, nc}} {
+				go func() {
+					defer func() { done <- struct{}{} }()
+					var err error
+					if sums[i][0], err = stream(ends[0], size, uint64(i), 64<<10); err != nil {
+						t.Errorf("direction %d: write: %v", i, err)
+					}
+				}()
+				go func() {
+					defer func() { done <- struct{}{} }()
+					var n int64
+					var err error
+					if sums[i][1], n, err = drain(ends[1], size); err != nil || n != size {
+						t.Errorf("direction %d: read %d bytes: %v", i, n, err)
+					}
+				}()
+			}
+			for k, side := range []string{"server", "client", "server", "client"} {
+				rdmanet.DeclareDeadPath(sides[side])
+				waitSessions(t, sides, "a resume", func(st rdmanet.SessionState) bool { return st.Failovers > k && !st.Suspended })
+			}
+			for range 4 {
+				<-done
+			}
+			for i := range sums {
+				if sums[i][0] != sums[i][1] {
+					t.Errorf("direction %d: SHA-256 differs", i)
+				}
+			}
+			for name, c := range sides {
+				st := c.Session()
+				if got := c.Info().DataPath; got != dp.want || st.Failovers < 4 {
+					t.Errorf("%s: data path %q, session %+v; want %q and 4 moves or more", name, got, st, dp.want)
+				}
+				t.Logf("%s: last move %s, pause %v", name, st.LastMove.Reason, st.LastMove.Pause.Round(time.Microsecond))
+			}
+		})
+	}
+}
