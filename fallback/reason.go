@@ -47,8 +47,9 @@ const (
 	// ReasonResources: a resource limit stopped RDMA set-up: locked memory
 	// (RLIMIT_MEMLOCK) for registration, memory, queue pairs, file descriptors.
 	ReasonResources Reason = "resources"
-	// ReasonNoImmediate: this host's RDMA device has no immediate data
-	// (iWARP), and the peer speaks only Valkey's protocol, which needs it.
+	// ReasonNoImmediate: the connection's RDMA device (this host's, or the
+	// peer's, which refused) has no immediate data (iWARP), and one side
+	// speaks only Valkey's protocol, which needs it.
 	ReasonNoImmediate Reason = "no-immediate-data"
 	// ReasonIWARPPort: a listener serving TCP and RDMA on one port could not
 	// listen for RDMA there, because iWARP shares TCP's port numbers (on an
@@ -93,7 +94,7 @@ func (r Reason) Describe() string {
 	case ReasonResources:
 		return "a resource limit (locked memory, memory, queue pairs) stopped RDMA set-up"
 	case ReasonNoImmediate:
-		return "this host's RDMA device has no immediate data (iWARP), which the peer's protocol (Valkey's) needs"
+		return "an RDMA device of the connection has no immediate data (iWARP), which Valkey's protocol, spoken by one side, needs"
 	case ReasonIWARPPort:
 		return "iWARP shares TCP's port numbers, so one port cannot serve both TCP and iWARP"
 	case ReasonRDMAError:

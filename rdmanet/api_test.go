@@ -3,6 +3,7 @@ package rdmanet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/verbs"
 )
 
 // TestMemCloseWrite: with the half-close extension the peer reads what was
@@ -114,6 +116,21 @@ func TestRejectReason(t *testing.T) {
 	other := errors.New("not a reject")
 	if withRejectReason(other) != other {
 		t.Fatal("a non-reject error changed")
+	}
+	if errors.Is(err, verbs.ErrNoImmediate) || fallback.Classify(err) != fallback.ReasonRejected {
+		t.Fatalf("a refusal for memory classifies as %s", fallback.Classify(err))
+	}
+
+	// A listener on a device without immediate data refusing a peer that
+	// speaks Valkey's protocol (or one that is Valkey-compatible itself):
+	// the dialer falls back for that reason, as if it had found it out.
+	noImm := fmt.Errorf("%w: siw1: this listener speaks Valkey's protocol only (Config.ValkeyCompatible)", verbs.ErrNoImmediate)
+	err = withRejectReason(&cm.EventError{Op: "connect", Event: cm.EventRejected, Status: 28, PrivateData: rejectReason(noImm)})
+	if !errors.As(err, &sr) || !errors.Is(err, verbs.ErrNoImmediate) || !errors.Is(err, cm.ErrRejected) {
+		t.Fatalf("a refusal for no immediate data: %v; want a *ServerRefusedError matching verbs.ErrNoImmediate and cm.ErrRejected", err)
+	}
+	if r := fallback.Classify(err); r != fallback.ReasonNoImmediate {
+		t.Fatalf("a refusal for no immediate data classifies as %s, want %s", r, fallback.ReasonNoImmediate)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/wire"
+	"github.com/rdmanet/sdk/verbs"
 )
 
 // Dialer connects to RDMA listeners, falling back to TCP where its network
@@ -374,6 +375,16 @@ type ServerRefusedError struct {
 
 func (e *ServerRefusedError) Error() string { return "server refused: " + e.Reason }
 func (e *ServerRefusedError) Unwrap() error { return e.Err }
+
+// Is matches verbs.ErrNoImmediate when the server refused for it (its
+// device, or this side's, has no immediate data, which the Valkey
+// protocol that one side speaks needs): the refusal carries the error's
+// text (rejectReason), so the dialer falls back for
+// fallback.ReasonNoImmediate and remembers it, as when it finds that out
+// itself.
+func (e *ServerRefusedError) Is(target error) bool {
+	return target == verbs.ErrNoImmediate && strings.HasPrefix(e.Reason, verbs.ErrNoImmediate.Error())
+}
 
 // withRejectReason turns a reject that carries an rdmanet server's reason
 // into a *ServerRefusedError.

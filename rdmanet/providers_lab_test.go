@@ -89,7 +89,8 @@ func TestLabDataPaths(t *testing.T) {
 // has not. A Valkey-compatible dial from siw fails at once with
 // verbs.ErrNoImmediate (RDMA only) or falls back to TCP for
 // fallback.ReasonNoImmediate; an rdmanet dial to a Valkey-compatible
-// listener on siw is refused with that reason. Nothing hangs.
+// listener on siw is refused with that reason, which the dialer's error
+// matches. Nothing hangs.
 func TestLabIWARPValkey(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	leakcheck.Check(t)
@@ -138,8 +139,8 @@ func TestLabIWARPValkey(t *testing.T) {
 	plain := rdmanet.Dialer{LocalAddr: from, Timeout: 20 * time.Second}
 	_, err = plain.Dial("rdma", ln.Addr().String())
 	var refused *rdmanet.ServerRefusedError
-	if !errors.As(err, &refused) {
-		t.Fatalf("rdmanet dial from siw to a Valkey-compatible listener: %v, want a *ServerRefusedError", err)
+	if !errors.As(err, &refused) || !errors.Is(err, verbs.ErrNoImmediate) || fallback.Classify(err) != fallback.ReasonNoImmediate {
+		t.Fatalf("rdmanet dial from siw to a Valkey-compatible listener: %v, want a *ServerRefusedError matching verbs.ErrNoImmediate", err)
 	}
 	t.Logf("to a Valkey-compatible listener: %v", err)
 }
