@@ -55,9 +55,15 @@ type Config struct {
 	// (Dialer.FailoverAddrs), or to TCP to the same server port, with
 	// nothing lost, and the application sees a pause. It bounds how long
 	// the session may go without a link before it ends with a
-	// *ResumeError. Both sides must set it. Zero: no sessions (the
-	// default: a session gives up on a vanished peer only after
-	// ResumeTimeout, not within 3 x KeepAlive; see the README).
+	// *ResumeError. A peer that closes says so, and its close ends the
+	// session at once. A link the peer ends without closing (it let go of
+	// a path it took for dead, or its process died) ends the session as
+	// the peer's close only if the peer does not come back: the server
+	// waits KeepAlive + 3 s for the dialer to ask to resume, the dialer
+	// tries the server's address again and finds whether anything still
+	// listens there. Both sides must set it. Zero: no sessions (the default: a
+	// session gives up on a vanished peer only after ResumeTimeout, not
+	// within 3 x KeepAlive; see the README).
 	ResumeTimeout time.Duration
 	// FailbackInterval is how often, at most, a session that runs on
 	// another path than its first (another RDMA path, or TCP) tries to move
