@@ -41,12 +41,21 @@ func pipe(t testing.TB, env labenv.Env, cfg rdmanet.Config) (client, server net.
 
 // tryPipe is pipe, with the dial bounded by timeout and failures returned.
 func tryPipe(env labenv.Env, cfg rdmanet.Config, timeout time.Duration) (client, server net.Conn, err error) {
-	lc := rdmanet.ListenConfig{Config: cfg}
-	ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(env.AddrB, 0).String())
-	if err != nil {
-		return nil, nil, err
+	client, server, ln, err := dialPair(env.AddrA, env.AddrB, cfg, timeout)
+	if ln != nil {
+		ln.Close()
 	}
-	defer ln.Close()
+	return client, server, err
+}
+
+// dialPair connects a client on a to a server on b over RDMA, and returns
+// the listener too (a session resumes through it).
+func dialPair(a, b netip.Addr, cfg rdmanet.Config, timeout time.Duration) (client, server net.Conn, ln *rdmanet.Listener, err error) {
+	lc := rdmanet.ListenConfig{Config: cfg}
+	ln, err = lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(b, 0).String())
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	type result struct {
 		c   net.Conn
 		err error
@@ -56,17 +65,17 @@ func tryPipe(env labenv.Env, cfg rdmanet.Config, timeout time.Duration) (client,
 		c, err := ln.Accept()
 		accepted <- result{c, err}
 	}()
-	d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(env.AddrA, 0)}, Timeout: timeout, Config: cfg}
+	d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(a, 0)}, Timeout: timeout, Config: cfg}
 	client, err = d.Dial("rdma", ln.Addr().String())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, ln, fmt.Errorf("dial %v from %v: %w", ln.Addr(), a, err)
 	}
 	r := <-accepted
 	if r.err != nil {
 		client.Close()
-		return nil, nil, r.err
+		return nil, nil, ln, r.err
 	}
-	return client, r.c, nil
+	return client, r.c, ln, nil
 }
 
 // modes are the two wire protocols: rdmanet's extensions, which two rdmanet

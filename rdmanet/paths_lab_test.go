@@ -4,10 +4,8 @@ package rdmanet_test
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -68,26 +66,12 @@ func TestLabSecondPath(t *testing.T) {
 // pathPipe connects a client on p.A to a server on p.B over RDMA.
 func pathPipe(t *testing.T, p labenv.Path, cfg rdmanet.Config) (client, server net.Conn) {
 	t.Helper()
-	lc := rdmanet.ListenConfig{Config: cfg}
-	ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(p.B, 0).String())
+	client, server, ln, err := dialPair(p.A, p.B, cfg, 20*time.Second)
+	if ln != nil {
+		ln.Close()
+	}
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(p.A, 0)}, Timeout: 20 * time.Second, Config: cfg}
-	client, err = d.Dial("rdma", ln.Addr().String())
-	if err != nil {
-		t.Fatalf("dial %v from %v: %v", ln.Addr(), p.A, err)
-	}
-	server = <-accepted
-	if server == nil {
-		client.Close()
-		t.Fatal("accept failed")
 	}
 	return client, server
 }

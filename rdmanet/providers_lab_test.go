@@ -211,29 +211,14 @@ func TestLabSessionLetsGo(t *testing.T) {
 	for _, dp := range dataPaths(env) {
 		t.Run(dp.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			cfg := dp.cfg(sessionConfig)
-			lc := rdmanet.ListenConfig{Config: cfg}
-			// The listener stays: a session resumes through it.
-			ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(dp.env.AddrB, 0).String())
-			if err != nil {
-				t.Fatal(err)
+			nc, ns, ln, err := dialPair(dp.env.AddrA, dp.env.AddrB, dp.cfg(sessionConfig), 20*time.Second)
+			if ln != nil {
+				defer ln.Close() // it stays: a session resumes through it
 			}
-			defer ln.Close()
-			accepted := make(chan net.Conn, 1)
-			go func() {
-				c, _ := ln.Accept()
-				accepted <- c
-			}()
-			d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(dp.env.AddrA, 0)}, Timeout: 20 * time.Second, Config: cfg}
-			nc, err := d.Dial("rdma", ln.Addr().String())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer nc.Close()
-			ns := <-accepted
-			if ns == nil {
-				t.Fatal("accept failed")
-			}
 			defer ns.Close()
 			sides := map[string]*rdmanet.Conn{"client": nc.(*rdmanet.Conn), "server": ns.(*rdmanet.Conn)}
 
