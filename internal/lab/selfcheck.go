@@ -3,7 +3,6 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -54,6 +53,11 @@ func SelfCheck(ctx context.Context, w io.Writer) error {
 	a2, b2 := env.AddrA2.String(), env.AddrB2.String()
 	iw := env.IWARP()
 	ia, ib := iw.AddrA.String(), iw.AddrB.String()
+	serverClient := func(ctx context.Context, server, client []string) (string, error) {
+		return labenv.ServerClient(ctx, server, client, func(format string, args ...any) {
+			fmt.Fprintf(w, "selfcheck: "+format+"\n", args...)
+		})
+	}
 	rping := func(a, b string) func(context.Context) (string, error) {
 		return func(ctx context.Context) (string, error) {
 			out, err := serverClient(ctx,
@@ -170,58 +174,6 @@ func devinfoTransports(out string) map[string]string {
 		}
 	}
 	return m
-}
-
-// serverClient runs an RDMA tool's server, then its client against it, and
-// returns the client's output; an error quotes both outputs. The server
-// needs a moment before it listens, so a client that fails is retried a few
-// times while the server still runs.
-func serverClient(ctx context.Context, server, client []string) (string, error) {
-	var srvOut bytes.Buffer
-	srv := exec.CommandContext(ctx, server[0], server[1:]...)
-	srv.Stdout, srv.Stderr = &srvOut, &srvOut
-	if err := srv.Start(); err != nil {
-		return "", err
-	}
-	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.Wait() }()
-
-	const attempts = 10
-	var (
-		cliOut []byte
-		cliErr error
-	)
-retry:
-	for attempt := 1; ; attempt++ {
-		cliOut, cliErr = exec.CommandContext(ctx, client[0], client[1:]...).CombinedOutput()
-		if cliErr == nil || ctx.Err() != nil || attempt == attempts {
-			break
-		}
-		select {
-		case err := <-srvDone: // the server gave up: retrying cannot help
-			srvDone <- err
-			break retry
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	if cliErr != nil {
-		srv.Process.Kill() // it would wait for a client until the timeout
-	}
-	srvErr := <-srvDone
-	var err error
-	switch {
-	case ctx.Err() != nil:
-		err = ctx.Err()
-	case cliErr != nil:
-		err = fmt.Errorf("client: %v", cliErr)
-	case srvErr != nil:
-		err = fmt.Errorf("server: %v", srvErr)
-	}
-	if err != nil {
-		return "", fmt.Errorf("%w\n$ %s\n%s$ %s\n%s", err,
-			strings.Join(client, " "), cliOut, strings.Join(server, " "), srvOut.Bytes())
-	}
-	return string(cliOut), nil
 }
 
 // grepLines returns the lines of out that contain substr.

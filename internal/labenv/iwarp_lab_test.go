@@ -77,7 +77,7 @@ func TestLabPairsConnect(t *testing.T) {
 		t.Run(p.Provider, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			out, err := rping(ctx, p.AddrA, p.AddrB)
+			out, err := rping(ctx, t, p.AddrA, p.AddrB)
 			if err != nil {
 				t.Fatalf("rping %v -> %v (%s -> %s): %v", p.AddrA, p.AddrB, p.DevA, p.DevB, err)
 			}
@@ -89,37 +89,11 @@ func TestLabPairsConnect(t *testing.T) {
 }
 
 // rping runs an rping server on b and a client from a, three round trips,
-// and returns the client's output. The server needs a moment before it
-// listens, so a client that fails is tried again a few times.
-func rping(ctx context.Context, a, b netip.Addr) (string, error) {
-	var srvOut bytes.Buffer
-	srv := exec.CommandContext(ctx, "rping", "-s", "-a", b.String(), "-C", "3", "-v")
-	srv.Stdout, srv.Stderr = &srvOut, &srvOut
-	if err := srv.Start(); err != nil {
-		return "", err
-	}
-	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.Wait() }()
-	var (
-		out []byte
-		err error
-	)
-	for attempt := 1; attempt <= 10; attempt++ {
-		out, err = exec.CommandContext(ctx, "rping", "-c", "-I", a.String(), "-a", b.String(), "-C", "3", "-v").CombinedOutput()
-		if err == nil || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if err != nil {
-		srv.Process.Kill()
-		<-srvDone
-		return string(out), fmt.Errorf("client: %v:\n%s\nserver:\n%s", err, out, srvOut.Bytes())
-	}
-	if err := <-srvDone; err != nil {
-		return string(out), fmt.Errorf("server: %v:\n%s", err, srvOut.Bytes())
-	}
-	return string(out), nil
+// and returns the client's output.
+func rping(ctx context.Context, t *testing.T, a, b netip.Addr) (string, error) {
+	return ServerClient(ctx,
+		[]string{"rping", "-s", "-a", b.String(), "-C", "3", "-v"},
+		[]string{"rping", "-c", "-I", a.String(), "-a", b.String(), "-C", "3", "-v"}, t.Logf)
 }
 
 // linkNetdev returns the netdev under an RDMA device's port 1, as
