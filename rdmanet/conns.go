@@ -156,9 +156,8 @@ func liveConns() []*Conn {
 func Connections() []ConnInfo {
 	cs := liveConns()
 	infos := make([]ConnInfo, 0, len(cs))
-	now := time.Now()
 	for _, c := range cs {
-		infos = append(infos, c.info(now))
+		infos = append(infos, c.info())
 	}
 	slices.SortFunc(infos, func(a, b ConnInfo) int {
 		return cmp.Or(cmp.Compare(a.Local, b.Local), cmp.Compare(a.Remote, b.Remote))
@@ -167,12 +166,15 @@ func Connections() []ConnInfo {
 }
 
 // Info is the connection's state now, as Connections reports it.
-func (c *Conn) Info() ConnInfo { return c.info(time.Now()) }
+func (c *Conn) Info() ConnInfo { return c.info() }
 
-// info takes a snapshot of c, under c.mu.
-func (c *Conn) info(now time.Time) ConnInfo {
+// info takes a snapshot of c, under c.mu. Its clock is read under the
+// lock too: the engine posts under it, so nothing it reports is later than
+// now (a time read before the lock made a busy connection's Idle negative).
+func (c *Conn) info() ConnInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := time.Now()
 	i := ConnInfo{
 		Local: c.local.String(), Remote: c.remote.String(),
 		Transport: fallback.RDMA, Protocol: ProtocolValkey, Side: sideDialed,

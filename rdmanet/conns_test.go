@@ -161,3 +161,27 @@ func TestConnsHandler(t *testing.T) {
 		t.Errorf("table has %d lines for the pair, want 2:\n%s", found, body)
 	}
 }
+
+// TestConnectionsIdleNotNegative: Idle is measured from when the snapshot
+// is taken under the connection's lock, so a connection that posts while
+// Connections walks the list never shows activity in the future.
+func TestConnectionsIdleNotNegative(t *testing.T) {
+	goroutineCheck(t)
+	client, server, _, _ := memPair(t, Config{}, hostModes[0].features)
+	done := streamBothWays(t, client, server, 8<<20)
+	for snapshots := 0; ; snapshots++ {
+		select {
+		case <-done:
+			closeAndWait(t, client)
+			closeAndWait(t, server)
+			t.Logf("%d snapshots", snapshots)
+			return
+		default:
+		}
+		for _, c := range Connections() {
+			if c.Idle < 0 {
+				t.Fatalf("%s -> %s idle for %v", c.Local, c.Remote, c.Idle)
+			}
+		}
+	}
+}
