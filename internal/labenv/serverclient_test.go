@@ -19,11 +19,14 @@ func TestServerClient(t *testing.T) {
 	var logged []string
 	logf := func(format string, args ...any) { logged = append(logged, fmt.Sprintf(format, args...)) }
 
-	// The first client finds no server yet; the second one is served.
+	// The first client finds no server yet; the second one is served. The
+	// server runs until a client was served, as rping's does (a server
+	// that ends on a timer of its own is a race on a busy host).
 	clientHang = time.Minute // a hang guard here: sh may start slowly on a busy host
-	flag := filepath.Join(t.TempDir(), "tried")
-	out, err := ServerClient(ctx, []string{"sleep", "1"},
-		[]string{"sh", "-c", "test -e " + flag + " || { touch " + flag + "; exit 1; }; echo served"}, logf)
+	dir := t.TempDir()
+	tried, served := filepath.Join(dir, "tried"), filepath.Join(dir, "served")
+	out, err := ServerClient(ctx, []string{"sh", "-c", "until test -e " + served + "; do sleep 0.05; done"},
+		[]string{"sh", "-c", "test -e " + tried + " || { touch " + tried + "; exit 1; }; touch " + served + "; echo served"}, logf)
 	if err != nil || out != "served\n" || len(logged) != 0 {
 		t.Fatalf("a client that failed once: %q, %v, logged %q", out, err, logged)
 	}
