@@ -61,9 +61,9 @@ type Config struct {
 	// the peer's close only if the peer does not come back: the server
 	// waits KeepAlive + 3 s for the dialer to ask to resume, the dialer
 	// tries the server's address again and finds whether anything still
-	// listens there. Both sides must set it. Zero: no sessions (the default: a
-	// session gives up on a vanished peer only after ResumeTimeout, not
-	// within 3 x KeepAlive; see the README).
+	// listens there. Both sides must set it. Zero: no sessions (the
+	// default: a session gives up on a vanished peer only after
+	// ResumeTimeout, not within 3 x KeepAlive; see the README).
 	ResumeTimeout time.Duration
 	// FailbackInterval is how often, at most, a session that runs on
 	// another path than its first (another RDMA path, or TCP) tries to move
