@@ -61,12 +61,22 @@ type requestSource interface {
 }
 
 // listenFunc makes a listening ID bound to ap and returns it with the
-// address it got (port 0 picks one).
+// address it got (port 0 picks one). On failure the ID is a nil interface;
+// callers go by the error all the same.
 type listenFunc func(ap netip.AddrPort, backlog int) (requestSource, netip.AddrPort, error)
 
 // listenCM is the listenFunc of real listeners that serve RDMA only.
 func listenCM(ap netip.AddrPort, backlog int) (requestSource, netip.AddrPort, error) {
-	return listenOne(ap, backlog)
+	return asSource(listenOne(ap, backlog))
+}
+
+// asSource returns a listening ID as a requestSource: a failed listen's nil
+// *cm.ID as a nil interface, not as a non-nil one holding nil.
+func asSource(id *cm.ID, ap netip.AddrPort, err error) (requestSource, netip.AddrPort, error) {
+	if err != nil {
+		return nil, netip.AddrPort{}, err
+	}
+	return id, ap, nil
 }
 
 // listenCMBesideTCP is the listenFunc of listeners that serve TCP on the
@@ -76,7 +86,7 @@ func listenCMBesideTCP(ap netip.AddrPort, backlog int) (requestSource, netip.Add
 	if listenBesideIWARP(ap) {
 		return listenEach(ap, backlog)
 	}
-	return listenOne(ap, backlog)
+	return asSource(listenOne(ap, backlog))
 }
 
 // listenOne makes one listening ID on ap.
@@ -251,7 +261,8 @@ func (s *rdmaSide) run(id requestSource) {
 		s.stops.Add(1)
 		s.setWhy(stopped(err))
 		slog.Warn("rdmanet: the RDMA listener stopped; listening again", "addr", s.addr, "err", err)
-		for id = nil; id == nil; {
+		// The error, not the ID, says whether listening worked.
+		for err != nil {
 			delay = nextBackoff(delay)
 			if !s.pause(s.ctx, delay) {
 				return
