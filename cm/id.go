@@ -90,9 +90,10 @@ func NewID() (*ID, error) {
 }
 
 // noDevice marks librdmacm's "no RDMA device at all" (ENODEV from its first
-// call, which opens every device) as verbs.ErrNoDevice.
+// call, which opens every device) as verbs.ErrNoDevice, unless the process
+// was out of file descriptors, which fails that call too.
 func noDevice(err error) error {
-	if e, ok := err.(*rdmacore.CallError); ok && (e.Errno == syscall.ENODEV || e.Errno == syscall.ENOSYS) {
+	if e, ok := err.(*rdmacore.CallError); ok && e.Descriptors == nil && (e.Errno == syscall.ENODEV || e.Errno == syscall.ENOSYS) {
 		return fmt.Errorf("%w: %w", verbs.ErrNoDevice, err)
 	}
 	return err

@@ -73,6 +73,8 @@ func TestClassify(t *testing.T) {
 		{&verbs.CallError{Func: "ibv_reg_mr", Errno: syscall.EPERM}, ReasonResources},
 		{&verbs.CallError{Func: "ibv_create_qp", Errno: syscall.EPERM}, ReasonRDMAError},
 		{&verbs.CallError{Func: "rdma_create_event_channel", Errno: syscall.EMFILE}, ReasonResources},
+		// At the descriptor limit rdma-core may say ENOENT or ENODEV.
+		{&verbs.CallError{Func: "rdma_create_event_channel", Errno: syscall.ENOENT, Descriptors: &verbs.DescriptorLimit{Open: 4090, Limit: 4096}}, ReasonResources},
 		{errors.New("something else"), ReasonRDMAError},
 	} {
 		if got := Classify(tc.err); got != tc.want {

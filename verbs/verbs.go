@@ -40,6 +40,9 @@ type (
 	UnavailableError = rdmacore.UnavailableError
 	// CallError is a failed rdma-core call: the function's name and the errno.
 	CallError = rdmacore.CallError
+	// DescriptorLimit is the process's file descriptors when a call that
+	// opens some failed at its RLIMIT_NOFILE (CallError.Descriptors).
+	DescriptorLimit = rdmacore.DescriptorLimit
 )
 
 // Available loads rdma-core (once) and reports why RDMA cannot be used, or nil.

@@ -28,6 +28,8 @@ type doctorJSON struct {
 	// Lossless is the lossless-network check of every RDMA port of this
 	// host; a warning there does not change the verdict or exit code.
 	Lossless []losslessJSON `json:"lossless"`
+	// Limits bound how many RDMA connections a process can hold.
+	Limits limitsJSON `json:"limits"`
 	// The verdict: whether a dial to Addr uses RDMA, and if not, why.
 	RDMA     bool          `json:"rdma"`
 	Fallback *fallbackJSON `json:"fallback"`
@@ -62,7 +64,7 @@ func runDoctor(ctx context.Context, g *globals, fs *flag.FlagSet, args []string)
 		return code
 	}
 	addr := pos[0]
-	out := doctorJSON{Command: "doctor", Addr: addr, Local: *local, Steps: []stepJSON{}, Lossless: []losslessJSON{}}
+	out := doctorJSON{Command: "doctor", Addr: addr, Local: *local, Steps: []stepJSON{}, Lossless: []losslessJSON{}, Limits: readLimits()}
 	var src netip.Addr
 	if *local != "" {
 		var err error
@@ -205,6 +207,7 @@ func printDoctor(w io.Writer, out *doctorJSON) {
 		printFallback(w, "        ", s.Fallback)
 	}
 	printLossless(w, out.Lossless)
+	printLimits(w, out.Limits)
 	if dj := out.Dial; dj != nil {
 		fmt.Fprintln(w, "dial (network tcp, auto policy):")
 		switch {

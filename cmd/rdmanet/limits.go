@@ -23,6 +23,8 @@ type limitsJSON struct {
 	CapIPCLock bool  `json:"cap_ipc_lock"`
 	NofileSoft int64 `json:"nofile_soft"`
 	NofileHard int64 `json:"nofile_hard"`
+	// NofileOpen is how many descriptors this process has open (-1: unknown).
+	NofileOpen int64 `json:"nofile_open"`
 
 	LockedPerConn uint64 `json:"locked_bytes_per_connection"` // with the default rdmanet.Config
 	FDsPerConn    int    `json:"fds_per_connection"`
@@ -38,7 +40,7 @@ func readLimits() limitsJSON {
 	fp := defaultFootprint()
 	l := limitsJSON{LockedPerConn: uint64(fp.RegisteredBytes), FDsPerConn: fp.FileDescriptors}
 	if !platformLimits(&l) {
-		l.MemlockSoft, l.MemlockHard, l.NofileSoft, l.NofileHard = -1, -1, -1, -1
+		l.MemlockSoft, l.MemlockHard, l.NofileSoft, l.NofileHard, l.NofileOpen = -1, -1, -1, -1, -1
 		l.ConnsByMemlock, l.ConnsByNofile, l.Connections = -1, -1, -1
 		return l
 	}
@@ -72,7 +74,8 @@ func printLimits(w io.Writer, l limitsJSON) {
 	fmt.Fprintln(w, "limits of this process:")
 	fmt.Fprintf(w, "  RLIMIT_MEMLOCK  soft %s, hard %s (rdmanet raises the soft limit to the hard one)\n", limitBytes(l.MemlockSoft), limitBytes(l.MemlockHard))
 	fmt.Fprintf(w, "  CAP_IPC_LOCK    %s\n", capText)
-	fmt.Fprintf(w, "  RLIMIT_NOFILE   soft %s, hard %s\n", limitCount(l.NofileSoft), limitCount(l.NofileHard))
+	fmt.Fprintf(w, "  RLIMIT_NOFILE   soft %s, hard %s, %s open now (a process at its limit gets errors\n", limitCount(l.NofileSoft), limitCount(l.NofileHard), limitCount(l.NofileOpen))
+	fmt.Fprintln(w, "                  from rdma-core, some as ENOENT; rdmanet's errors then name this limit)")
 	fmt.Fprintf(w, "  per connection  %s registered, %d file descriptors (default rdmanet.Config)\n", iec(l.LockedPerConn), l.FDsPerConn)
 	fmt.Fprintf(w, "  connections     %s (locked memory allows %s, file descriptors %s)\n",
 		limitCount(l.Connections), limitCount(l.ConnsByMemlock), limitCount(l.ConnsByNofile))

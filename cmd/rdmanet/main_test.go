@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -201,8 +202,13 @@ func TestDoctorLoopback(t *testing.T) {
 		t.Errorf("doctor %s: verdict %+v, policy %+v", addr, out.Fallback, out.Policy)
 	}
 
+	if l := out.Limits; runtime.GOOS == "linux" && (!l.Known || l.NofileSoft == 0 || l.NofileOpen <= 0) {
+		t.Errorf("doctor %s: limits %+v; want RLIMIT_NOFILE and the descriptors open", addr, l)
+	}
+
 	code, human, _ := runCmd(t, "doctor", addr)
-	if code != exitNoRDMA || !strings.Contains(human, "FAIL  "+step) || !strings.Contains(human, reason.Hint()) || !strings.Contains(human, "verdict: TCP") {
+	if code != exitNoRDMA || !strings.Contains(human, "FAIL  "+step) || !strings.Contains(human, reason.Hint()) || !strings.Contains(human, "verdict: TCP") ||
+		!strings.Contains(human, "RLIMIT_NOFILE") {
 		t.Errorf("doctor %s: exit %d, human output:\n%s", addr, code, human)
 	}
 	t.Logf("doctor %s:\n%s", addr, human)

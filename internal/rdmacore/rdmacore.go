@@ -34,17 +34,60 @@ func (e *UnavailableError) Error() string {
 type CallError struct {
 	Func  string
 	Errno syscall.Errno
+	// Descriptors is set when a call that opens file descriptors failed
+	// while the process had all, or nearly all, that its RLIMIT_NOFILE
+	// allows open. rdma-core does not always say so: at the limit
+	// rdma_create_event_channel reports ENOENT (it falls back to making
+	// its device node, which fails too). Such an error matches
+	// syscall.EMFILE as well as Errno.
+	Descriptors *DescriptorLimit
 }
 
-func (e *CallError) Error() string { return e.Func + ": " + e.Errno.Error() }
+// DescriptorLimit is the process's file descriptors when a call failed.
+type DescriptorLimit struct {
+	Open  int // open then (after the failed call)
+	Limit int // RLIMIT_NOFILE's soft limit
+}
+
+func (e *CallError) Error() string {
+	s := e.Func + ": " + e.Errno.Error()
+	if d := e.Descriptors; d != nil {
+		s += fmt.Sprintf(" (the process had %d of the %d file descriptors its RLIMIT_NOFILE allows open)", d.Open, d.Limit)
+	}
+	return s
+}
+
 func (e *CallError) Unwrap() error { return e.Errno }
+
+// Is matches syscall.EMFILE when the descriptor limit is the likely cause.
+func (e *CallError) Is(target error) bool {
+	return e.Descriptors != nil && target == syscall.EMFILE
+}
+
+// opensDescriptors are the calls that open file descriptors (the first
+// rdma_create_id opens every device).
+var opensDescriptors = map[string]bool{
+	"rdma_create_event_channel": true, "rdma_create_id": true, "ibv_create_comp_channel": true,
+	"ibv_open_device": true, "ibv_get_device_list": true,
+}
+
+// descriptorSlack is how near the limit counts as at it: the failed call
+// gave back what it had opened, and other goroutines open and close
+// descriptors meanwhile.
+const descriptorSlack = 16
 
 func callError(fn string, errno syscall.Errno) error {
 	if errno == 0 {
 		// rdma-core reported failure without an errno; EIO is the honest default.
 		errno = syscall.EIO
 	}
-	return &CallError{Func: fn, Errno: errno}
+	e := &CallError{Func: fn, Errno: errno}
+	if opensDescriptors[fn] {
+		if open, limit, ok := descriptorUse(); ok && open+descriptorSlack >= limit {
+			e.Descriptors = &DescriptorLimit{Open: open, Limit: limit}
+		}
+	}
+	return e
 }
 
 // Handles to objects that rdma-core allocates. They are only ever passed back.
