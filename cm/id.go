@@ -69,7 +69,8 @@ type ID struct {
 	waitMu sync.Mutex       // one wait at a time (pollfd's rule)
 	ev     rdmacore.CMEvent // the event the last wait took
 
-	requestMu sync.Mutex // one GetRequest at a time: rdma_migrate_id forbids polling meanwhile
+	requestMu     sync.Mutex         // one GetRequest at a time: rdma_migrate_id forbids polling meanwhile
+	requestReject func(error) []byte // under requestMu; see SetRequestReject
 }
 
 // NewID creates an ID with its own event channel.
@@ -86,7 +87,7 @@ func NewID() (*ID, error) {
 		rdmacore.DestroyEventChannel(ch)
 		return nil, err
 	}
-	return wrapID(raw, ch, fd)
+	return wrapID(raw, ch, fd, nil)
 }
 
 // noDevice marks librdmacm's "no RDMA device at all" (ENODEV from its first
@@ -99,10 +100,15 @@ func noDevice(err error) error {
 	return err
 }
 
-func wrapID(raw rdmacore.CMID, ch rdmacore.EventChannel, fd int) (*ID, error) {
+// wrapID makes raw, on ch (whose descriptor is fd), an ID. On failure it
+// destroys both, after reject (non-nil for a connection request's ID).
+func wrapID(raw rdmacore.CMID, ch rdmacore.EventChannel, fd int, reject func(rdmacore.CMID, error)) (*ID, error) {
 	id := &ID{raw: raw, ch: ch}
 	var err error
 	if id.poll, err = pollfd.New(fd, "rdma_cm event channel", id.getEvent); err != nil {
+		if reject != nil { // refused, rather than left for its dialer to time out on
+			reject(raw, err)
+		}
 		rdmacore.DestroyID(raw)
 		rdmacore.DestroyEventChannel(ch)
 		return nil, err
@@ -263,6 +269,25 @@ type Request struct {
 	Param ConnParam // what the peer offered, with its private data
 }
 
+// SetRequestReject sets what a listening ID tells a peer whose request it
+// cannot take (it has no descriptor for the request's event channel, say):
+// the reject's private data is data(err). Without it the reject says
+// nothing.
+func (id *ID) SetRequestReject(data func(error) []byte) {
+	id.requestMu.Lock()
+	id.requestReject = data
+	id.requestMu.Unlock()
+}
+
+// rejectRequestLocked refuses a request this listening ID cannot take, for err.
+func (id *ID) rejectRequestLocked(raw rdmacore.CMID, err error) {
+	var data []byte
+	if id.requestReject != nil {
+		data = id.requestReject(err)
+	}
+	rdmacore.Reject(raw, data)
+}
+
 // GetRequest waits for the next connection request on a listening ID.
 func (id *ID) GetRequest(ctx context.Context) (*Request, error) {
 	if !id.g.Use() {
@@ -285,17 +310,17 @@ func (id *ID) GetRequest(ctx context.Context) (*Request, error) {
 		}
 		ch, fd, err := rdmacore.CreateEventChannel()
 		if err != nil {
-			rdmacore.Reject(ev.ID, nil)
+			id.rejectRequestLocked(ev.ID, err)
 			rdmacore.DestroyID(ev.ID)
 			return nil, err
 		}
 		if err := rdmacore.MigrateID(ev.ID, ch); err != nil {
-			rdmacore.Reject(ev.ID, nil)
+			id.rejectRequestLocked(ev.ID, err)
 			rdmacore.DestroyID(ev.ID)
 			rdmacore.DestroyEventChannel(ch)
 			return nil, err
 		}
-		nid, err := wrapID(ev.ID, ch, fd)
+		nid, err := wrapID(ev.ID, ch, fd, id.rejectRequestLocked)
 		if err != nil {
 			return nil, err
 		}

@@ -190,6 +190,13 @@ func (e *Error) Unwrap() []error {
 func Classify(err error) Reason {
 	var unavailable *verbs.UnavailableError
 	var ev *cm.EventError
+	// An error that names its reason (a *Error, or a peer's refusal that
+	// said why) has that reason.
+	for _, r := range reasons {
+		if errors.Is(err, r) {
+			return r
+		}
+	}
 	switch {
 	case errors.Is(err, verbs.ErrNotSupported):
 		if runtime.GOOS != "linux" {

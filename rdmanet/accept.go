@@ -103,6 +103,7 @@ func listenOne(ap netip.AddrPort, backlog int) (*cm.ID, netip.AddrPort, error) {
 		id.Close()
 		return nil, netip.AddrPort{}, err
 	}
+	id.SetRequestReject(rejectReason)
 	return id, id.LocalAddr(), nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/rdmanet/sdk/cm"
@@ -131,6 +133,18 @@ func TestRejectReason(t *testing.T) {
 	}
 	if r := fallback.Classify(err); r != fallback.ReasonNoImmediate {
 		t.Fatalf("a refusal for no immediate data classifies as %s, want %s", r, fallback.ReasonNoImmediate)
+	}
+
+	// A listener out of descriptors (or memory, or queue pairs): the dialer
+	// falls back for resources, which it does not remember, not for a
+	// rejection, which it does for a minute.
+	emfile := &verbs.CallError{Func: "rdma_create_event_channel", Errno: syscall.ENOENT, Descriptors: &verbs.DescriptorLimit{Open: 4090, Limit: 4096}}
+	err = withRejectReason(&cm.EventError{Op: "connect", Event: cm.EventRejected, Status: 28, PrivateData: rejectReason(emfile)})
+	if !errors.As(err, &sr) || !strings.HasPrefix(sr.Reason, "resources: rdma_create_event_channel") || !errors.Is(err, cm.ErrRejected) {
+		t.Fatalf("a refusal for descriptors: %v", err)
+	}
+	if r := fallback.Classify(err); r != fallback.ReasonResources || fallback.Remembers(r) {
+		t.Fatalf("a refusal for descriptors classifies as %s (remembered: %v), want %s, not remembered", r, fallback.Remembers(r), fallback.ReasonResources)
 	}
 }
 

@@ -382,8 +382,18 @@ func (e *ServerRefusedError) Unwrap() error { return e.Err }
 // text (rejectReason), so the dialer falls back for
 // fallback.ReasonNoImmediate and remembers it, as when it finds that out
 // itself.
+//
+// It matches fallback.ReasonResources when the server refused for want of
+// resources (rejectReason), so the dialer falls back for that reason, which
+// is not remembered, rather than for a rejection, which is.
 func (e *ServerRefusedError) Is(target error) bool {
-	return target == verbs.ErrNoImmediate && strings.HasPrefix(e.Reason, verbs.ErrNoImmediate.Error())
+	switch target {
+	case verbs.ErrNoImmediate:
+		return strings.HasPrefix(e.Reason, verbs.ErrNoImmediate.Error())
+	case fallback.ReasonResources:
+		return strings.HasPrefix(e.Reason, refusedForResources)
+	}
+	return false
 }
 
 // withRejectReason turns a reject that carries an rdmanet server's reason

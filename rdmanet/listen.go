@@ -354,8 +354,18 @@ const rejectPrefix = "rdmanet: "
 // maxRejectData is what a reject may carry on InfiniBand and RoCE.
 const maxRejectData = 148
 
+// refusedForResources starts the reason of a reject for want of resources
+// (descriptors, memory, queue pairs), so the dialer falls back for
+// fallback.ReasonResources, which it does not remember: this server may
+// have them again for the next dial.
+const refusedForResources = string(fallback.ReasonResources) + ": "
+
+// rejectReason is the private data of a reject for err.
 func rejectReason(err error) []byte {
 	msg := rejectPrefix + err.Error()
+	if fallback.Classify(err) == fallback.ReasonResources {
+		msg = rejectPrefix + refusedForResources + err.Error()
+	}
 	if len(msg) > maxRejectData {
 		msg = msg[:maxRejectData]
 	}
