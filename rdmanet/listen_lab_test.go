@@ -4,6 +4,7 @@ package rdmanet_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +24,7 @@ import (
 	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 	"github.com/rdmanet/sdk/verbs"
+	"golang.org/x/sys/unix"
 )
 
 // The listener under pressure in the lab: a burst of dials while the VM's
@@ -182,11 +186,31 @@ func stalledRequest(t *testing.T, src netip.Addr, dst netip.AddrPort) {
 // waitFor polls cond until it holds; the bound is a hang guard.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting for %s", what)
+	if !eventually(cond) {
+		t.Fatalf("still waiting for %s", what)
+	}
+}
+
+// fdTargets maps this process's open descriptors to what they are.
+func fdTargets() map[string]string {
+	out := map[string]string{}
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
+			out[e.Name()] = target
 		}
 	}
+	return out
+}
+
+// eventually polls cond until it holds, for a minute at most.
+func eventually(cond func() bool) bool {
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 // TestLabListenStalledHandshake: a request whose peer never completes the
@@ -234,4 +258,193 @@ func TestLabListenStalledHandshake(t *testing.T) {
 	if st := ln.Stats(); st.Handshaking != 0 || st.HandshakeFailures != 1 {
 		t.Errorf("listener after Close %+v: want the stalled handshake ended", st)
 	}
+}
+
+// TestLabDescriptorBurst runs one process (dialers and listener) into its
+// descriptor limit and back (issue 22): dials on "tcp", 16 at a time, with
+// RLIMIT_NOFILE lowered to room for about 20 RDMA pairs. Nothing panics;
+// every dial is RDMA (and echoes), TCP for reason resources, or a
+// *net.OpError matching EMFILE. Once everything is closed and the limit is
+// back, every descriptor, verbs object, cm ID and goroutine is back to its
+// baseline, and the listener serves RDMA again.
+func TestLabDescriptorBurst(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	leakcheck.Check(t)
+	rdmanet.ForgetFailures()
+	t.Cleanup(rdmanet.ForgetFailures)
+	const dials, together = 96, 16
+	cfg := rdmanet.Config{RecvBuffer: 16 << 10, SendBuffer: 16 << 10, RecvDepth: 16, KeepAlive: 30 * time.Second}
+	lc := rdmanet.ListenConfig{Config: cfg, Backlog: 64}
+	ln, err := lc.Listen(context.Background(), "tcp", netip.AddrPortFrom(env.AddrB, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// The server echoes; an Accept error other than Close is passing
+	// (EMFILE), retried after a pause as net/http does.
+	var (
+		mu          sync.Mutex
+		served      []net.Conn
+		acceptErrs  int
+		serving     sync.WaitGroup
+		acceptsDone = make(chan struct{})
+	)
+	go func() {
+		defer close(acceptsDone)
+		for {
+			c, err := ln.Accept()
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			mu.Lock()
+			if err != nil {
+				acceptErrs++
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			served = append(served, c)
+			mu.Unlock()
+			serving.Add(1)
+			go func() {
+				defer serving.Done()
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+
+	// One connection first: rdma-core opens its devices once per process,
+	// and that is no part of the burst's cost.
+	d := dialerA(env)
+	d.Config = cfg
+	warm, err := d.Dial("rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, warm)
+	warm.Close()
+	mu.Lock()
+	served[0].Close()
+	served = nil
+	mu.Unlock()
+	serving.Wait()
+	waitFor(t, "the first connection to go", func() bool { return verbs.Resources() == (verbs.ResourceCounts{}) && cm.LiveIDs() == 1 })
+	baseFDs, baseGoroutines := openFDs(t), runtime.NumGoroutine()
+	baseVerbs, baseIDs := verbs.Resources(), cm.LiveIDs()
+	baseFiles := fdTargets()
+	var saved unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &saved); err != nil {
+		t.Fatal(err)
+	}
+	lowered := saved
+	lowered.Cur = uint64(baseFDs + 160)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lowered); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &saved); err != nil {
+				t.Errorf("restore RLIMIT_NOFILE: %v", err)
+			}
+		}
+	}
+	t.Cleanup(restore)
+
+	conns := make([]net.Conn, dials)
+	outcome := make([]string, dials)
+	sem := make(chan struct{}, together)
+	var wg sync.WaitGroup
+	for i := range dials {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c, err := d.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				var op *net.OpError
+				if !errors.As(err, &op) || !errors.Is(err, syscall.EMFILE) {
+					t.Errorf("dial %d: %v (%T), want a *net.OpError matching EMFILE", i, err, err)
+				}
+				outcome[i] = "error: " + err.Error()
+				return
+			}
+			conns[i] = c
+			tr, why := rdmanet.TransportOf(c)
+			var fe *fallback.Error
+			switch {
+			case tr == fallback.RDMA:
+				outcome[i] = "rdma"
+				msg := []byte(fmt.Sprintf("dial %d", i))
+				c.SetDeadline(time.Now().Add(time.Minute))
+				got := make([]byte, len(msg))
+				if _, err := c.Write(msg); err != nil {
+					t.Errorf("dial %d: write: %v", i, err)
+				} else if _, err := io.ReadFull(c, got); err != nil || string(got) != string(msg) {
+					t.Errorf("dial %d: echo %q, %v", i, got, err)
+				}
+			case !errors.As(why, &fe) || fe.Reason != fallback.ReasonResources:
+				t.Errorf("dial %d: %s, because %v; want RDMA or reason resources", i, tr, why)
+				outcome[i] = "tcp: " + fmt.Sprint(why)
+			default:
+				outcome[i] = "tcp: resources"
+			}
+		}()
+	}
+	wg.Wait()
+	counts := map[string]int{}
+	for _, o := range outcome {
+		if strings.HasPrefix(o, "error: ") {
+			o = "error"
+		}
+		counts[o]++
+	}
+	t.Logf("%d dials at the limit of %d descriptors: %v; listener %+v", dials, lowered.Cur, counts, ln.Stats())
+	for i, o := range outcome {
+		if strings.HasPrefix(o, "error: ") {
+			t.Logf("dial %d, for example: %s", i, o)
+			break
+		}
+	}
+	if counts["rdma"] == 0 || counts["rdma"] == dials {
+		t.Errorf("%d of %d dials got RDMA: the burst did not run into the limit and stay within it", counts["rdma"], dials)
+	}
+
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+	mu.Lock()
+	for _, c := range served {
+		c.Close()
+	}
+	mu.Unlock()
+	serving.Wait()
+	restore()
+	if !eventually(func() bool { return verbs.Resources() == baseVerbs && cm.LiveIDs() == baseIDs && openFDs(t) == baseFDs }) {
+		var extra []string
+		for fd, target := range fdTargets() {
+			if baseFiles[fd] != target {
+				extra = append(extra, fmt.Sprintf("%s -> %s", fd, target))
+			}
+		}
+		t.Fatalf("resources after the burst: %+v, %d cm IDs, %d descriptors; before it %+v, %d, %d; new descriptors: %v",
+			verbs.Resources(), cm.LiveIDs(), openFDs(t), baseVerbs, baseIDs, baseFDs, extra)
+	}
+	waitFor(t, "the goroutines back to their baseline", func() bool { return runtime.NumGoroutine() <= baseGoroutines })
+
+	// The listener serves RDMA again (after its pause, if it stopped).
+	waitFor(t, "the listener to serve RDMA", func() bool { return ln.RDMAError() == nil })
+	c, err := d.Dial("rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("an RDMA dial after the burst: %v", err)
+	}
+	defer c.Close()
+	roundTrip(t, c)
+	ln.Close()
+	<-acceptsDone
 }
