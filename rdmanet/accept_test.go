@@ -516,3 +516,20 @@ func TestListenerRelistenFailsForReal(t *testing.T) {
 	}
 	t.Logf("still listening again, %+v: %v", r.l.Stats(), why)
 }
+
+// TestListenFuncsFailWithNilSource: every real listenFunc that fails
+// returns a nil requestSource, not a nil *cm.ID in a non-nil interface.
+// The address is on no interface, so listening fails on any host.
+func TestListenFuncsFailWithNilSource(t *testing.T) {
+	ap := netip.MustParseAddrPort("203.0.113.1:7471")
+	for name, listen := range map[string]listenFunc{"listenCM": listenCM, "listenCMBesideTCP": listenCMBesideTCP} {
+		src, _, err := listen(ap, 1)
+		if err == nil {
+			src.Close()
+			t.Fatalf("%s: listening on %v succeeded", name, ap)
+		}
+		if src != nil {
+			t.Errorf("%s failed (%v) and returned a non-nil requestSource %#v", name, err, src)
+		}
+	}
+}
