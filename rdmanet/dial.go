@@ -138,18 +138,11 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		if policy == fallback.Auto {
 			answerWait = cmp.Or(d.RDMATimeout, defaultRDMATimeout)
 		}
-		c, err := dial(ctx, src, dst, cfg, answerWait)
-		if err == nil && c.sess != nil {
-			var alts []netip.AddrPort
-			if alts, err = d.failoverAddrs(dst); err != nil {
-				c.Close()
-				return nil, opErr(raddr, err)
-			}
-			c.sess.paths = rdmaResumePaths(c, src, append([]netip.AddrPort{dst}, alts...), cfg)
-			if c.sess.port != nil {
-				c.sess.paths = append(c.sess.paths, tcpResumePath(c, c.LocalAddr().(*Addr).Addr(), dst, cfg))
-			}
+		alts, err := d.failoverAddrs(dst)
+		if err != nil {
+			return nil, opErr(raddr, err)
 		}
+		c, err := dial(ctx, src, dst, alts, cfg, answerWait)
 		if err == nil {
 			failures.Answered(dst)
 			counters.Dialed(fallback.RDMA)
@@ -189,8 +182,9 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 // for the peer's answer to the connection request (the rest is bounded by
 // ctx): a host without RDMA never answers, while address and route
 // resolution, and the first use of rdma_cm in a process, take their own
-// time whatever the peer.
-func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, answerWait time.Duration) (_ *Conn, err error) {
+// time whatever the peer. alts are the server's other addresses, for a
+// session to resume on.
+func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []netip.AddrPort, cfg Config, answerWait time.Duration) (_ *Conn, err error) {
 	if err := cm.Available(); err != nil {
 		return nil, err
 	}
@@ -281,14 +275,28 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, a
 		if h.Session.IsZero() {
 			return nil, &wire.ProtocolError{Reason: "the server agreed on sessions and named none"}
 		}
-		// The paths are the Dialer's to set.
 		c.sess = &session{id: h.Session, gen: h.Generation, timeout: cfg.ResumeTimeout, port: port}
+		// The paths are given before the engine starts: once it runs, a
+		// lost link starts recoverSession, which reads them to tell the
+		// dialer (which redials) from the server (which waits).
+		c.sess.paths = rdmaResumePaths(c, src, append([]netip.AddrPort{dst}, alts...), cfg)
+		if port != nil {
+			c.sess.paths = append(c.sess.paths, tcpResumePath(c, id.LocalAddr().Addr(), dst, cfg))
+		}
 	}
 	if err := c.start(agreed, h); err != nil {
 		return nil, err
 	}
+	if dialStarted != nil {
+		dialStarted(c)
+	}
 	return c, nil
 }
+
+// dialStarted, set by tests (export_test.go), is called with each
+// connection a dial started, before the dial returns: its engine runs, and
+// its link may already be lost.
+var dialStarted func(*Conn)
 
 // parseNetwork gives a network's address family ("ip", "ip4" or "ip6") and
 // whether it names RDMA (and so never falls back).

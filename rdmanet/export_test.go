@@ -1,6 +1,8 @@
 package rdmanet
 
 import (
+	"testing"
+
 	"github.com/rdmanet/sdk/internal/stream"
 	"github.com/rdmanet/sdk/internal/wire"
 )
@@ -26,4 +28,11 @@ func DeclareDeadPath(c *Conn) {
 func WithIWARPDataPath(cfg Config) Config {
 	cfg.linkNeeds = wire.LinkFeatures
 	return cfg
+}
+
+// OnDialStarted makes dials call f with each connection once its engine
+// runs, before the dial returns, until the test ends.
+func OnDialStarted(t testing.TB, f func(*Conn)) {
+	dialStarted = f
+	t.Cleanup(func() { dialStarted = nil })
 }
