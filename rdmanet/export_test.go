@@ -1,6 +1,7 @@
 package rdmanet
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/rdmanet/sdk/internal/stream"
@@ -14,12 +15,22 @@ var EndLateWatches = endLateWatches
 
 // DeclareDeadPath makes c do what its keepalive does when the dead-path
 // bound passes (tick.go), whatever the path: a busy host's stall taken for
-// a dead path.
-func DeclareDeadPath(c *Conn) {
+// a dead path. It fails when c has no link to let go of: a session that
+// is suspended on this side (it lost its link, or its new link is not yet
+// attached), or a connection that ended. The keepalive does not run then
+// (stream.Engine.Tick), and the engine would ignore the failure.
+func DeclareDeadPath(c *Conn) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	switch {
+	case c.eng.Err() != nil:
+		return fmt.Errorf("DeclareDeadPath: the connection ended: %w", c.eng.Err())
+	case c.eng.Lost() != nil:
+		return fmt.Errorf("DeclareDeadPath: the session has no link: it is suspended after %w", c.eng.Lost())
+	}
 	c.eng.Fail(&stream.PathDeadError{Outstanding: 2 * c.cfg.KeepAlive})
 	c.flushLocked()
+	return nil
 }
 
 // WithIWARPDataPath returns cfg with the link features of an iWARP device

@@ -243,7 +243,9 @@ func TestLabSessionLetsGo(t *testing.T) {
 				}()
 			}
 			for k, side := range []string{"server", "client", "server", "client"} {
-				rdmanet.DeclareDeadPath(sides[side])
+				if err := rdmanet.DeclareDeadPath(sides[side]); err != nil {
+					t.Fatal(err)
+				}
 				waitSessions(t, sides, "a resume", func(st rdmanet.SessionState) bool { return st.Failovers > k && !st.Suspended })
 			}
 			for range 4 {

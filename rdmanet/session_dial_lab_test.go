@@ -28,7 +28,10 @@ func TestLabSessionLostAtDial(t *testing.T) {
 		accepted <- c
 	}()
 	rdmanet.OnDialStarted(t, func(c *rdmanet.Conn) {
-		rdmanet.DeclareDeadPath(c)
+		if err := rdmanet.DeclareDeadPath(c); err != nil {
+			t.Error(err)
+			return
+		}
 		for start := time.Now(); c.Session().Failovers == 0; time.Sleep(10 * time.Millisecond) {
 			if time.Since(start) > 10*time.Second {
 				t.Errorf("the dialer did not resume its session in 10 s after losing its link: %+v", c.Session())

@@ -80,7 +80,9 @@ func TestLabSessionFailover(t *testing.T) {
 		t.Run(side+" lets go", func(t *testing.T) {
 			failover(t, env, failoverCase{
 				breakConns: func(t *testing.T, sides map[string]*rdmanet.Conn) {
-					rdmanet.DeclareDeadPath(sides[side])
+					if err := rdmanet.DeclareDeadPath(sides[side]); err != nil {
+						t.Fatal(err)
+					}
 				},
 				moved: func(t *testing.T, name string, c *rdmanet.Conn) {
 					st := c.Session()
