@@ -368,6 +368,10 @@ func TestSessionPeerCloseIsNotAFailure(t *testing.T) {
 // that works. The other side sees the link end without a Close: a lost
 // link, not the peer closing, so the session resumes. On the server, which
 // cannot resume itself, this used to end the session.
+//
+// Each let-go waits for both sides to have moved: the server's side of a
+// resume (p.resumed) is done before the dialer has its new link, and a
+// side without a link has nothing to let go of.
 func TestSessionFalseDeadPath(t *testing.T) {
 	for _, side := range []string{"server", "client"} {
 		t.Run(side, func(t *testing.T) {
@@ -376,11 +380,17 @@ func TestSessionFalseDeadPath(t *testing.T) {
 			done := streamBothWays(t, p.client, p.server, 4<<20)
 			c := map[string]*Conn{"server": p.server, "client": p.client}[side]
 			for range 3 {
-				before := p.resumed.Load()
-				DeclareDeadPath(c)
-				for end := time.Now().Add(20 * time.Second); p.resumed.Load() == before; time.Sleep(time.Millisecond) {
+				before := [2]int{p.client.Session().Failovers, p.server.Session().Failovers}
+				if err := DeclareDeadPath(c); err != nil {
+					t.Fatal(err)
+				}
+				for end := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+					cs, ss := p.client.Session(), p.server.Session()
+					if cs.Failovers > before[0] && !cs.Suspended && ss.Failovers > before[1] && !ss.Suspended {
+						break
+					}
 					if time.Now().After(end) { // a hang guard, not a timing check
-						t.Fatalf("no resume after the %s let go of its link: %+v", side, p.client.Session())
+						t.Fatalf("no resume after the %s let go of its link (%d resumes): client %+v, server %+v", side, p.resumed.Load(), cs, ss)
 					}
 				}
 			}
