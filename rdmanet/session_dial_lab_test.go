@@ -4,7 +4,6 @@ package rdmanet_test
 
 import (
 	"io"
-	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -22,11 +21,6 @@ func TestLabSessionLostAtDial(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	leakcheck.Check(t)
 	ln, port := sessionListener(t)
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
 	rdmanet.OnDialStarted(t, func(c *rdmanet.Conn) {
 		if err := rdmanet.DeclareDeadPath(c); err != nil {
 			t.Error(err)
@@ -44,21 +38,12 @@ func TestLabSessionLostAtDial(t *testing.T) {
 		Timeout:   30 * time.Second,
 		Config:    sessionConfig,
 	}
-	nc, err := d.Dial("rdma", netip.AddrPortFrom(env.AddrB, port).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	ns := <-accepted
-	if ns == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { ns.Close() })
+	nc, ns := dialSession(t, ln, d, netip.AddrPortFrom(env.AddrB, port))
 	if t.Failed() {
 		return
 	}
-	t.Logf("the dialer resumed: %+v", nc.(*rdmanet.Conn).Session())
-	for _, c := range [][2]net.Conn{{nc, ns}, {ns, nc}} {
+	t.Logf("the dialer resumed: %+v", nc.Session())
+	for _, c := range [][2]*rdmanet.Conn{{nc, ns}, {ns, nc}} {
 		c[0].SetDeadline(time.Now().Add(10 * time.Second))
 		c[1].SetDeadline(time.Now().Add(10 * time.Second))
 		if _, err := c[0].Write([]byte("x")); err != nil {

@@ -150,28 +150,13 @@ func failover(t *testing.T, env labenv.Env, fc failoverCase) {
 	}
 	t.Cleanup(func() { ln.Close() }) // sessions resume only through their listener
 	port := ln.Addr().(*net.TCPAddr).AddrPort().Port()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
 	d := rdmanet.Dialer{
 		LocalAddr:     &rdmanet.Addr{AddrPort: netip.AddrPortFrom(paths[0].A, 0)},
 		Timeout:       20 * time.Second,
 		Config:        cfg,
 		FailoverAddrs: []string{paths[1].B.String()},
 	}
-	nc, err := d.Dial("rdma", netip.AddrPortFrom(paths[0].B, port).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	ns := <-accepted
-	if ns == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { ns.Close() })
-	client, server := nc.(*rdmanet.Conn), ns.(*rdmanet.Conn)
+	client, server := dialSession(t, ln, d, netip.AddrPortFrom(paths[0].B, port))
 	sides := map[string]*rdmanet.Conn{"client": client, "server": server}
 
 	// With heal, the writers stop at three quarters until the session
@@ -320,6 +305,28 @@ func sessionListener(t *testing.T) (*rdmanet.Listener, uint16) {
 	}
 	t.Cleanup(func() { ln.Close() })
 	return ln, ln.Addr().(*net.TCPAddr).AddrPort().Port()
+}
+
+// dialSession dials dst with d on "rdma" and returns both ends, the server's
+// from ln; the test's end closes them.
+func dialSession(t *testing.T, ln *rdmanet.Listener, d rdmanet.Dialer, dst netip.AddrPort) (client, server *rdmanet.Conn) {
+	t.Helper()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	nc, err := d.Dial("rdma", dst.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	ns := <-accepted
+	if ns == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { ns.Close() })
+	return nc.(*rdmanet.Conn), ns.(*rdmanet.Conn)
 }
 
 // TestLabSessionPlainTCP: a listener keeping a session from A serves a
