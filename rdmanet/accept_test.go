@@ -99,6 +99,13 @@ func newRig(t *testing.T, withTCP bool, backlog int) *rig {
 // the rig's listen channel).
 func newRigOn(t *testing.T, withTCP bool, backlog int, addr netip.AddrPort, listen listenFunc) *rig {
 	t.Helper()
+	return newRigWith(t, Config{}, withTCP, backlog, addr, listen)
+}
+
+// newRigWith is newRigOn with the side's Config (what its sessions' TCP
+// links are made with).
+func newRigWith(t *testing.T, cfg Config, withTCP bool, backlog int, addr netip.AddrPort, listen listenFunc) *rig {
+	t.Helper()
 	r := &rig{t: t, first: newFakeSource(), pauses: make(chan time.Duration, 100),
 		listen: make(chan chan listenReply), shakes: make(chan handshake)}
 	l := &Listener{done: make(chan struct{})}
@@ -110,7 +117,7 @@ func newRigOn(t *testing.T, withTCP bool, backlog int, addr netip.AddrPort, list
 		l.tcp = ln.(*net.TCPListener)
 	}
 	l.rdmaAddr = &Addr{addr}
-	s := newRDMASide(addr, Config{}, backlog)
+	s := newRDMASide(addr, cfg, backlog)
 	s.pause = func(ctx context.Context, d time.Duration) bool {
 		select {
 		case r.pauses <- d:
