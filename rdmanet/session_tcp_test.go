@@ -39,6 +39,8 @@ type tcpSession struct {
 	*sessionPair
 	rig    *rig
 	broken atomic.Bool // the first path's dials fail, as a dead RDMA path's
+	// failedTries counts the first path's dials that failed.
+	failedTries atomic.Int32
 	port   uint16      // the dialer's reserved TCP port
 }
 
@@ -81,6 +83,7 @@ func newTCPSession(t *testing.T, cfg Config) *tcpSession {
 	client.sess.paths = []resumePath{
 		{name: "first", dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
 			if ts.broken.Load() {
+				ts.failedTries.Add(1)
 				return nil, wire.Hello{}, errors.New("test: the first path is down")
 			}
 			return ts.dial(ctx, h)
@@ -198,6 +201,9 @@ func TestSessionResumesOverTCP(t *testing.T) {
 	if ci := ts.client.Info(); ci.Transport != fallback.TCP || !ci.Session {
 		t.Errorf("the client's Info on TCP: %+v", ci)
 	}
+	if tr, why := TransportOf(ts.client); tr != fallback.TCP || why == nil || !strings.Contains(why.Error(), "test: port down") {
+		t.Errorf("TransportOf the client on TCP: %v, %v; want tcp and the link's failure", tr, why)
+	}
 	checkConnsHandlerShowsTCP(t, ts.client, ts.server)
 
 	select {
@@ -217,6 +223,7 @@ func TestSessionResumesOverTCP(t *testing.T) {
 	if n := SessionStats()[moved] - movesBefore[moved]; n < 1 {
 		t.Errorf("SessionStats counted %d moves %+v", n, moved)
 	}
+	checkExpvarCountsMove(t, moved)
 	ts.closeAll(t, buffers)
 }
 
@@ -257,6 +264,14 @@ func checkConnsHandlerShowsTCP(t *testing.T, client, server *Conn) {
 			t.Errorf("%s -> %s listed as %+v, want a TCP session", end[0], end[1], ci)
 		}
 	}
+	// ?format=json wins over the Accept header.
+	req, _ := http.NewRequest("GET", srv.URL+"?format=json", nil)
+	req.Header.Set("Accept", "text/plain")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("?format=json answered %q", resp.Header.Get("Content-Type"))
+	}
 	// A client that accepts text and not JSON gets the table.
 	resp, body = get("text/plain")
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
@@ -277,6 +292,37 @@ func checkConnsHandlerShowsTCP(t *testing.T, client, server *Conn) {
 	}
 }
 
+// checkExpvarCountsMove: the metrics' JSON, as expvar serves it, counts
+// move, in a list sorted by reason, then transports.
+func checkExpvarCountsMove(t *testing.T, move SessionMove) {
+	t.Helper()
+	b, err := json.Marshal(ReadMetrics().jsonValue())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Moves []sessionMoveJSON `json:"session_moves"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("the metrics' JSON: %v\n%s", err, b)
+	}
+	found := false
+	for i, m := range got.Moves {
+		if m.Reason == move.Reason && m.From == string(move.From) && m.To == string(move.To) && m.Count >= 1 {
+			found = true
+		}
+		if i > 0 {
+			p := got.Moves[i-1]
+			if p.Reason > m.Reason || p.Reason == m.Reason && (p.From > m.From || p.From == m.From && p.To >= m.To) {
+				t.Errorf("session_moves out of order at %d: %+v", i, got.Moves)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("session_moves lacks %+v: %s", move, b)
+	}
+}
+
 // TestSessionFailsBackFromTCP: a session on TCP moves back to its first
 // path once it works again, while both directions stream; the server sees
 // its TCP link replaced (peer-resumed), and nothing is lost.
@@ -286,8 +332,32 @@ func TestSessionFailsBackFromTCP(t *testing.T) {
 	ts := newTCPSession(t, Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
 	done := streamBothWays(t, ts.client, ts.server, 4<<20)
 	ts.waitReceived(t, 128<<10)
+	// The address the session was dialed from is gone: the TCP resume
+	// comes from another, with the same reserved port.
+	ts.client.mu.Lock()
+	ts.client.sess.paths[1] = tcpResumePath(ts.client, netip.MustParseAddr("192.0.2.1"), ts.rig.l.Addr().(*net.TCPAddr).AddrPort(), ts.cfg)
+	ts.client.mu.Unlock()
 	ts.cut()
-	waitSession(t, ts.client, "resume over TCP", onTCP)
+	if cs := waitSession(t, ts.client, "resume over TCP", onTCP); !strings.HasPrefix(cs.Path, "tcp "+netip.AddrPortFrom(loopback, ts.port).String()) {
+		t.Errorf("resumed on %q, not from the reserved port %d", cs.Path, ts.port)
+	}
+	// Failbacks to the first path, still down, fail and change nothing.
+	ts.mu.Lock()
+	tries := ts.dials
+	ts.mu.Unlock()
+	for end := time.Now().Add(hangGuard); ts.failedTries.Load() < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d tries to move back to the first path in %v", ts.failedTries.Load(), hangGuard)
+		}
+	}
+	if cs := ts.client.Session(); !onTCP(cs) || cs.Failbacks != 0 || cs.Failovers != 1 {
+		t.Errorf("after failbacks that failed: %+v, want the session on TCP still", cs)
+	}
+	ts.mu.Lock()
+	if ts.dials != tries {
+		t.Errorf("%d resumes on the first path while it was down", ts.dials-tries)
+	}
+	ts.mu.Unlock()
 	ts.broken.Store(false)
 	cs := waitSession(t, ts.client, "failback", func(s SessionState) bool { return s.Path == "first" && s.Failbacks == 1 })
 	if m := cs.LastMove; m.Reason != "failback" || m.From != fallback.TCP || !strings.HasPrefix(m.FromPath, "tcp ") {
