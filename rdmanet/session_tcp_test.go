@@ -41,7 +41,7 @@ type tcpSession struct {
 	broken atomic.Bool // the first path's dials fail, as a dead RDMA path's
 	// failedTries counts the first path's dials that failed.
 	failedTries atomic.Int32
-	port   uint16      // the dialer's reserved TCP port
+	port        uint16 // the dialer's reserved TCP port
 }
 
 func newTCPSession(t *testing.T, cfg Config) *tcpSession {
