@@ -236,6 +236,41 @@ struct rn_ibv_device_attr {
 #define RN_IBV_ACCESS_REMOTE_WRITE 2
 #define RN_IBV_ACCESS_REMOTE_READ 4
 
+// struct ibv_async_event: filled by ibv_get_async_event, given back to
+// ibv_ack_async_event.
+struct rn_ibv_async_event {
+	union {
+		struct rn_ibv_cq *cq;
+		struct rn_ibv_qp *qp;
+		void *srq;
+		void *wq;
+		int port_num;
+	} element;
+	int event_type;                       // enum ibv_event_type
+};
+
+// enum ibv_event_type
+#define RN_IBV_EVENT_CQ_ERR 0
+#define RN_IBV_EVENT_QP_FATAL 1
+#define RN_IBV_EVENT_QP_REQ_ERR 2
+#define RN_IBV_EVENT_QP_ACCESS_ERR 3
+#define RN_IBV_EVENT_COMM_EST 4
+#define RN_IBV_EVENT_SQ_DRAINED 5
+#define RN_IBV_EVENT_PATH_MIG 6
+#define RN_IBV_EVENT_PATH_MIG_ERR 7
+#define RN_IBV_EVENT_DEVICE_FATAL 8
+#define RN_IBV_EVENT_PORT_ACTIVE 9
+#define RN_IBV_EVENT_PORT_ERR 10
+#define RN_IBV_EVENT_LID_CHANGE 11
+#define RN_IBV_EVENT_PKEY_CHANGE 12
+#define RN_IBV_EVENT_SM_CHANGE 13
+#define RN_IBV_EVENT_SRQ_ERR 14
+#define RN_IBV_EVENT_SRQ_LIMIT_REACHED 15
+#define RN_IBV_EVENT_QP_LAST_WQE_REACHED 16
+#define RN_IBV_EVENT_CLIENT_REREGISTER 17
+#define RN_IBV_EVENT_GID_CHANGE 18
+#define RN_IBV_EVENT_WQ_FATAL 19
+
 // ---- librdmacm -------------------------------------------------------------
 
 struct rn_rdma_event_channel {        // allocated by librdmacm

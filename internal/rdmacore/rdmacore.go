@@ -220,6 +220,20 @@ type CMEvent struct {
 	Param    ConnParam
 }
 
+// AsyncEvent is a copy of one struct ibv_async_event; the original is
+// already acknowledged. Type is enum ibv_event_type; which of the other
+// fields is set depends on it: Port for port events, QP, QPNum and CQ (the
+// queue pair's send CQ) for queue pair events, CQ for CQ_ERR, SRQ for SRQ
+// events. The pointers are identities only: the objects may be gone.
+type AsyncEvent struct {
+	Type  int
+	Port  uint8
+	QPNum uint32
+	CQ    CQ
+	QP    QP
+	SRQ   unsafe.Pointer
+}
+
 // Sockaddr is a struct sockaddr_storage as Linux lays it out.
 type Sockaddr [128]byte
 

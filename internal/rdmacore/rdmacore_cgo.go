@@ -472,3 +472,29 @@ func beToHost64(v uint64) uint64 {
 	binary.NativeEndian.PutUint64(b[:], v)
 	return binary.BigEndian.Uint64(b[:])
 }
+
+// ---- asynchronous events ---------------------------------------------------
+
+// AsyncFD is the context's asynchronous event descriptor (context->async_fd).
+func AsyncFD(ctx Context) int { return int((*C.struct_rn_ibv_context)(ctx).async_fd) }
+
+// GetAsyncEvent copies and acknowledges one event from the context's
+// asynchronous event descriptor, once that is non-blocking; syscall.EAGAIN
+// (bare) when there is none.
+func GetAsyncEvent(ctx Context) (AsyncEvent, error) {
+	var out C.struct_rn_async_event_out
+	if rc, err := C.rn_get_async_event((*C.struct_rn_ibv_context)(ctx), &out); rc != 0 {
+		if errnoOf(err) == syscall.EAGAIN {
+			return AsyncEvent{}, syscall.EAGAIN
+		}
+		return AsyncEvent{}, callError("ibv_get_async_event", errnoOf(err))
+	}
+	return AsyncEvent{
+		Type:  int(out.event_type),
+		Port:  uint8(out.port_num),
+		QPNum: uint32(out.qp_num),
+		CQ:    CQ(out.cq),
+		QP:    QP(out.qp),
+		SRQ:   unsafe.Pointer(out.srq),
+	}, nil
+}

@@ -51,9 +51,11 @@ func GetCMEvent(EventChannel) (CMEvent, error)                 { return CMEvent{
 func CreateQP(CMID, PD, CQ, CQ, QPCap, bool) (QP, QPCap, error) {
 	return nil, QPCap{}, ErrNotSupported
 }
-func DestroyQP(CMID)                  {}
-func SetAckTimeout(CMID, uint8) error { return ErrNotSupported }
-func IDContext(CMID) Context          { return nil }
-func IDPortNum(CMID) uint8            { return 0 }
-func IDLocalAddr(CMID) *Sockaddr      { return new(Sockaddr) }
-func IDPeerAddr(CMID) *Sockaddr       { return new(Sockaddr) }
+func DestroyQP(CMID)                            {}
+func SetAckTimeout(CMID, uint8) error           { return ErrNotSupported }
+func IDContext(CMID) Context                    { return nil }
+func IDPortNum(CMID) uint8                      { return 0 }
+func IDLocalAddr(CMID) *Sockaddr                { return new(Sockaddr) }
+func IDPeerAddr(CMID) *Sockaddr                 { return new(Sockaddr) }
+func AsyncFD(Context) int                       { return -1 }
+func GetAsyncEvent(Context) (AsyncEvent, error) { return AsyncEvent{}, ErrNotSupported }

@@ -61,6 +61,18 @@ struct rn_cm_event_out {
 	uint32_t qp_num;
 };
 
+// rn_async_event_out is one asynchronous event, copied out before it is
+// acknowledged: what it names (a QP's number and CQ pointer, a CQ, a port).
+struct rn_async_event_out {
+	int event_type;
+	uint32_t port_num;
+	uint32_t qp_num;
+	uint32_t _pad;
+	struct rn_ibv_cq *cq;     // the CQ of a CQ event
+	struct rn_ibv_qp *qp;     // the QP of a QP event
+	void *srq;                // the SRQ of an SRQ event
+};
+
 // Work requests per call into the provider: bounded so the arrays fit the C stack.
 #define RN_BATCH 64
 
@@ -82,7 +94,9 @@ struct rn_cm_event_out {
 	X(ibv_create_cq, "IBVERBS_1.1", struct rn_ibv_cq *, (struct rn_ibv_context *, int, void *, struct rn_ibv_comp_channel *, int)) \
 	X(ibv_destroy_cq, "IBVERBS_1.1", int, (struct rn_ibv_cq *)) \
 	X(ibv_get_cq_event, "IBVERBS_1.1", int, (struct rn_ibv_comp_channel *, struct rn_ibv_cq **, void **)) \
-	X(ibv_ack_cq_events, "IBVERBS_1.1", void, (struct rn_ibv_cq *, unsigned int))
+	X(ibv_ack_cq_events, "IBVERBS_1.1", void, (struct rn_ibv_cq *, unsigned int)) \
+	X(ibv_get_async_event, "IBVERBS_1.1", int, (struct rn_ibv_context *, struct rn_ibv_async_event *)) \
+	X(ibv_ack_async_event, "IBVERBS_1.1", void, (struct rn_ibv_async_event *))
 
 #define RN_CM_SYMBOLS(X) \
 	X(rdma_create_event_channel, "RDMACM_1.0", struct rn_rdma_event_channel *, (void)) \
@@ -346,6 +360,43 @@ static struct rn_ibv_cq *rn_get_cq_event(struct rn_ibv_comp_channel *ch) {
 	return p_ibv_get_cq_event(ch, &cq, &ctx) ? NULL : cq;
 }
 static void rn_ack_cq_events(struct rn_ibv_cq *cq, unsigned int n) { p_ibv_ack_cq_events(cq, n); }
+
+// rn_get_async_event copies one asynchronous event out and acknowledges it
+// at once, so none is ever left unacknowledged (ibv_destroy_qp, _cq and
+// ibv_close_device wait for the acks of their events). Returns -1 with
+// errno (EAGAIN on a non-blocking descriptor with no event).
+static int rn_get_async_event(struct rn_ibv_context *c, struct rn_async_event_out *out) {
+	struct rn_ibv_async_event ev;
+	if (p_ibv_get_async_event(c, &ev)) return -1;
+	memset(out, 0, sizeof(*out));
+	out->event_type = ev.event_type;
+	switch (ev.event_type) {
+	case RN_IBV_EVENT_CQ_ERR:
+		out->cq = ev.element.cq;
+		break;
+	case RN_IBV_EVENT_QP_FATAL: case RN_IBV_EVENT_QP_REQ_ERR: case RN_IBV_EVENT_QP_ACCESS_ERR:
+	case RN_IBV_EVENT_COMM_EST: case RN_IBV_EVENT_SQ_DRAINED: case RN_IBV_EVENT_PATH_MIG:
+	case RN_IBV_EVENT_PATH_MIG_ERR: case RN_IBV_EVENT_QP_LAST_WQE_REACHED:
+		out->qp = ev.element.qp;
+		if (ev.element.qp) {
+			out->qp_num = ev.element.qp->qp_num;
+			out->cq = ev.element.qp->send_cq;
+		}
+		break;
+	case RN_IBV_EVENT_SRQ_ERR: case RN_IBV_EVENT_SRQ_LIMIT_REACHED:
+		out->srq = ev.element.srq;
+		break;
+	case RN_IBV_EVENT_PORT_ACTIVE: case RN_IBV_EVENT_PORT_ERR: case RN_IBV_EVENT_LID_CHANGE:
+	case RN_IBV_EVENT_PKEY_CHANGE: case RN_IBV_EVENT_SM_CHANGE: case RN_IBV_EVENT_CLIENT_REREGISTER:
+	case RN_IBV_EVENT_GID_CHANGE:
+		out->port_num = (uint32_t)ev.element.port_num;
+		break;
+	default:
+		break;
+	}
+	p_ibv_ack_async_event(&ev);
+	return 0;
+}
 
 static struct rn_rdma_event_channel *rn_create_event_channel(void) { return p_rdma_create_event_channel(); }
 static void rn_destroy_event_channel(struct rn_rdma_event_channel *ch) { p_rdma_destroy_event_channel(ch); }
