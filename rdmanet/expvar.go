@@ -16,7 +16,8 @@ import (
 //	 "fallbacks": {"no-device": 1, ...}, "connect_failures": {"timeout": 1, ...},
 //	 "conn_errors": {"retry-exceeded": 0, ...}, "open": 2,
 //	 "bytes_sent": ..., "bytes_received": ..., "requests_posted": ..., "messages_arrived": ...,
-//	 "session_moves": [{"reason": "dead-path", "from": "rdma", "to": "tcp", "count": 1}]}
+//	 "session_moves": [{"reason": "dead-path", "from": "rdma", "to": "tcp", "count": 1}],
+//	 "async_events": {"PORT_ERR": 1, "PORT_ACTIVE": 0, ..., "unknown": 0}}
 func PublishExpvar(name string) {
 	expvar.Publish(name, expvar.Func(func() any { return ReadMetrics().jsonValue() }))
 }
@@ -50,5 +51,6 @@ func (m Metrics) jsonValue() map[string]any {
 		"requests_posted":  m.RequestsPosted,
 		"messages_arrived": m.MessagesArrived,
 		"session_moves":    moves,
+		"async_events":     m.AsyncEvents,
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/stream"
 	"github.com/rdmanet/sdk/internal/wire"
 	"github.com/rdmanet/sdk/verbs"
@@ -131,7 +132,20 @@ type Metrics struct {
 	// Sessions counts the moves of resumable sessions (SessionStats):
 	// failovers by reason and transports, and failbacks.
 	Sessions map[SessionMove]uint64
+
+	// AsyncEvents counts the RDMA devices' asynchronous events read
+	// (ibv_get_async_event), by type: "PORT_ERR", "PORT_ACTIVE",
+	// "QP_FATAL", "CQ_ERR", "SRQ_LIMIT_REACHED", ... and "unknown". They
+	// are read while a device has connections (AsyncEventError).
+	AsyncEvents map[string]uint64
 }
+
+// AsyncEventError is the error of a connection that its device's
+// asynchronous event ended (a port that went down, a queue pair or CQ
+// error, a device failure), at once rather than after its keepalive. It
+// is a path failure (ConnErrorKindOf says ErrorLinkDown; a session moves) unless
+// the event blamed the connection's own requests.
+type AsyncEventError = rdmalink.AsyncEventError
 
 // ReadMetrics returns the package's counters.
 func ReadMetrics() Metrics {
@@ -140,6 +154,7 @@ func ReadMetrics() Metrics {
 		ConnectFailures: make(map[fallback.Reason]uint64, len(reasons)),
 		ConnErrors:      make(map[ConnErrorKind]uint64, len(connErrorKinds)),
 		Sessions:        SessionStats(),
+		AsyncEvents:     rdmalink.AsyncEventCounts(),
 	}
 	for i, r := range reasons {
 		m.ConnectFailures[r] = metrics.connectFailures[i].Load()

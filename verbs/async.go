@@ -36,9 +36,12 @@ const (
 	EventClientReregister
 	EventGIDChange
 	EventWQFatal
+
+	// NumAsyncEventTypes is how many types this package knows.
+	NumAsyncEventTypes = int(EventWQFatal) + 1
 )
 
-var asyncEventNames = [...]string{
+var asyncEventNames = [NumAsyncEventTypes]string{
 	"CQ_ERR", "QP_FATAL", "QP_REQ_ERR", "QP_ACCESS_ERR", "COMM_EST", "SQ_DRAINED",
 	"PATH_MIG", "PATH_MIG_ERR", "DEVICE_FATAL", "PORT_ACTIVE", "PORT_ERR",
 	"LID_CHANGE", "PKEY_CHANGE", "SM_CHANGE", "SRQ_ERR", "SRQ_LIMIT_REACHED",

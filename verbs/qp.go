@@ -33,6 +33,9 @@ func AdoptQP(raw rdmacore.QP, cap QPCap, destroy func()) *QP {
 // Num is the queue pair number.
 func (qp *QP) Num() uint32 { return rdmacore.QPNum(qp.raw) }
 
+// Raw is the rdma-core queue pair: an identity (asynchronous events name it).
+func (qp *QP) Raw() rdmacore.QP { return qp.raw }
+
 // Cap is the queue pair's actual capacities.
 func (qp *QP) Cap() QPCap { return qp.cap }
 

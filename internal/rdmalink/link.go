@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"sync"
@@ -67,6 +68,11 @@ type Link struct {
 	closed bool // Wake does nothing after Close (a flush-grace timer may fire late)
 
 	eventsDone chan struct{}
+
+	// The link's place in the registry of asynchronous events (asyncev.go),
+	// from StartEvents to Close.
+	asyncKey    any
+	asyncMember *asyncMember
 }
 
 var _ link.Link = (*Link)(nil)
@@ -178,10 +184,16 @@ func (l *Link) Established(features wire.Features, accepted bool) error {
 	return nil
 }
 
-// StartEvents starts taking the connection manager's events.
+// StartEvents starts taking the connection manager's events, and the
+// device's asynchronous events about the link's queue pair, CQ and port.
 func (l *Link) StartEvents() {
 	l.eventsDone = make(chan struct{})
 	go l.events()
+	if err := l.watchAsync(); err != nil {
+		// The connection works without them: a port going down then ends
+		// it through its keepalive, as before.
+		slog.Warn("rdmanet: cannot read the device's asynchronous events", "device", l.res.device, "err", err)
+	}
 }
 
 // Discard releases a link whose connection was never established; the
@@ -442,6 +454,7 @@ func (l *Link) Disconnect() error { return l.id.Disconnect() }
 // Close destroys the ID (and with it the queue pair, which ends the events
 // goroutine), then the rest.
 func (l *Link) Close() error {
+	l.unwatchAsync()
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
