@@ -283,8 +283,14 @@ func (s verbsSource) PortDown(port uint8) bool {
 	return err != nil || a.State != verbs.PortActive
 }
 
-// watchAsync registers l with its context's reader.
+// watchAsync registers l with its context's reader, unless the link is
+// closing already (a session's Close may race with a resume's start).
 func (l *Link) watchAsync() error {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	if l.unwatched {
+		return nil
+	}
 	ctx := l.id.Context()
 	if ctx == nil {
 		return nil
@@ -305,8 +311,11 @@ func (l *Link) watchAsync() error {
 	return nil
 }
 
-// unwatchAsync takes l out of the registry, before its ID goes.
+// unwatchAsync takes l out of the registry for good, before its ID goes.
 func (l *Link) unwatchAsync() {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	l.unwatched = true
 	if l.asyncMember != nil {
 		asyncEvents.remove(l.asyncKey, l.asyncMember)
 		l.asyncMember = nil

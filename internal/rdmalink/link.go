@@ -70,7 +70,10 @@ type Link struct {
 	eventsDone chan struct{}
 
 	// The link's place in the registry of asynchronous events (asyncev.go),
-	// from StartEvents to Close.
+	// from StartEvents to Close. amu is not mu: the registry's reader
+	// holds its own lock when it calls Fail, which takes mu.
+	amu         sync.Mutex
+	unwatched   bool // Close began: StartEvents registers no more
 	asyncKey    any
 	asyncMember *asyncMember
 }
