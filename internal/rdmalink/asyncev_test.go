@@ -84,7 +84,20 @@ func (f *fakeTarget) failed() []error {
 	return append([]error(nil), f.errs...)
 }
 
-func handle[T ~unsafe.Pointer](n int) T { return T(unsafe.Pointer(uintptr(n))) }
+// handles are distinct fake rdma-core objects, by number.
+var (
+	handlesMu sync.Mutex
+	handles   = map[int]*byte{}
+)
+
+func handle[T ~unsafe.Pointer](n int) T {
+	handlesMu.Lock()
+	defer handlesMu.Unlock()
+	if handles[n] == nil {
+		handles[n] = new(byte)
+	}
+	return T(unsafe.Pointer(handles[n]))
+}
 
 func TestAsyncDispatch(t *testing.T) {
 	r := asyncRegistry{devs: make(map[any]*asyncDevice)}
