@@ -182,6 +182,13 @@ func (e *ResumeError) Timeout() bool { return !e.Refused }
 // already won), or a resume of it is already under way.
 var ErrSessionRefused = errors.New("rdmanet: session refused")
 
+// refusalReason is what a server tells a dialer of why it refused a
+// resume: err's text without ErrSessionRefused's, which the dialer's error
+// wraps again.
+func refusalReason(err error) string {
+	return strings.TrimPrefix(err.Error(), ErrSessionRefused.Error()+": ")
+}
+
 // lostLink is a session's link while it has none: nothing arrives, nothing
 // may be posted, and a poller sleeps in Wait until Wake (a new link, a
 // deadline, Close).

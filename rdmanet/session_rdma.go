@@ -138,7 +138,7 @@ func (s *rdmaSide) acceptNewSession(c *Conn, agreed wire.Features, offer wire.He
 // application has, goes on over the new link.
 func (s *rdmaSide) acceptResume(ctx context.Context, req *cm.Request, h wire.Hello) error {
 	reject := func(err error) error {
-		req.ID.Reject([]byte(rejectPrefix + refusedPrefix + err.Error()))
+		req.ID.Reject([]byte(rejectPrefix + refusedPrefix + refusalReason(err)))
 		req.ID.Close()
 		return err
 	}

@@ -188,7 +188,7 @@ func (l *Listener) serveTCPResume(tc *net.TCPConn) {
 			status = tcpRefused
 			s.refusedResumes.Add(1)
 		}
-		msg := err.Error()
+		msg := refusalReason(err)
 		if len(msg) > 255 {
 			msg = msg[:255]
 		}

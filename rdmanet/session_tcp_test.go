@@ -406,6 +406,9 @@ func TestTCPResumeOfStaleGenerationRefused(t *testing.T) {
 	if !strings.HasPrefix(last.Path, "tcp -> ") || !errors.Is(last.Err, ErrSessionRefused) || !strings.Contains(last.Err.Error(), "generation") {
 		t.Errorf("the last attempt %+v, want the TCP path refused for its generation", last)
 	}
+	if n := strings.Count(last.Err.Error(), ErrSessionRefused.Error()); n != 1 {
+		t.Errorf("the refusal %q says %q %d times, want once", last.Err, ErrSessionRefused, n)
+	}
 	if st := ts.rig.l.Stats(); st.RefusedResumes != 1 || st.Resumes != 0 || st.TCPSniffs != 1 {
 		t.Errorf("listener stats %+v; want 1 refused resume, 1 sniffed connection", st)
 	}
