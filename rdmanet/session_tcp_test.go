@@ -46,13 +46,7 @@ type tcpSession struct {
 
 func newTCPSession(t *testing.T, cfg Config) *tcpSession {
 	t.Helper()
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.ResumeTimeout == 0 {
-		cfg.ResumeTimeout = 10 * time.Second
-	}
+	cfg = sessionTestConfig(t, cfg)
 	r := newRigWith(t, cfg, true, 4, netip.MustParseAddrPort("198.18.0.2:7471"), nil)
 	dst := r.l.Addr().(*net.TCPAddr).AddrPort()
 	cmem, err := newRingMem(cfg)

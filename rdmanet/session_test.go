@@ -57,7 +57,8 @@ func sessionPipe(cfg Config, ctx, crx, stx, srx []byte) (*link.Pipe, *link.Pipe)
 	return link.NewPipe(client, server)
 }
 
-func newSessionPair(t testing.TB, cfg Config) *sessionPair {
+// sessionTestConfig is cfg with its defaults, and a resume bound for tests.
+func sessionTestConfig(t testing.TB, cfg Config) Config {
 	t.Helper()
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -66,9 +67,16 @@ func newSessionPair(t testing.TB, cfg Config) *sessionPair {
 	if cfg.ResumeTimeout == 0 {
 		cfg.ResumeTimeout = 10 * time.Second
 	}
+	return cfg
+}
+
+func newSessionPair(t testing.TB, cfg Config) *sessionPair {
+	t.Helper()
+	cfg = sessionTestConfig(t, cfg)
 	p := &sessionPair{cfg: cfg}
 	p.a, p.b = sessionPipe(cfg, make([]byte, cfg.SendBuffer), make([]byte, cfg.RecvBuffer), make([]byte, cfg.SendBuffer), make([]byte, cfg.RecvBuffer))
 	var id wire.SessionID
+	var err error
 	for i := range id {
 		id[i] = byte(rand.Uint32())
 	}

@@ -99,14 +99,21 @@ func handle[T ~unsafe.Pointer](n int) T {
 	return T(unsafe.Pointer(handles[n]))
 }
 
-func TestAsyncDispatch(t *testing.T) {
-	r := asyncRegistry{devs: make(map[any]*asyncDevice)}
-	var opened []*fakeSource
-	open := func() (asyncSource, error) {
+// newTestRegistry is an empty registry whose readers are fake sources,
+// listed in opened as they are made.
+func newTestRegistry() (r *asyncRegistry, open func() (asyncSource, error), opened *[]*fakeSource) {
+	r = &asyncRegistry{devs: make(map[any]*asyncDevice)}
+	opened = new([]*fakeSource)
+	open = func() (asyncSource, error) {
 		s := newFakeSource()
-		opened = append(opened, s)
+		*opened = append(*opened, s)
 		return s, nil
 	}
+	return r, open, opened
+}
+
+func TestAsyncDispatch(t *testing.T) {
+	r, open, opened := newTestRegistry()
 	type conn struct {
 		name string
 		t    *fakeTarget
@@ -127,10 +134,10 @@ func TestAsyncDispatch(t *testing.T) {
 	if err := r.add("rxe1", "rxe1", open, other.m); err != nil {
 		t.Fatal(err)
 	}
-	if len(opened) != 2 {
-		t.Fatalf("%d readers for two devices", len(opened))
+	if len(*opened) != 2 {
+		t.Fatalf("%d readers for two devices", len(*opened))
 	}
-	src := opened[0]
+	src := (*opened)[0]
 	before := AsyncEventCounts()
 	expect := func(step string, want map[string]verbs.AsyncEventType) {
 		t.Helper()
@@ -238,15 +245,15 @@ func TestAsyncDispatch(t *testing.T) {
 	if err := r.add("rxe0", "rxe0", open, a.m); err != nil {
 		t.Fatal(err)
 	}
-	if len(opened) != 3 {
-		t.Fatalf("%d sources opened; want a third for rxe0's new link", len(opened))
+	if len(*opened) != 3 {
+		t.Fatalf("%d sources opened; want a third for rxe0's new link", len(*opened))
 	}
-	opened[2].setDown(1, true)
-	opened[2].send(t, verbs.AsyncEvent{Type: verbs.EventPortErr, Port: 1})
+	(*opened)[2].setDown(1, true)
+	(*opened)[2].send(t, verbs.AsyncEvent{Type: verbs.EventPortErr, Port: 1})
 	expect("PORT_ERR on the new reader", map[string]verbs.AsyncEventType{"a": verbs.EventPortErr})
 	r.remove("rxe0", a.m)
 	r.remove("rxe1", other.m)
-	for i, s := range opened {
+	for i, s := range *opened {
 		select {
 		case <-s.done:
 		default:
@@ -258,18 +265,12 @@ func TestAsyncDispatch(t *testing.T) {
 // A reader whose descriptor fails leaves the registry; its links can be
 // removed afterwards, and a new link starts a new reader.
 func TestAsyncReaderFails(t *testing.T) {
-	r := asyncRegistry{devs: make(map[any]*asyncDevice)}
-	var opened []*fakeSource
-	open := func() (asyncSource, error) {
-		s := newFakeSource()
-		opened = append(opened, s)
-		return s, nil
-	}
+	r, open, opened := newTestRegistry()
 	m := &asyncMember{t: &fakeTarget{}, port: 1, qpNum: 5}
 	if err := r.add("d", "d", open, m); err != nil {
 		t.Fatal(err)
 	}
-	opened[0].Close() // Wait fails as an EIO would
+	(*opened)[0].Close() // Wait fails as an EIO would
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		r.mu.Lock()
@@ -285,8 +286,8 @@ func TestAsyncReaderFails(t *testing.T) {
 	}
 	r.remove("d", m)
 	m2 := &asyncMember{t: &fakeTarget{}, port: 1, qpNum: 6}
-	if err := r.add("d", "d", open, m2); err != nil || len(opened) != 2 {
-		t.Fatalf("add after a failed reader: %v, %d sources", err, len(opened))
+	if err := r.add("d", "d", open, m2); err != nil || len(*opened) != 2 {
+		t.Fatalf("add after a failed reader: %v, %d sources", err, len(*opened))
 	}
 	r.remove("d", m2)
 	if err := r.add("e", "e", func() (asyncSource, error) { return nil, errors.New("no") }, m2); err == nil {
