@@ -60,9 +60,13 @@ func Devices() ([]Device, error) {
 }
 
 // noDevice marks the errnos with which libibverbs says there is no device
-// (ENOSYS: the kernel has no ib_uverbs at all) so callers can match ErrNoDevice.
+// (ENOSYS: the kernel has no ib_uverbs at all) so callers can match
+// ErrNoDevice, unless the process was out of file descriptors, which makes
+// libibverbs say the same (CallError.Descriptors).
 func noDevice(err error) error {
 	switch {
+	case errors.Is(err, syscall.EMFILE):
+		return err
 	case errors.Is(err, syscall.ENOSYS):
 		return fmt.Errorf("%w: the kernel offers no RDMA (ib_uverbs not loaded): %w", ErrNoDevice, err)
 	case errors.Is(err, syscall.ENODEV):

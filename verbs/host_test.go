@@ -3,6 +3,7 @@ package verbs
 import (
 	"errors"
 	"os"
+	"syscall"
 	"testing"
 )
 
@@ -37,5 +38,17 @@ func TestOpenUnknownDevice(t *testing.T) {
 	}
 	if _, err := Open("no-such-device"); !errors.Is(err, ErrNoDevice) {
 		t.Fatalf("Open(no-such-device) = %v, want ErrNoDevice", err)
+	}
+}
+
+// TestNoDeviceAtTheDescriptorLimit: libibverbs's "no device" errnos mean
+// no device, unless the process was out of descriptors when they came.
+func TestNoDeviceAtTheDescriptorLimit(t *testing.T) {
+	if err := noDevice(&CallError{Func: "ibv_get_device_list", Errno: syscall.ENOSYS}); !errors.Is(err, ErrNoDevice) {
+		t.Errorf("ENOSYS: %v, want ErrNoDevice", err)
+	}
+	atLimit := &CallError{Func: "ibv_get_device_list", Errno: syscall.ENOSYS, Descriptors: &DescriptorLimit{Open: 4095, Limit: 4095}}
+	if err := noDevice(atLimit); errors.Is(err, ErrNoDevice) || !errors.Is(err, syscall.EMFILE) {
+		t.Errorf("ENOSYS at the descriptor limit: %v, want EMFILE and not ErrNoDevice", err)
 	}
 }
