@@ -15,8 +15,12 @@
 // (-rounds) and prints the best of each, rdmanet's ratios to perftest and
 // rsockets, and whether issue 3's targets are met. Then it measures how a
 // resumable session fails over from one RDMA path to the other and to TCP,
-// and back (failover.go), and an NBD server's storage figures over RDMA and
-// TCP, from a Go client and from fio on the kernel's block device
+// and back (failover.go); what an open connection costs the process
+// (descriptors, goroutines, pinned and resident memory a connection pair)
+// and how fast pairs open, with 100, 1,000 and 2,000 pairs open at once
+// (-conn-pairs), rdmanet beside Go's TCP (connections.go, issue 23; -only
+// connections runs it alone); and an NBD server's storage figures over RDMA
+// and TCP, from a Go client and from fio on the kernel's block device
 // (storage.go, with -blockstore). Progress goes to standard error. A measurement that fails, hangs or whose output cannot be parsed is
 // reported with the reason and the raw output, and a figure none of whose
 // rounds succeeded is marked missing.
@@ -64,6 +68,8 @@ type options struct {
 
 	blockstore      string        // examples/blockstore's binary, for the storage section
 	storageDuration time.Duration // each storage figure's run
+
+	connPairs []int // the connections section's counts of pairs
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -76,10 +82,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.rounds, "rounds", 3, "make every measurement in `n` rounds (each figure is the best of its rounds)")
 	fs.StringVar(&o.host, "host", "", "describe the host running the lab (CPUs, load) in the report")
 	fs.StringVar(&o.rev, "rev", "", "rdmanet's `revision` to name in the report (default: the build's VCS stamp, if any)")
-	fs.StringVar(&o.impls, "only", "", "run only these comma-separated implementations ("+siwID+": all of the siw section's), and the failover and storage sections if "+failoverID+" and "+storageID+" are among them (IDs: "+strings.Join(implIDs(), ", ")+")")
+	fs.StringVar(&o.impls, "only", "", "run only these comma-separated implementations ("+siwID+": all of the siw section's), and the failover, connections and storage sections if "+failoverID+", "+connectionsID+" and "+storageID+" are among them (IDs: "+strings.Join(implIDs(), ", ")+")")
 	fs.IntVar(&o.failoverCycles, "failover-cycles", 6, "make `n` failover cycles of each kind (RDMA to RDMA, RDMA to TCP) on a resumable session; 0: none")
 	fs.StringVar(&o.blockstore, "blockstore", "", "examples/blockstore's binary (`path`), for the storage section; without it the section says it was not measured")
 	fs.DurationVar(&o.storageDuration, "storage-duration", 3*time.Second, "run each storage figure for `d` (whole seconds)")
+	connPairs := fs.String("conn-pairs", "100,1000,2000", "open `n,...` connection pairs at once in the connections section (comma-separated; empty: no section)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bin/rdmanet-lab bin/labbench [flags] > report.md\n\n"+
 			"Runs inside the rdmanet lab (`make bench` runs it); prints Markdown on stdout, progress on stderr.\n\nFlags:")
@@ -89,6 +96,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	var err error
+	if o.connPairs, err = parsePairs(*connPairs); err != nil {
+		fmt.Fprintf(stderr, "labbench: %v\n", err)
 		return 2
 	}
 	if fs.NArg() > 0 || !(o.scale > 0) || o.rounds < 1 || o.failoverCycles < 0 || o.storageDuration < time.Second {
@@ -113,6 +125,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	b.runAll()
 	b.runFailover()
+	b.runConnections()
 	b.runStorage()
 	report := b.report()
 	if _, err := io.WriteString(stdout, report.markdown()); err != nil {
@@ -230,10 +243,14 @@ type bench struct {
 
 	withStorage bool        // the storage section is to be measured
 	storage     *storageRun // its result, once measured
+
+	withConnections bool      // the connections section is to be measured
+	connections     *connsRun // its result, once measured
 }
 
 func newBench(env labenv.Env, o options, log io.Writer) *bench {
-	b := &bench{env: env, opt: o, log: log, start: time.Now(), res: map[key][]figure{}, withFailover: o.failoverCycles > 0, withStorage: true}
+	b := &bench{env: env, opt: o, log: log, start: time.Now(), res: map[key][]figure{}, withFailover: o.failoverCycles > 0, withStorage: true,
+		withConnections: len(o.connPairs) > 0}
 	for _, m := range benchkit.Modes {
 		b.impls = append(b.impls, impl{
 			id: "rdmanet/" + m.Name, label: "rdmanet (" + m.Name + ")", role: roleRDMANet,
@@ -286,26 +303,27 @@ func newBench(env labenv.Env, o options, log io.Writer) *bench {
 }
 
 // implIDs lists the IDs -only accepts: the implementations', and the
-// failover and storage sections'.
+// failover, connections and storage sections'.
 func implIDs() []string {
 	b := newBench(labenv.Default, options{}, io.Discard)
 	var ids []string
 	for _, im := range b.impls {
 		ids = append(ids, im.id)
 	}
-	return append(ids, siwID, failoverID, storageID)
+	return append(ids, siwID, failoverID, connectionsID, storageID)
 }
 
-// only keeps the implementations whose IDs are in ids, and the failover
-// and storage sections if their IDs are.
+// only keeps the implementations whose IDs are in ids, and the failover,
+// connections and storage sections if their IDs are.
 func (b *bench) only(ids []string) error {
 	var kept []impl
-	failover, storage := false, false
+	failover, storage, conns := false, false, false
 	for _, id := range ids {
 		id = strings.TrimSpace(id)
-		found := id == failoverID || id == storageID
+		found := id == failoverID || id == storageID || id == connectionsID
 		failover = failover || id == failoverID
 		storage = storage || id == storageID
+		conns = conns || id == connectionsID
 		for _, im := range b.impls {
 			if im.id != id && !(id == siwID && im.isSIW()) {
 				continue
@@ -322,6 +340,7 @@ func (b *bench) only(ids []string) error {
 	b.impls = kept
 	b.withFailover = b.withFailover && failover
 	b.withStorage = storage
+	b.withConnections = b.withConnections && conns
 	return nil
 }
 
@@ -332,8 +351,8 @@ func (b *bench) scaled(n int64) int64 { return max(1, int64(math.Round(float64(n
 // slow spell of the host hits one size's figures alike; taking the best of
 // the rounds (see combine) takes out what hits a single measurement. A
 // round that would not end within the budget (judged by the longest round
-// so far), less the time the failover section is expected to take after
-// the rounds, is not started.
+// so far), less the time the failover and connections sections are
+// expected to take after the rounds, is not started.
 func (b *bench) runAll() {
 	type step struct {
 		kind kind
@@ -356,12 +375,12 @@ func (b *bench) runAll() {
 		}
 	}
 	var longest time.Duration
-	reserve := b.failoverReserve()
+	reserve := b.failoverReserve() + b.connectionsReserve()
 	for round := 1; round <= b.opt.rounds; round++ {
 		if round > 1 && time.Since(b.start)+longest+reserve > b.opt.budget {
 			kept := ""
 			if reserve > 0 {
-				kept = fmt.Sprintf(", less %v kept for the failover section", reserve)
+				kept = fmt.Sprintf(", less %v kept for the failover and connections sections", reserve)
 			}
 			fmt.Fprintf(b.log, "labbench: no round %d: it would end after the run's budget (-budget %v%s)\n", round, b.opt.budget, kept)
 			break

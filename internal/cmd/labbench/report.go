@@ -21,12 +21,13 @@ type report struct {
 	rounds map[key][]figure // every measurement
 	res    map[key]figure   // the figures: the rounds combined
 
-	failover *failoverRun // nil if the section was not measured
-	storage  *storageRun  // likewise
+	failover    *failoverRun // nil if the section was not measured
+	storage     *storageRun  // likewise
+	connections *connsRun    // likewise
 }
 
 func (b *bench) report() report {
-	r := report{set: b.setting(), impls: b.impls, rounds: b.res, res: map[key]figure{}, failover: b.failover, storage: b.storage}
+	r := report{set: b.setting(), impls: b.impls, rounds: b.res, res: map[key]figure{}, failover: b.failover, storage: b.storage, connections: b.connections}
 	for k, fs := range b.res {
 		r.res[k] = combine(fs)
 	}
@@ -115,10 +116,11 @@ func spread(rounds []figure) float64 {
 func (r report) total() int { return len(r.res) + r.storage.total() }
 
 // failed counts the measurements (of every round) that failed, the
-// failover section's failed cycles and sessions, and the storage section's
-// missing figures.
+// failover section's failed cycles and sessions, the storage section's
+// missing figures, and the connections section's steps that were not
+// measured or after which the process did not come back to its baseline.
 func (r report) failed() int {
-	n := r.storage.missing()
+	n := r.storage.missing() + r.connections.problemSteps()
 	if r.failover != nil {
 		n += r.failover.failedCycles() + r.failover.badSessions()
 	}
@@ -230,6 +232,7 @@ func (r report) markdown() string {
 	r.siwSection(&w)
 	r.failoverSection(&w)
 	r.storageSection(&w)
+	r.connectionsSection(&w)
 	if len(r.impls) > 0 {
 		r.method(&w)
 	}
@@ -559,8 +562,8 @@ func (r report) problems(w *strings.Builder) {
 	}
 	if r.set.rounds < r.set.asked && len(r.impls) > 0 {
 		fmt.Fprintf(&b, "- %d rounds of the %d asked for: another would have ended after the run's budget", r.set.rounds, r.set.asked)
-		if r.failover != nil {
-			b.WriteString(" (less the time kept for the failover section)")
+		if r.failover != nil || r.connections != nil {
+			b.WriteString(" (less the time kept for the failover and connections sections)")
 		}
 		b.WriteString(".\n")
 	}
@@ -568,6 +571,7 @@ func (r report) problems(w *strings.Builder) {
 		b.WriteString(l + "\n")
 	}
 	r.storageProblems(&b)
+	r.connectionsProblems(&b)
 	if b.Len() == 0 {
 		return
 	}
