@@ -68,7 +68,7 @@ test: deps vet host-test nocgo-test no-rdma-core-test lab-test
 # 20 s per failover cycle, 12 by default), then the connections table (issue
 # 23: descriptors, goroutines, pinned and resident memory a connection pair,
 # and pairs opened a second, at 100, 1,000 and 2,000 pairs open at once,
-# rdmanet beside Go's TCP; about 4 minutes), then examples/blockstore's
+# rdmanet beside Go's TCP; about 3 minutes), then examples/blockstore's
 # storage table (about 2 minutes). Not part of `make test`. The report replaces
 # BENCHMARKS.md only if the run completed and the report ends with labbench's
 # end marker.

@@ -62,8 +62,8 @@ const (
 	connsDefaultPairs = 100
 	// connsPerPairEstimate is about how long a pair asked for takes in the
 	// lab (opened or failed, closed, settled), to keep the section's time
-	// free of further rounds of the comparison: the run of 2026-11-25 took
-	// 230 s for the default steps, 6,300 pairs asked for.
+	// free of further rounds of the comparison: two runs of 2026-11-25 took
+	// 180 s and 230 s for the default steps, 6,300 pairs asked for.
 	connsPerPairEstimate = 25 * time.Millisecond
 	connsStepOverhead    = 10 * time.Second // a step's warm-up, listener and settling
 	// connsSettleLog is how often the wait for the baseline says what is left.
@@ -107,6 +107,7 @@ type connsStep struct {
 	reasons  map[string]int // the failures by rdmanet's fallback.Reason ("" for other errors)
 	notTried int            // dials not started: the step ran out of time (-timeout)
 	firstErr string         // the first failure's error
+	otherErr string         // the first error of a failure not at the descriptor limit
 	accErr   string         // the first error of the listener's Accept, if any
 	elapsed  time.Duration  // from the first dial to the end of the last
 	lastOpen time.Duration  // from the first dial to the last pair opened
@@ -337,6 +338,8 @@ func (b *bench) connsStep(proc *procReader, s *connsStep) {
 					}
 					if atDescriptorLimit(err) {
 						s.atLimit++
+					} else if s.otherErr == "" {
+						s.otherErr = err.Error()
 					}
 					var fe *fallback.Error
 					reason := ""

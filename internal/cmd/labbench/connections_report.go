@@ -120,6 +120,9 @@ func (s connsStep) shortfall() string {
 		parts = append(parts, fmt.Sprintf("%s of %s failed, %s of them at the descriptor limit%s; the first with: %s",
 			thousands(s.failed), thousands(s.pairs), limit, reasons, oneLine(s.firstErr)))
 	}
+	if s.otherErr != "" && s.otherErr != s.firstErr {
+		parts = append(parts, "the first not at the descriptor limit: "+oneLine(s.otherErr))
+	}
 	if s.notTried > 0 {
 		parts = append(parts, fmt.Sprintf("%s not tried (the step's dials ran past -timeout)", thousands(s.notTried)))
 	}

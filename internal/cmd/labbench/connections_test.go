@@ -175,10 +175,13 @@ func TestConnectionsReport(t *testing.T) {
 	r.connections.steps[1].failed, r.connections.steps[1].opened = 3, 97
 	r.connections.steps[1].firstErr = "round trip: i/o timeout"
 	r.connections.steps[1].reasons = map[string]int{"": 3}
+	r.connections.steps[3].failed++
+	r.connections.steps[3].otherErr = "round trip: EOF"
 	r.connections.steps[6].skipped = "it would have ended after the run's budget (-budget 11m0s)"
 	md = r.markdown()
 	for _, want := range []string{
 		"- connections: Go net, TCP, 100 pairs: 3 of 100 failed, none of them at the descriptor limit; the first with: round trip: i/o timeout",
+		"- connections: rdmanet, 1,000 pairs: 492 of 1,000 failed, 491 of them at the descriptor limit (by rdmanet's reason: resources 481, no-device 10); the first with: dial rdma: resources: pollfd: dup rdma_cm event channel: too many open files; the first not at the descriptor limit: round trip: EOF",
 		"- connections: Go net, TCP, 2,000 pairs: not measured: it would have ended after the run's budget",
 		"| Go net, TCP | 2,000 | not measured | – | – | – | – | – | – |",
 	} {
