@@ -550,11 +550,14 @@ func parseStatus(s string) (map[string]int64, error) {
 }
 
 // atDescriptorLimit is whether err is the process's descriptor limit:
-// EMFILE, or rdmanet's note that the process had every descriptor its
-// limit allows open (which it adds to an error that may name another
-// cause).
+// EMFILE; its text, where the server's refusal carries it (the server's
+// end, in this process too, hit the limit); or rdmanet's note that the
+// process had every descriptor its limit allows open (which it adds to an
+// error that may name another cause).
 func atDescriptorLimit(err error) bool {
-	return errors.Is(err, syscall.EMFILE) || strings.Contains(err.Error(), "file descriptors its RLIMIT_NOFILE allows open")
+	msg := err.Error()
+	return errors.Is(err, syscall.EMFILE) || strings.Contains(msg, syscall.EMFILE.Error()) ||
+		strings.Contains(msg, "file descriptors its RLIMIT_NOFILE allows open")
 }
 
 // differs lists what after holds that u does not (or lacks): descriptors,

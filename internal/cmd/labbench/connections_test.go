@@ -59,6 +59,7 @@ func TestAtDescriptorLimit(t *testing.T) {
 		fmt.Errorf("dial: %w", syscall.EMFILE): true,
 		errors.New("no-device: ibv_get_device_list: function not implemented (the process had 4095 of the 4095 file descriptors its RLIMIT_NOFILE allows open)"): true,
 		errors.New("connection refused"): false,
+		errors.New("server refused: resources: pollfd: dup ibv_comp_channel: too many open files"): true,
 	} {
 		if got := atDescriptorLimit(err); got != want {
 			t.Errorf("atDescriptorLimit(%v) = %v", err, got)
