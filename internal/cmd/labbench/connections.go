@@ -113,8 +113,9 @@ type connsStep struct {
 	lastOpen time.Duration  // from the first dial to the last pair opened
 
 	base, open, after usage
-	back              []string // what did not come back to the baseline; empty if all did
-	settled           time.Duration
+	back              []string      // what did not come back to the baseline; empty if all did
+	closing           time.Duration // the Close calls, 16 at a time
+	settled           time.Duration // the Close calls and the wait for the baseline after them
 	closeErrs         int
 
 	skipped string // why the step was not measured
@@ -402,6 +403,7 @@ func (b *bench) connsStep(proc *procReader, s *connsStep) {
 	}
 	close(next)
 	closers.Wait()
+	s.closing = time.Since(closeStart)
 	s.back = proc.settle(s.base, func(d []string) {
 		fmt.Fprintf(b.log, "labbench: connections, %s, %d pairs: %.0fs after the close began, not yet back to the baseline: %s\n",
 			s.subject.label, s.pairs, time.Since(closeStart).Seconds(), strings.Join(d, ", "))
@@ -629,6 +631,7 @@ func (s connsStep) summary() string {
 	if s.accErr != "" {
 		parts = append(parts, "Accept failed: "+oneLine(s.accErr))
 	}
+	parts = append(parts, fmt.Sprintf("the Close calls took %.1fs", s.closing.Seconds()))
 	if len(s.back) == 0 {
 		parts = append(parts, fmt.Sprintf("back to the baseline %.1fs after the close began", s.settled.Seconds()))
 	} else {
