@@ -439,7 +439,9 @@ func TestLabDescriptorBurst(t *testing.T) {
 	mu.Unlock()
 	serving.Wait()
 	restore()
-	back := eventually(func() bool { return verbs.Resources() == baseVerbs && cm.LiveIDs() == baseIDs && nonPipeFDs() == baseFDs })
+	back := eventually(func() bool {
+		return verbs.Resources() == baseVerbs && cm.LiveIDs() == baseIDs && nonPipeFDs() == baseFDs
+	})
 	var changed []string
 	for fd, target := range fdTargets() {
 		if baseFiles[fd] != target {
