@@ -167,10 +167,7 @@ func (b *bench) runConnections() {
 	}
 	run := &connsRun{}
 	b.connections = run
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
-		run.limit = lim.Cur
-	}
+	run.limit = nofileLimit()
 	run.footprint, _ = connsConfig.Footprint()
 	run.defFoot, _ = rdmanet.Config{}.Footprint()
 	proc, err := openProc()
