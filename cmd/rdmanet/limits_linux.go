@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rdmanet/sdk/internal/rdmacore"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,8 +19,8 @@ func platformLimits(l *limitsJSON) bool {
 	l.MemlockSoft, l.MemlockHard = rlim(m.Cur), rlim(m.Max)
 	l.NofileSoft, l.NofileHard = rlim(n.Cur), rlim(n.Max)
 	l.NofileOpen = -1
-	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
-		l.NofileOpen = int64(len(ents) - 1) // less ReadDir's own
+	if open, _, ok := rdmacore.DescriptorUse(); ok {
+		l.NofileOpen = int64(open)
 	}
 	l.CapIPCLock = hasCapability(unix.CAP_IPC_LOCK)
 	return true

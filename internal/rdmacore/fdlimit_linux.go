@@ -6,10 +6,10 @@ import (
 	"syscall"
 )
 
-// descriptorUse reports how many file descriptors the process has open and
+// DescriptorUse reports how many file descriptors the process has open and
 // how many its soft RLIMIT_NOFILE allows. Reading /proc/self/fd takes a
 // descriptor itself: EMFILE there means every one is in use.
-func descriptorUse() (open, limit int, ok bool) {
+func DescriptorUse() (open, limit int, ok bool) {
 	var rl syscall.Rlimit
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) != nil || rl.Cur > 1<<31 {
 		return 0, 0, false

@@ -20,7 +20,7 @@ func TestCallErrorNamesDescriptorLimit(t *testing.T) {
 		t.Errorf("away from the limit: %v, matches EMFILE: %v", far, errors.Is(far, syscall.EMFILE))
 	}
 
-	open, _, ok := descriptorUse()
+	open, _, ok := DescriptorUse()
 	if !ok {
 		t.Fatal("cannot read this process's descriptors")
 	}

@@ -83,7 +83,7 @@ func callError(fn string, errno syscall.Errno) error {
 	}
 	e := &CallError{Func: fn, Errno: errno}
 	if opensDescriptors[fn] {
-		if open, limit, ok := descriptorUse(); ok && open+descriptorSlack >= limit {
+		if open, limit, ok := DescriptorUse(); ok && open+descriptorSlack >= limit {
 			e.Descriptors = &DescriptorLimit{Open: open, Limit: limit}
 		}
 	}
