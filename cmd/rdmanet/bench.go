@@ -117,10 +117,10 @@ func runBench(ctx context.Context, g *globals, fs *flag.FlagSet, args []string) 
 		p.printf("BENCH %s over %s, from %s: %s for %v\n", addr, out.connInfo.human(), out.Local, what, *duration)
 		p.printf("%-15s %10s %9s %11s\n", "interval", "MB/s", "Gb/s", out.Op+"s/s")
 	}
-	stopCancel := cancelOnDone(ctx, c)
-	defer stopCancel()
+	stopInterrupt := cancelOnDone(ctx, c)
+	defer stopInterrupt()
 
-	r := &benchRun{ctx: ctx, c: c, out: &out, p: p, human: !g.json, size: *size, timeout: df.timeout}
+	r := &benchRun{ctx: ctx, c: c, stopInterrupt: stopInterrupt, out: &out, p: p, human: !g.json, size: *size, timeout: df.timeout}
 	var lines *printer
 	if !g.json {
 		lines = p
@@ -152,13 +152,14 @@ func runBench(ctx context.Context, g *globals, fs *flag.FlagSet, args []string) 
 }
 
 type benchRun struct {
-	ctx     context.Context
-	c       net.Conn
-	out     *benchJSON
-	p       *printer
-	human   bool
-	size    int
-	timeout time.Duration
+	ctx           context.Context
+	c             net.Conn
+	stopInterrupt func() // from cancelOnDone
+	out           *benchJSON
+	p             *printer
+	human         bool
+	size          int
+	timeout       time.Duration
 
 	start, last  time.Time
 	lastB, lastO uint64
@@ -238,7 +239,9 @@ func (r *benchRun) send(d time.Duration) error {
 	if r.ctx.Err() != nil {
 		wait = min(wait, 2*time.Second)
 	}
-	// The interrupt's deadline is in the past; the count gets a fresh one.
+	// The interrupt's deadline is in the past; the count gets a fresh one,
+	// which an interrupt being delivered now must not overwrite.
+	r.stopInterrupt()
 	r.c.SetDeadline(time.Now().Add(wait))
 	if err := cw.CloseWrite(); err != nil {
 		return fmt.Errorf("half-close: %w", err)

@@ -523,3 +523,30 @@ func TestProtocolHeader(t *testing.T) {
 		t.Errorf("a short header: %v", err)
 	}
 }
+
+// TestBenchInterrupted: an interrupted bench still half-closes and checks
+// the server's count, within its short wait, however the interrupt's
+// deadline and the count's fresh one meet.
+func TestBenchInterrupted(t *testing.T) {
+	srv := startServe(t, "-addr", "127.0.0.1:0")
+	defer srv.stop()
+	for i := range 5 {
+		ctx, cancel := context.WithCancel(context.Background())
+		var out bytes.Buffer
+		done := make(chan int, 1)
+		go func() {
+			done <- runContext(ctx, []string{"--json", "bench", "-d", "1m", "-s", "4096", srv.addr}, &out, io.Discard)
+		}()
+		time.Sleep(time.Duration(50+20*i) * time.Millisecond)
+		cancel()
+		select {
+		case code := <-done:
+			var b benchJSON
+			if err := json.Unmarshal(out.Bytes(), &b); code != exitOK || err != nil || !b.Interrupted || b.ServerBytes == nil || *b.ServerBytes != b.Bytes {
+				t.Fatalf("interrupted bench %d: exit %d (%v):\n%s", i, code, err, out.String())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("bench did not stop within 10 s of its interrupt")
+		}
+	}
+}

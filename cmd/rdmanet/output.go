@@ -218,9 +218,20 @@ func (ci connInfo) human() string {
 }
 
 // cancelOnDone unblocks c's I/O when ctx ends, by setting a deadline in the
-// past. The returned function stops it.
-func cancelOnDone(ctx context.Context, c net.Conn) (stop func() bool) {
-	return context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+// past. The returned function stops it, and returns only once a deadline
+// being set has been set: a deadline the caller sets after it stays. It
+// may be called more than once.
+func cancelOnDone(ctx context.Context, c net.Conn) (stop func()) {
+	set := make(chan struct{})
+	stopFunc := context.AfterFunc(ctx, func() {
+		defer close(set)
+		c.SetDeadline(time.Unix(1, 0))
+	})
+	return sync.OnceFunc(func() {
+		if !stopFunc() {
+			<-set
+		}
+	})
 }
 
 // dialFailed reports a failed dial and returns its exit code (1).
