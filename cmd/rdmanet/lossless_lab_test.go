@@ -5,12 +5,15 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/labenv"
 	"github.com/rdmanet/sdk/internal/lossless"
 	"github.com/rdmanet/sdk/internal/portstat"
@@ -78,17 +81,39 @@ func TestLabLosslessCannotTell(t *testing.T) {
 }
 
 // TestLabStat: stat on rxe0 while bench streams over RDMA from A to B
-// shows packet counters moving, as rates.
+// shows packet counters moving, as rates. stat starts once the server has
+// accepted bench's connection over RDMA, and bench streams until stat is
+// done: a dial slowed by a busy host must not leave stat watching an idle
+// device (CI saw that once, with nothing to tell why).
 func TestLabStat(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	srv := startServe(t, "-addr", netip.AddrPortFrom(env.AddrB, 0).String())
 	defer srv.stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var benchOut, benchErr bytes.Buffer
 	benchDone := make(chan int, 1)
 	go func() {
-		code, _, _ := runCmd(t, "bench", "-d", "6s", "-local", env.AddrA.String(), "-require-rdma", srv.addr)
-		benchDone <- code
+		benchDone <- runContext(ctx, []string{"--json", "bench", "-d", "2m", "-local", env.AddrA.String(), "-require-rdma", srv.addr}, &benchOut, &benchErr)
 	}()
-	code, out, errOut := runCmd(t, "--json", "stat", "-i", "1s", "-n", "5", env.DevA)
+	for accepted := false; !accepted; {
+		select {
+		case line := <-srv.out.each:
+			var e serveEvent
+			if json.Unmarshal([]byte(line), &e) == nil && e.Event == "accepted" {
+				if e.Transport != fallback.RDMA {
+					t.Fatalf("the server accepted bench's connection over %s: %s", e.Transport, line)
+				}
+				accepted = true
+			}
+		case code := <-benchDone:
+			t.Fatalf("bench ended with exit %d before stat ran:\n%s\n%s", code, benchOut.String(), benchErr.String())
+		case <-time.After(60 * time.Second):
+			t.Fatal("the server accepted no connection from bench in 60 s")
+		}
+	}
+	code, out, errOut := runCmd(t, "--json", "stat", "-i", "1s", "-n", "3", env.DevA)
+	cancel() // bench, interrupted, half-closes and checks the server's count
 	if code != exitOK {
 		t.Fatalf("stat: exit %d: %s", code, errOut)
 	}
@@ -126,8 +151,14 @@ func TestLabStat(t *testing.T) {
 		}
 		t.Logf("stat during bench:\n%s", b.String())
 	}
-	if code := <-benchDone; code != exitOK {
-		t.Errorf("bench: exit %d", code)
+	select {
+	case code := <-benchDone:
+		var b benchJSON
+		if err := json.Unmarshal(benchOut.Bytes(), &b); code != exitOK || err != nil || !b.Interrupted || b.Transport != fallback.RDMA || b.Bytes == 0 {
+			t.Errorf("bench, interrupted: exit %d (%v):\n%s\n%s", code, err, benchOut.String(), benchErr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("bench did not stop within 30 s of its interrupt")
 	}
 	code, human, _ := runCmd(t, "stat", "-i", "500ms", "-n", "1", env.DevA)
 	if code != exitOK || !strings.Contains(human, "per second") || !strings.Contains(human, "has no counter for") {
