@@ -1,12 +1,14 @@
 // Package cm is a Go API over librdmacm: connection set-up for reliable
 // connected queue pairs, addressed by IP address and port like TCP.
 //
-// Every ID owns its event channel, so waiting for a step of the set-up (address
-// and route resolution, connect, accept) or for a disconnect concerns that ID
-// alone, and parks the goroutine in Go's netpoller; every wait honours a
-// context. IDs that a listener receives are moved to channels of their own.
-// Each event is copied into Go and acknowledged at once, so no event is ever
-// left unacknowledged (librdmacm's destroy and migrate calls wait for that).
+// Every ID of the process is on one event channel, which one goroutine reads,
+// parked in Go's netpoller, handing each event to its ID (channel.go): an ID
+// costs no descriptor and no goroutine of its own. Waiting for a step of the
+// set-up (address and route resolution, connect, accept) concerns that ID
+// alone, and every wait honours a context; a connection watches for its end
+// with a handler (HandleEvents) instead of a waiting goroutine. Each event is
+// copied into Go and acknowledged at once, so no event is ever left
+// unacknowledged (librdmacm's destroy call waits for that).
 //
 // IDs use the TCP port space (RDMA_PS_TCP), as Valkey does: a port number here
 // is separate from the kernel's TCP port of the same number.

@@ -4,23 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/rdmanet/sdk/internal/guard"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/rdmanet/sdk/internal/pollfd"
+	"github.com/rdmanet/sdk/internal/guard"
 	"github.com/rdmanet/sdk/internal/rdmacore"
 	"github.com/rdmanet/sdk/verbs"
 )
 
-// liveIDs counts IDs created and not yet closed (each with its event channel).
+// liveIDs counts IDs created and not yet closed.
 var liveIDs atomic.Int64
 
-// LiveIDs returns how many IDs (and so event channels) are open in this process.
+// LiveIDs returns how many IDs are open in this process.
 func LiveIDs() int64 { return liveIDs.Load() }
 
 // DefaultResolveTimeout bounds each attempt at address resolution, and
@@ -56,38 +54,56 @@ func retryResolve(ctx context.Context, err error, attempt int) bool {
 	return ctx.Err() == nil
 }
 
-// ID is an rdma_cm identifier with its own event channel: a listener, or one
-// side of a connection.
+// ID is an rdma_cm identifier on the process's event channel (channel.go):
+// a listener, or one side of a connection.
 type ID struct {
-	raw  rdmacore.CMID
-	ch   rdmacore.EventChannel
-	poll *pollfd.FD
+	raw rdmacore.CMID
+	ch  *channel
 
 	g  guard.Guard
 	qp *verbs.QP
 
-	waitMu sync.Mutex       // one wait at a time (pollfd's rule)
-	ev     rdmacore.CMEvent // the event the last wait took
+	waitMu sync.Mutex // one wait at a time
 
-	requestMu     sync.Mutex         // one GetRequest at a time: rdma_migrate_id forbids polling meanwhile
-	requestReject func(error) []byte // under requestMu; see SetRequestReject
+	mu       sync.Mutex
+	events   []rdmacore.CMEvent // delivered and not yet taken, oldest first
+	requests []*Request         // a listener's requests not yet taken (at most backlog)
+	backlog  int                // set by Listen
+	handler  func(Event)        // see HandleEvents
+	isClosed bool               // Close began
+	// requestReject: see SetRequestReject.
+	requestReject func(error) []byte
+	ready         chan struct{} // an event or request was queued (capacity 1)
+	closed        chan struct{} // closed when Close begins
+
+	handlerMu sync.Mutex // held while the handler runs: Close waits out a call
 }
 
-// NewID creates an ID with its own event channel.
+func newID(raw rdmacore.CMID, ch *channel) *ID {
+	return &ID{raw: raw, ch: ch, ready: make(chan struct{}, 1), closed: make(chan struct{})}
+}
+
+// NewID creates an ID on the process's event channel.
 func NewID() (*ID, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
-	ch, fd, err := rdmacore.CreateEventChannel()
+	ch, err := acquire()
 	if err != nil {
-		return nil, noDevice(err)
-	}
-	raw, err := rdmacore.CreateID(ch)
-	if err != nil {
-		rdmacore.DestroyEventChannel(ch)
 		return nil, err
 	}
-	return wrapID(raw, ch, fd, nil)
+	// No event can be for the new ID before a call on it, after NewID.
+	raw, err := rdmacore.CreateID(ch.raw)
+	if err != nil {
+		ch.release()
+		return nil, err
+	}
+	id := newID(raw, ch)
+	ch.mu.Lock()
+	ch.ids[raw] = id
+	ch.mu.Unlock()
+	liveIDs.Add(1)
+	return id, nil
 }
 
 // noDevice marks librdmacm's "no RDMA device at all" (ENODEV from its first
@@ -100,47 +116,100 @@ func noDevice(err error) error {
 	return err
 }
 
-// wrapID makes raw, on ch (whose descriptor is fd), an ID. On failure it
-// destroys both, after reject (non-nil for a connection request's ID).
-func wrapID(raw rdmacore.CMID, ch rdmacore.EventChannel, fd int, reject func(rdmacore.CMID, error)) (*ID, error) {
-	id := &ID{raw: raw, ch: ch}
-	var err error
-	if id.poll, err = pollfd.New(fd, "rdma_cm event channel", id.getEvent); err != nil {
-		if reject != nil { // refused, rather than left for its dialer to time out on
-			reject(raw, err)
-		}
-		rdmacore.DestroyID(raw)
-		rdmacore.DestroyEventChannel(ch)
-		return nil, err
+// deliver gives the dispatcher's event to id: to its handler, or to the
+// queue its waits take from. It never blocks on a waiter.
+func (id *ID) deliver(ev rdmacore.CMEvent) {
+	id.handlerMu.Lock()
+	defer id.handlerMu.Unlock()
+	id.mu.Lock()
+	if id.isClosed {
+		id.mu.Unlock()
+		return
 	}
-	liveIDs.Add(1)
-	return id, nil
+	if h := id.handler; h != nil {
+		id.mu.Unlock()
+		h(eventOf(ev))
+		return
+	}
+	if len(id.events) == maxQueuedEvents {
+		// Nobody takes them: the oldest concerns nobody any more.
+		id.events = id.events[:copy(id.events, id.events[1:])]
+	}
+	id.events = append(id.events, ev)
+	id.mu.Unlock()
+	notify(id.ready)
 }
 
-// getEvent takes one event if there is one (pollfd's read function).
-func (id *ID) getEvent() (bool, error) {
-	ev, err := rdmacore.GetCMEvent(id.ch)
-	if err == syscall.EAGAIN {
-		return false, nil
-	}
-	id.ev = ev
-	return err == nil, err
+func eventOf(ev rdmacore.CMEvent) Event {
+	return Event{Type: EventType(ev.Type), Status: ev.Status, Param: connParamOf(ev.Param)}
 }
 
-// Close destroys the ID's queue pair (if any), the ID and its channel. Pending
-// waits return ErrClosed. A second Close returns nil.
+// notify wakes a waiter without blocking.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// HandleEvents hands every event of the ID from now on to h, first those
+// already queued, instead of queuing them for WaitEvent: a connection
+// watches for its end this way without a goroutine of its own. h runs on
+// the process's event dispatcher and must not block or close the ID; it
+// may call Disconnect. Close waits for a call of h in progress, and none
+// follows it.
+func (id *ID) HandleEvents(h func(Event)) {
+	id.handlerMu.Lock()
+	defer id.handlerMu.Unlock()
+	id.mu.Lock()
+	if id.isClosed {
+		id.mu.Unlock()
+		return
+	}
+	queued := id.events
+	id.events = nil
+	id.handler = h
+	id.mu.Unlock()
+	for _, ev := range queued {
+		h(eventOf(ev))
+	}
+}
+
+// Close destroys the ID's queue pair (if any) and the ID. Pending waits
+// return ErrClosed, requests a listener had not handed out are refused,
+// and no event reaches the ID's handler after Close returns. A second
+// Close returns nil.
 func (id *ID) Close() error {
-	id.poll.Close() // wake waiters, which are inside Use
+	id.mu.Lock()
+	first := !id.isClosed
+	var requests []*Request
+	if first {
+		id.isClosed = true
+		close(id.closed) // wake waiters, which are inside Use
+		requests, id.requests = id.requests, nil
+		id.events = nil
+	}
+	id.mu.Unlock()
+	if !first {
+		return nil
+	}
+	id.handlerMu.Lock() // a handler's call in progress ends first
+	id.handler = nil
+	id.handlerMu.Unlock()
+	for _, r := range requests {
+		id.refuse(r.ID, ErrClosed)
+	}
+	id.ch.unregister(id)
 	var err error
 	id.g.Close(func() error {
 		if id.qp != nil {
 			id.qp.Close()
 		}
-		err = rdmacore.DestroyID(id.raw)
-		rdmacore.DestroyEventChannel(id.ch)
+		err = id.ch.destroyRaw(id.raw)
 		liveIDs.Add(-1)
 		return nil // the ID is gone whatever rdma_destroy_id reported
 	})
+	id.ch.release()
 	return err
 }
 
@@ -157,13 +226,32 @@ func (id *ID) WaitEvent(ctx context.Context) (Event, error) {
 // next takes one raw event; the caller holds the read lock.
 func (id *ID) next(ctx context.Context) (rdmacore.CMEvent, error) {
 	id.waitMu.Lock()
-	err := id.poll.Wait(ctx)
-	ev := id.ev
-	id.waitMu.Unlock()
-	if errors.Is(err, os.ErrClosed) {
-		return ev, ErrClosed
+	defer id.waitMu.Unlock()
+	for {
+		id.mu.Lock()
+		if len(id.events) > 0 {
+			ev := id.events[0]
+			id.events = id.events[:copy(id.events, id.events[1:])]
+			id.mu.Unlock()
+			return ev, nil
+		}
+		id.mu.Unlock()
+		if err := id.wait(ctx); err != nil {
+			return rdmacore.CMEvent{}, err
+		}
 	}
-	return ev, err
+}
+
+// wait waits for something to be queued for id, its Close or ctx's end.
+func (id *ID) wait(ctx context.Context) error {
+	select {
+	case <-id.ready:
+		return nil
+	case <-id.closed:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // await runs start, then waits for the event want; any other event becomes
@@ -254,38 +342,62 @@ func (id *ID) Bind(addr netip.AddrPort) error {
 	return rdmacore.BindAddr(id.raw, &sa)
 }
 
-// Listen starts listening on a bound ID.
+// Listen starts listening on a bound ID. backlog bounds both rdma_cm's
+// queue and the requests the ID holds that GetRequest has not taken: a
+// request beyond them is refused with ErrBacklogFull.
 func (id *ID) Listen(backlog int) error {
 	if !id.g.Use() {
 		return ErrClosed
 	}
 	defer id.g.Done()
+	id.mu.Lock()
+	id.backlog = backlog
+	id.mu.Unlock()
 	return rdmacore.Listen(id.raw, backlog)
 }
 
 // Request is a connection request a listener received.
 type Request struct {
-	ID    *ID       // the new connection's ID, on a channel of its own; Accept or Reject it
+	ID    *ID       // the new connection's ID; Accept or Reject it, then Close it if it fails
 	Param ConnParam // what the peer offered, with its private data
 }
 
 // SetRequestReject sets what a listening ID tells a peer whose request it
-// cannot take (it has no descriptor for the request's event channel, say):
-// the reject's private data is data(err). Without it the reject says
-// nothing.
+// cannot take (its backlog is full, ErrBacklogFull): the reject's private
+// data is data(err). Without it the reject says nothing.
 func (id *ID) SetRequestReject(data func(error) []byte) {
-	id.requestMu.Lock()
+	id.mu.Lock()
 	id.requestReject = data
-	id.requestMu.Unlock()
+	id.mu.Unlock()
 }
 
-// rejectRequestLocked refuses a request this listening ID cannot take, for err.
-func (id *ID) rejectRequestLocked(raw rdmacore.CMID, err error) {
-	var data []byte
-	if id.requestReject != nil {
-		data = id.requestReject(err)
+// queueRequest queues r for GetRequest, or says why it cannot.
+func (id *ID) queueRequest(r *Request) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	switch {
+	case id.isClosed:
+		return ErrClosed
+	case len(id.requests) >= max(id.backlog, 1):
+		return ErrBacklogFull
 	}
-	rdmacore.Reject(raw, data)
+	id.requests = append(id.requests, r)
+	notify(id.ready)
+	return nil
+}
+
+// refuse rejects a request's ID that this listening ID cannot take, for
+// err, and closes it.
+func (id *ID) refuse(req *ID, err error) {
+	id.mu.Lock()
+	reject := id.requestReject
+	id.mu.Unlock()
+	var data []byte
+	if reject != nil {
+		data = reject(err)
+	}
+	id.ch.rejectRaw(req.raw, data)
+	req.Close()
 }
 
 // GetRequest waits for the next connection request on a listening ID.
@@ -294,37 +406,29 @@ func (id *ID) GetRequest(ctx context.Context) (*Request, error) {
 		return nil, ErrClosed
 	}
 	defer id.g.Done()
-	id.requestMu.Lock()
-	defer id.requestMu.Unlock()
+	id.waitMu.Lock()
+	defer id.waitMu.Unlock()
 	for {
-		ev, err := id.next(ctx)
-		if err != nil {
+		id.mu.Lock()
+		if len(id.requests) > 0 {
+			r := id.requests[0]
+			id.requests = id.requests[:copy(id.requests, id.requests[1:])]
+			id.mu.Unlock()
+			return r, nil
+		}
+		for len(id.events) > 0 {
+			ev := id.events[0]
+			id.events = id.events[:copy(id.events, id.events[1:])]
+			if t := EventType(ev.Type); t == EventDeviceRemoval || t == EventAddrChange {
+				id.mu.Unlock()
+				return nil, &EventError{Op: "listen", Event: t, Status: ev.Status}
+			}
+			// Nothing else concerns a listener.
+		}
+		id.mu.Unlock()
+		if err := id.wait(ctx); err != nil {
 			return nil, err
 		}
-		switch EventType(ev.Type) {
-		case EventConnectRequest:
-		case EventDeviceRemoval, EventAddrChange:
-			return nil, &EventError{Op: "listen", Event: EventType(ev.Type), Status: ev.Status}
-		default:
-			continue // nothing else concerns a listener
-		}
-		ch, fd, err := rdmacore.CreateEventChannel()
-		if err != nil {
-			id.rejectRequestLocked(ev.ID, err)
-			rdmacore.DestroyID(ev.ID)
-			return nil, err
-		}
-		if err := rdmacore.MigrateID(ev.ID, ch); err != nil {
-			id.rejectRequestLocked(ev.ID, err)
-			rdmacore.DestroyID(ev.ID)
-			rdmacore.DestroyEventChannel(ch)
-			return nil, err
-		}
-		nid, err := wrapID(ev.ID, ch, fd, id.rejectRequestLocked)
-		if err != nil {
-			return nil, err
-		}
-		return &Request{ID: nid, Param: connParamOf(ev.Param)}, nil
 	}
 }
 

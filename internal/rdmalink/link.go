@@ -61,13 +61,11 @@ type Link struct {
 	flushedAt time.Time // when the first flushed completion was seen
 	reported  bool      // Disconnected or Failed was reported
 
-	mu     sync.Mutex // guards what the events goroutine sets, and waking
+	mu     sync.Mutex // guards what the event handler sets, and waking
 	down   link.CompletionKind
 	why    error
 	woken  bool
 	closed bool // Wake does nothing after Close (a flush-grace timer may fire late)
-
-	eventsDone chan struct{}
 
 	// The link's place in the registry of asynchronous events (asyncev.go),
 	// from StartEvents to Close. amu is not mu: the registry's reader
@@ -187,11 +185,11 @@ func (l *Link) Established(features wire.Features, accepted bool) error {
 	return nil
 }
 
-// StartEvents starts taking the connection manager's events, and the
-// device's asynchronous events about the link's queue pair, CQ and port.
+// StartEvents starts taking the connection manager's events (through a
+// handler on the ID, with no goroutine of the link's), and the device's
+// asynchronous events about the link's queue pair, CQ and port.
 func (l *Link) StartEvents() {
-	l.eventsDone = make(chan struct{})
-	go l.events()
+	l.id.HandleEvents(l.event)
 	if err := l.watchAsync(); err != nil {
 		// The connection works without them: a port going down then ends
 		// it through its keepalive, as before.
@@ -369,7 +367,7 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 }
 
 // end is the completion that reports the link's end, once the queue is
-// empty: the event the events goroutine saw, or a queue pair that flushed
+// empty: the event the event handler recorded, or a queue pair that flushed
 // with no event for flushGrace.
 func (l *Link) end() (link.Completion, bool) {
 	l.mu.Lock()
@@ -421,50 +419,40 @@ func (l *Link) Wake() {
 	}
 }
 
-// events takes the connection manager's events for the ID until it is
-// closed: the ones that end the connection are recorded for Poll, and a
-// sleeping poller is woken to take them.
-func (l *Link) events() {
-	defer close(l.eventsDone)
-	for {
-		ev, err := l.id.WaitEvent(context.Background())
-		if err != nil {
-			return // Close closed the ID
-		}
-		var kind link.CompletionKind
-		var why error
-		switch ev.Type {
-		case cm.EventDisconnected, cm.EventTimewaitExit:
-			kind = link.Disconnected
-			// Answer, so the peer's own disconnect completes at once.
-			l.id.Disconnect()
-		case cm.EventDeviceRemoval, cm.EventAddrChange:
-			kind, why = link.Failed, fmt.Errorf("rdmanet: %v: %w", ev.Type, link.ErrDown)
-		default:
-			continue
-		}
-		l.mu.Lock()
-		if l.down == 0 {
-			l.down, l.why = kind, why
-		}
-		l.mu.Unlock()
-		l.Wake()
+// event is the ID's event handler (cm's dispatcher calls it): the events
+// that end the connection are recorded for Poll, and a sleeping poller is
+// woken to take them.
+func (l *Link) event(ev cm.Event) {
+	var kind link.CompletionKind
+	var why error
+	switch ev.Type {
+	case cm.EventDisconnected, cm.EventTimewaitExit:
+		kind = link.Disconnected
+		// Answer, so the peer's own disconnect completes at once.
+		l.id.Disconnect()
+	case cm.EventDeviceRemoval, cm.EventAddrChange:
+		kind, why = link.Failed, fmt.Errorf("rdmanet: %v: %w", ev.Type, link.ErrDown)
+	default:
+		return
 	}
+	l.mu.Lock()
+	if l.down == 0 {
+		l.down, l.why = kind, why
+	}
+	l.mu.Unlock()
+	l.Wake()
 }
 
 func (l *Link) Disconnect() error { return l.id.Disconnect() }
 
-// Close destroys the ID (and with it the queue pair, which ends the events
-// goroutine), then the rest.
+// Close destroys the ID (and with it the queue pair; no event reaches the
+// link after it), then the rest.
 func (l *Link) Close() error {
 	l.unwatchAsync()
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
 	err := l.id.Close()
-	if l.eventsDone != nil {
-		<-l.eventsDone
-	}
 	return errors.Join(err, l.res.close())
 }
 
