@@ -30,8 +30,9 @@ import (
 // Bounds: a slot is taken before a request is, and given back when the
 // request's handshake fails or Accept takes its connection; there are
 // Backlog slots. So at most Backlog requests are in hand (in handshake or
-// queued), and when nobody calls Accept further requests wait in rdma_cm's
-// own backlog, never in memory or goroutines of ours.
+// queued), and when nobody calls Accept further requests wait in the
+// listening ID's queue (package cm), as many as Backlog, and beyond it are
+// refused for want of resources, never held in goroutines of ours.
 
 // acceptTimeout bounds the handshake of one accepted connection, so a peer
 // that requests and never completes holds its slot only this long.

@@ -17,9 +17,9 @@ import (
 // with the defaults that is 512 KiB + 12 KiB, so 1,000 connections lock
 // about 524 MiB (check RLIMIT_MEMLOCK: rdmanet raises
 // the soft limit to the hard limit, and registration fails beyond it). Each
-// connection also holds 4 file descriptors (its completion and event channels
-// and their netpoller duplicates): 1,000 connections need RLIMIT_NOFILE above
-// 4,000.
+// connection also holds 2 file descriptors (its completion channel and its
+// netpoller duplicate; the rdma_cm event channel is the process's): 1,000
+// connections need RLIMIT_NOFILE above 2,000.
 type Config struct {
 	// RecvBuffer is the receive buffer the peer writes into, in bytes
 	// (default 256 KiB; Valkey's own is 1 MiB). Rounded up to whole pages.
@@ -165,13 +165,14 @@ type Footprint struct {
 	// device, locked and counted against RLIMIT_MEMLOCK (unless the process
 	// has CAP_IPC_LOCK): its buffers, each rounded up to whole pages.
 	RegisteredBytes int
-	// FileDescriptors: the completion and event channels and their
-	// netpoller duplicates.
+	// FileDescriptors: the completion channel and its netpoller
+	// duplicate. The rdma_cm event channel is the process's, shared by
+	// every connection (package cm).
 	FileDescriptors int
 }
 
 // fdsPerConn is Footprint.FileDescriptors; TestLabFootprint counts them.
-const fdsPerConn = 4
+const fdsPerConn = 2
 
 // Footprint returns what one connection with this Config holds, or the
 // error Dial and Listen would give for the Config.

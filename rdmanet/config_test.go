@@ -16,8 +16,8 @@ func TestFootprint(t *testing.T) {
 	// 256 KiB each way, and 256 receive plus 16 control slots of 32 bytes
 	// rounded up to pages.
 	want := 256<<10 + 256<<10 + (272*32+page-1)/page*page
-	if fp.RegisteredBytes != want || fp.FileDescriptors != 4 {
-		t.Errorf("default Footprint = %+v, want %d bytes and 4 descriptors", fp, want)
+	if fp.RegisteredBytes != want || fp.FileDescriptors != 2 {
+		t.Errorf("default Footprint = %+v, want %d bytes and 2 descriptors", fp, want)
 	}
 	big, _ := rdmanet.Config{RecvBuffer: 1 << 20}.Footprint()
 	if big.RegisteredBytes != want+(1<<20-256<<10) {

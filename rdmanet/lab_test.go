@@ -311,9 +311,9 @@ func TestLabManyConnections(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	leakcheck.Check(t)
 	const conns = 1000
-	// Both ends live in this process: 2,000 connection ends of 4 descriptors.
+	// Both ends live in this process: 2,000 connection ends of 2 descriptors.
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 1 << 14, Max: 1 << 14}); err != nil {
-		t.Fatalf("raise RLIMIT_NOFILE for 8,000 descriptors: %v", err)
+		t.Fatalf("raise RLIMIT_NOFILE for 4,000 descriptors and more: %v", err)
 	}
 	// Small buffers: 1,000 connections with the defaults would lock 520 MiB.
 	// A 30 s keepalive: with the default 3 s, the 2,000 idle ends send about
