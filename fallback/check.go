@@ -111,13 +111,16 @@ var host struct {
 
 // hostCheck is Check's verdict on this build and host. Only the first call
 // finds it itself; afterwards a stale verdict is still answered while a
-// goroutine finds the new one.
+// goroutine finds the new one. A verdict of ReasonResources (the process
+// was at its descriptor limit while rdma-core listed the devices, say) is
+// never answered again: it was this moment's, and the next dial finds the
+// verdict itself, so that a process back from its limit gets RDMA at once.
 func hostCheck() *Error {
 	v := host.verdict.Load()
-	if v == nil {
+	if v == nil || v.passing() {
 		host.first.Lock()
 		defer host.first.Unlock()
-		if v = host.verdict.Load(); v == nil {
+		if v = host.verdict.Load(); v == nil || v.passing() {
 			v = findHost()
 		}
 		return v.err
@@ -130,6 +133,9 @@ func hostCheck() *Error {
 	}
 	return v.err
 }
+
+// passing reports a verdict that no later dial may reuse.
+func (v *hostVerdict) passing() bool { return v.err != nil && v.err.Reason == ReasonResources }
 
 // findHost checks the host and publishes the verdict.
 func findHost() *hostVerdict {

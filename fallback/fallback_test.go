@@ -289,3 +289,29 @@ func TestHostVerdictRefreshedOffThePath(t *testing.T) {
 		t.Errorf("after the refresh hostCheck = %v; Diagnose says %+v", got, want)
 	}
 }
+
+// TestHostVerdictOfResourcesNotReused: a verdict of ReasonResources (the
+// process was at its descriptor limit when rdma-core listed the devices)
+// is the answer of no later dial, however fresh: the next dial finds the
+// verdict again (issue 23's descriptor burst saw RDMA refused for 5 s
+// after the limit was raised).
+func TestHostVerdictOfResourcesNotReused(t *testing.T) {
+	hostCheck()
+	real := host.verdict.Load()
+	t.Cleanup(func() { host.verdict.Store(real) })
+	passing := &hostVerdict{err: &Error{Reason: ReasonResources}, until: time.Now().Add(time.Hour)}
+	host.verdict.Store(passing)
+	got, want := hostCheck(), diagnoseHost()
+	if got == passing.err || host.verdict.Load() == passing {
+		t.Fatalf("hostCheck answered the verdict of a passing failure again: %v", got)
+	}
+	if (got == nil) != (want[len(want)-1].Err == nil) {
+		t.Errorf("hostCheck = %v; Diagnose says %+v", got, want)
+	}
+	// Any other verdict is answered while fresh.
+	lasting := &hostVerdict{err: &Error{Reason: ReasonPolicy}, until: time.Now().Add(time.Hour)}
+	host.verdict.Store(lasting)
+	if got := hostCheck(); got != lasting.err {
+		t.Errorf("hostCheck with a fresh verdict = %v; want it", got)
+	}
+}
