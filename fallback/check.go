@@ -80,7 +80,13 @@ func routeStep(src netip.Addr) Step {
 		if ad.Netdev != "" {
 			detail = fmt.Sprintf("%v is on %s", src, ad.Netdev)
 		}
-		return Step{Name: "route", Detail: detail, Err: &Error{Reason: ReasonRouteNoRDMA, Err: err}}
+		reason := ReasonRouteNoRDMA
+		if Classify(err) == ReasonResources {
+			// The interfaces could not be listed (no descriptor for
+			// the netlink socket): a passing failure, not an answer.
+			reason = ReasonResources
+		}
+		return Step{Name: "route", Detail: detail, Err: &Error{Reason: reason, Err: err}}
 	}
 	return Step{Name: "route", Detail: fmt.Sprintf("%v is on %s, RDMA device %s", src, ad.Netdev, ad.Device)}
 }
@@ -182,6 +188,9 @@ func Check(dst netip.AddrPort, local netip.Addr) *Error {
 		routes.m = make(map[netip.Addr]routeVerdict)
 	}
 	v := routeVerdict{err: routeStep(src).Err, until: now.Add(checkTTL)}
+	if v.err != nil && v.err.Reason == ReasonResources {
+		return v.err // this moment's, as hostCheck's: the next dial asks again
+	}
 	routes.m[src] = v
 	return v.err
 }

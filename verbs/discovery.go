@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"syscall"
 )
 
 // AddrDevice says which network interface holds a local IP address and which
@@ -36,6 +37,11 @@ func DeviceForAddr(a netip.Addr) (AddrDevice, error) {
 			}
 			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == a {
 				dev, err := deviceForNetdev(ifi.Name)
+				if outOfResources(err) {
+					// The kernel could not be asked: that says nothing
+					// of the netdev.
+					return AddrDevice{Netdev: ifi.Name}, fmt.Errorf("verbs: the RDMA device of %s: %w", ifi.Name, err)
+				}
 				if err != nil {
 					return AddrDevice{Netdev: ifi.Name}, fmt.Errorf("verbs: %v is on %s, which has no RDMA device: %w", a, ifi.Name, ErrNoDevice)
 				}
@@ -44,6 +50,17 @@ func DeviceForAddr(a netip.Addr) (AddrDevice, error) {
 		}
 	}
 	return AddrDevice{}, fmt.Errorf("verbs: %v is not an address of this host", a)
+}
+
+// outOfResources reports an error of a process out of descriptors or
+// memory: a passing failure to find something out, not an answer.
+func outOfResources(err error) bool {
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.ENOBUFS} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
 }
 
 // Link is one RDMA port and the network interface it runs over (RoCE and
