@@ -20,8 +20,10 @@ import (
 type ListenConfig struct {
 	// Backlog is how many RDMA connection requests the listener holds at
 	// once, in their handshake or established and waiting for Accept
-	// (default 128); beyond it, requests wait in rdma_cm's own backlog of
-	// the same size, and rdma_cm rejects those that find it full.
+	// (default 128); beyond it, as many again wait in the listening cm
+	// ID's queue, and a request that finds that full is refused at once
+	// with a resources reason (cm.ErrBacklogFull), which the dialer falls
+	// back for and does not remember.
 	Backlog int
 	// Config sizes each accepted RDMA connection's buffers and queues.
 	Config Config
