@@ -132,8 +132,7 @@ func (id *ID) deliver(ev rdmacore.CMEvent) {
 		return
 	}
 	if len(id.events) == maxQueuedEvents {
-		// Nobody takes them: the oldest concerns nobody any more.
-		id.events = id.events[:copy(id.events, id.events[1:])]
+		popFront(&id.events) // nobody takes them: the oldest concerns nobody any more
 	}
 	id.events = append(id.events, ev)
 	id.mu.Unlock()
@@ -142,6 +141,13 @@ func (id *ID) deliver(ev rdmacore.CMEvent) {
 
 func eventOf(ev rdmacore.CMEvent) Event {
 	return Event{Type: EventType(ev.Type), Status: ev.Status, Param: connParamOf(ev.Param)}
+}
+
+// popFront takes the head of a queue that is not empty, keeping its array.
+func popFront[T any](q *[]T) T {
+	v := (*q)[0]
+	*q = (*q)[:copy(*q, (*q)[1:])]
+	return v
 }
 
 // notify wakes a waiter without blocking.
@@ -230,8 +236,7 @@ func (id *ID) next(ctx context.Context) (rdmacore.CMEvent, error) {
 	for {
 		id.mu.Lock()
 		if len(id.events) > 0 {
-			ev := id.events[0]
-			id.events = id.events[:copy(id.events, id.events[1:])]
+			ev := popFront(&id.events)
 			id.mu.Unlock()
 			return ev, nil
 		}
@@ -411,14 +416,12 @@ func (id *ID) GetRequest(ctx context.Context) (*Request, error) {
 	for {
 		id.mu.Lock()
 		if len(id.requests) > 0 {
-			r := id.requests[0]
-			id.requests = id.requests[:copy(id.requests, id.requests[1:])]
+			r := popFront(&id.requests)
 			id.mu.Unlock()
 			return r, nil
 		}
 		for len(id.events) > 0 {
-			ev := id.events[0]
-			id.events = id.events[:copy(id.events, id.events[1:])]
+			ev := popFront(&id.events)
 			if t := EventType(ev.Type); t == EventDeviceRemoval || t == EventAddrChange {
 				id.mu.Unlock()
 				return nil, &EventError{Op: "listen", Event: t, Status: ev.Status}
