@@ -216,6 +216,12 @@ func TestMemoryAnswers(t *testing.T) {
 	if !m.Answers(a) {
 		t.Error("a destination that answered does not Answer")
 	}
+	// Silence from a host that answered on one port is a busy host on any
+	// port: a port nobody listens on is answered with a reject at once.
+	if samehost := netip.AddrPortFrom(a.Addr(), 7000); !m.Answers(samehost) || m.Answers(netip.AddrPortFrom(b.Addr(), a.Port())) {
+		t.Errorf("another port of a's host answers: %v, the same port of another host: %v; want true, false",
+			m.Answers(samehost), m.Answers(netip.AddrPortFrom(b.Addr(), a.Port())))
+	}
 	m.Remember(a, &Error{Reason: ReasonTimeout, PeerAnswers: true})
 	if m.Recall(a) != nil {
 		t.Error("the timeout of a peer that answers RDMA (busy) was remembered")

@@ -13,9 +13,13 @@ import (
 // belong to the destination are remembered (Remembers), and not those of a
 // peer that answers RDMA but was busy (Error.PeerAnswers).
 //
-// It also remembers which destinations answered over RDMA (Answered), so
-// that a dial that times out toward one of them can tell a busy peer from a
-// host without RDMA (Answers). The zero value is not usable: use NewMemory.
+// It also remembers which hosts answered over RDMA (Answered), so that a
+// dial that times out toward one of them can tell a busy peer from a host
+// without RDMA (Answers). That is the host's, not the port's: a host with
+// RDMA answers a request to a port nobody listens on at once, with a
+// reject, so silence from a host that answered on any port means it is
+// busy (or a packet was lost), not that it has no RDMA. The zero value is
+// not usable: use NewMemory.
 type Memory struct {
 	ttl time.Duration
 	max int
@@ -23,7 +27,7 @@ type Memory struct {
 
 	mu       sync.Mutex
 	m        map[netip.AddrPort]memoryEntry
-	answered map[netip.AddrPort]time.Time // when each answer stops counting
+	answered map[netip.Addr]time.Time // when each host's answer stops counting
 }
 
 type memoryEntry struct {
@@ -35,11 +39,11 @@ type memoryEntry struct {
 const DefaultMemoryTTL = time.Minute
 
 // NewMemory returns a Memory whose entries last ttl and which holds at most
-// max destinations that failed and max that answered (the oldest are
+// max destinations that failed and max hosts that answered (the oldest are
 // dropped first).
 func NewMemory(ttl time.Duration, max int) *Memory {
 	return &Memory{ttl: ttl, max: max, now: time.Now,
-		m: make(map[netip.AddrPort]memoryEntry), answered: make(map[netip.AddrPort]time.Time)}
+		m: make(map[netip.AddrPort]memoryEntry), answered: make(map[netip.Addr]time.Time)}
 }
 
 // Remembers reports whether a failure for this reason is kept: those that
@@ -86,46 +90,49 @@ func (m *Memory) Remember(dst netip.AddrPort, e *Error) {
 }
 
 // Answered records that dst answered over RDMA: a connection was made, or
-// the peer answered a request after the dial had stopped waiting. What was
-// remembered of dst is forgotten (the answer contradicts it), and for TTL
-// Answers(dst) is true.
+// the peer answered a request (a reject too) after the dial had stopped
+// waiting. What was remembered of dst is forgotten (the answer contradicts
+// it), and for TTL Answers is true of every port of dst's host.
 func (m *Memory) Answered(dst netip.AddrPort) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.m, dst)
 	now := m.now()
-	if _, ok := m.answered[dst]; !ok && len(m.answered) >= m.max {
+	host := dst.Addr()
+	if _, ok := m.answered[host]; !ok && len(m.answered) >= m.max {
 		evict(m.answered, m.max, now, func(t time.Time) time.Time { return t })
 	}
-	m.answered[dst] = now.Add(m.ttl)
+	m.answered[host] = now.Add(m.ttl)
 }
 
-// Answers reports whether dst answered over RDMA within TTL: a timeout
-// toward it then means a busy peer, not a host without RDMA.
+// Answers reports whether dst's host answered over RDMA within TTL, on any
+// port: a timeout toward dst then means a busy peer, not a host without
+// RDMA.
 func (m *Memory) Answers(dst netip.AddrPort) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	until, ok := m.answered[dst]
+	host := dst.Addr()
+	until, ok := m.answered[host]
 	if ok && !m.now().Before(until) {
-		delete(m.answered, dst)
+		delete(m.answered, host)
 		return false
 	}
 	return ok
 }
 
-// ForgetAnswer drops the answer recorded for dst: it left a request
+// ForgetAnswer drops the answer recorded for dst's host: it left a request
 // unanswered for so long that it no longer counts as a busy peer.
 func (m *Memory) ForgetAnswer(dst netip.AddrPort) {
 	m.mu.Lock()
-	delete(m.answered, dst)
+	delete(m.answered, dst.Addr())
 	m.mu.Unlock()
 }
 
 // evict makes room in m, which holds max entries: it drops the expired
 // ones, or, if none has expired, the one that expires first. The Memory's
 // mutex is held.
-func evict[V any](m map[netip.AddrPort]V, max int, now time.Time, expires func(V) time.Time) {
-	var oldest netip.AddrPort
+func evict[K comparable, V any](m map[K]V, max int, now time.Time, expires func(V) time.Time) {
+	var oldest K
 	var first time.Time
 	for k, v := range m {
 		e := expires(v)

@@ -144,8 +144,8 @@ type Error struct {
 	Err        error // what RDMA set-up returned, if it was tried
 
 	// PeerAnswers: the peer's host answers RDMA, so the failure says it was
-	// busy, not that it lacks RDMA. Set for a timeout toward a destination
-	// that answered over RDMA recently (Memory.Answers), and for a reject by
+	// busy, not that it lacks RDMA. Set for a timeout toward a host that
+	// answered over RDMA recently (Memory.Answers), and for a reject by
 	// an RDMA listener that is there but refused (busy, out of resources).
 	// Memory never keeps such a failure.
 	PeerAnswers bool

@@ -41,11 +41,11 @@ type Dialer struct {
 	// after this long. The failure is then remembered for a minute, so later
 	// dials to that address go straight to TCP (see ForgetFailures), and a
 	// request answered after the dial stopped waiting (it is watched for a
-	// few seconds more) forgets it. A peer that answered over RDMA within
-	// that minute is busy, not without RDMA: the dial waits up to 10 s for
-	// its answer instead (at most half of what its context has left), and
-	// if it falls back all the same the failure is not remembered (the
-	// fallback's Error says PeerAnswers).
+	// few seconds more) forgets it. A host that answered over RDMA within
+	// that minute, on any port, is busy, not without RDMA: the dial waits
+	// up to 10 s for its answer instead (at most half of what its context
+	// has left), and if it falls back all the same the failure is not
+	// remembered (the fallback's Error says PeerAnswers).
 	RDMATimeout time.Duration
 	// FailoverAddrs are other addresses of the same server ("ip" or
 	// "ip:port"; the port defaults to the dialed one), for a resumable

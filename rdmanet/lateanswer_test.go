@@ -99,6 +99,14 @@ func TestAnswerContext(t *testing.T) {
 		t.Errorf("toward a peer that answered: %v, want errNoBusyAnswer", c)
 	}
 	stop()
+	// A new listener on a host that answered: its silence is a busy host's
+	// too. (CI saw TestLabStat's bench fall back to TCP after 1 s, the
+	// default RDMATimeout, toward a new listener on a host it had just used.)
+	ctx, stop = answerContext(context.Background(), netip.AddrPortFrom(known.Addr(), 7472), time.Millisecond, 2*time.Millisecond)
+	if c := cause(ctx); c != errNoBusyAnswer {
+		t.Errorf("toward another port of a host that answered: %v, want errNoBusyAnswer", c)
+	}
+	stop()
 	ctx, stop = answerContext(context.Background(), unknown, time.Hour, time.Hour)
 	stop()
 	if c := cause(ctx); c != context.Canceled {

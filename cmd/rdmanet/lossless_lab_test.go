@@ -102,7 +102,14 @@ func TestLabStat(t *testing.T) {
 			var e serveEvent
 			if json.Unmarshal([]byte(line), &e) == nil && e.Event == "accepted" {
 				if e.Transport != fallback.RDMA {
-					t.Fatalf("the server accepted bench's connection over %s: %s", e.Transport, line)
+					// bench's output says why it fell back.
+					cancel()
+					select {
+					case code := <-benchDone:
+						t.Fatalf("the server (%+v) accepted bench's connection over %s: %s\nbench: exit %d:\n%s\n%s", srv.listening, e.Transport, line, code, benchOut.String(), benchErr.String())
+					case <-time.After(30 * time.Second):
+						t.Fatalf("the server accepted bench's connection over %s: %s\nbench did not stop within 30 s of its interrupt", e.Transport, line)
+					}
 				}
 				accepted = true
 			}
