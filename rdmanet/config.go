@@ -159,16 +159,29 @@ func (c Config) linkConfig() rdmalink.Config {
 	}
 }
 
-// Footprint is what one RDMA connection holds.
+// Footprint is what one RDMA connection end holds.
 type Footprint struct {
-	// RegisteredBytes is the memory the connection registers with the
-	// device, locked and counted against RLIMIT_MEMLOCK (unless the process
-	// has CAP_IPC_LOCK): its buffers, each rounded up to whole pages.
+	// RegisteredBytes is the memory the connection registers with a RoCE
+	// or InfiniBand device, locked and counted against RLIMIT_MEMLOCK
+	// (unless the process has CAP_IPC_LOCK): its buffers, each rounded up
+	// to whole pages. Not counted: the queues' own memory, which some
+	// providers allocate in the process and pin too (tens of KiB a queue
+	// pair on a hardware NIC; none with rxe or siw).
 	RegisteredBytes int
+	// IWARPRegisteredBytes is RegisteredBytes on an iWARP device: with no
+	// immediate data there, a notice slot per send queue entry is
+	// registered too (docs/protocol.md, "iWARP").
+	IWARPRegisteredBytes int
 	// FileDescriptors: the completion channel and its netpoller
 	// duplicate. The rdma_cm event channel is the process's, shared by
 	// every connection (package cm).
 	FileDescriptors int
+	// SessionFileDescriptors is what a dialed end of a resumable session
+	// (ResumeTimeout) holds beyond FileDescriptors: the socket that
+	// reserves its TCP port, to resume over TCP from it. Zero without
+	// ResumeTimeout, for an accepted end, and where sessions cannot resume
+	// over TCP.
+	SessionFileDescriptors int
 }
 
 // fdsPerConn is Footprint.FileDescriptors; TestLabFootprint counts them.
@@ -183,8 +196,14 @@ func (c Config) Footprint() (Footprint, error) {
 	}
 	page := os.Getpagesize()
 	pages := func(n int) int { return (n + page - 1) / page * page }
-	return Footprint{
-		RegisteredBytes: pages(c.RecvBuffer) + pages(c.SendBuffer) + pages((c.RecvDepth+controlSlots)*wire.MessageSize),
-		FileDescriptors: fdsPerConn,
-	}, nil
+	rings := pages(c.RecvBuffer) + pages(c.SendBuffer)
+	fp := Footprint{
+		RegisteredBytes:      rings + pages((c.RecvDepth+controlSlots)*wire.MessageSize),
+		IWARPRegisteredBytes: rings + pages((c.RecvDepth+controlSlots+c.sendDepth())*wire.MessageSize),
+		FileDescriptors:      fdsPerConn,
+	}
+	if c.ResumeTimeout > 0 {
+		fp.SessionFileDescriptors = sessionPortFDs
+	}
+	return fp, nil
 }

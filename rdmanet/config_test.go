@@ -2,7 +2,9 @@ package rdmanet_test
 
 import (
 	"os"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/rdmanet/sdk/rdmanet"
 )
@@ -18,6 +20,14 @@ func TestFootprint(t *testing.T) {
 	want := 256<<10 + 256<<10 + (272*32+page-1)/page*page
 	if fp.RegisteredBytes != want || fp.FileDescriptors != 2 {
 		t.Errorf("default Footprint = %+v, want %d bytes and 2 descriptors", fp, want)
+	}
+	// iWARP: a 32-byte notice slot per send queue entry (256) as well.
+	if iw := 256<<10 + 256<<10 + (528*32+page-1)/page*page; fp.IWARPRegisteredBytes != iw || fp.SessionFileDescriptors != 0 {
+		t.Errorf("default Footprint = %+v, want %d bytes on iWARP and no session descriptor", fp, iw)
+	}
+	// On Linux a dialed session reserves its TCP port with a socket.
+	if s, _ := (rdmanet.Config{ResumeTimeout: time.Minute}).Footprint(); runtime.GOOS == "linux" && s.SessionFileDescriptors != 1 {
+		t.Errorf("a session's Footprint = %+v, want 1 session descriptor", s)
 	}
 	big, _ := rdmanet.Config{RecvBuffer: 1 << 20}.Footprint()
 	if big.RegisteredBytes != want+(1<<20-256<<10) {

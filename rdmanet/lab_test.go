@@ -14,6 +14,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -432,29 +433,85 @@ func openFDs(t *testing.T) int {
 	return len(ents)
 }
 
-// TestLabFootprint: one more connection holds the file descriptors
-// Config.Footprint says, and gives them all back (after Close, once the
-// background drain has released the link: within leakcheck.Settle). A
-// first connection is open meanwhile: what a device holds once for all its
-// connections (the reader of its asynchronous events) is no connection's.
-func TestLabFootprint(t *testing.T) {
-	env := labenv.RequireRDMA(t)
-	fp, err := rdmanet.Config{}.Footprint()
+// pinnedBytes is the process's pinned memory (VmPin): what ib_umem_get
+// pinned for its registrations, whether or not it has CAP_IPC_LOCK.
+func pinnedBytes(t *testing.T) int {
+	t.Helper()
+	status, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, stopFirst := pipe(t, env, rdmanet.Config{})
-	defer stopFirst()
-	before := openFDs(t)
-	_, _, stop := pipe(t, env, rdmanet.Config{})
-	during := openFDs(t)
-	stop()
-	after := openFDs(t)
-	for end := time.Now().Add(leakcheck.Settle); after != before && time.Now().Before(end); after = openFDs(t) {
-		time.Sleep(10 * time.Millisecond)
+	for line := range strings.Lines(string(status)) {
+		if rest, ok := strings.CutPrefix(line, "VmPin:"); ok {
+			kib, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
+			if err != nil {
+				t.Fatalf("VmPin line %q: %v", line, err)
+			}
+			return kib << 10
+		}
 	}
-	if during-before != 2*fp.FileDescriptors || after != before {
-		t.Errorf("open descriptors: %d before, %d with a connection's two ends, %d after; Footprint says %d per end", before, during, after, fp.FileDescriptors)
+	t.Fatal("/proc/self/status has no VmPin")
+	return 0
+}
+
+// TestLabFootprint: on rxe and on siw, one more connection holds the file
+// descriptors and the pinned memory Config.Footprint says, and gives them
+// all back (after Close, once the background drain has released the link:
+// within leakcheck.Settle). A first connection is open meanwhile: what a
+// device holds once for all its connections (the reader of its
+// asynchronous events) is no connection's.
+func TestLabFootprint(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	session := rdmanet.Config{ResumeTimeout: time.Minute}
+	for _, run := range []struct {
+		name string
+		p    labenv.Pair
+		cfg  rdmanet.Config
+	}{
+		{"rxe", env.RoCE(), rdmanet.Config{}},
+		{"siw", env.IWARP(), rdmanet.Config{}},
+		{"rxe session", env.RoCE(), session},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			p := run.p
+			fp, err := run.cfg.Footprint()
+			if err != nil {
+				t.Fatal(err)
+			}
+			registered := fp.RegisteredBytes
+			if p.Provider == labenv.ProviderSIW {
+				registered = fp.IWARPRegisteredBytes
+			}
+			onPair := func() (net.Conn, net.Conn, func()) {
+				c, s, ln, err := dialPair(p.AddrA, p.AddrB, run.cfg, 20*time.Second)
+				if ln != nil {
+					ln.Close()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c, s, func() { c.Close(); s.Close() }
+			}
+			_, _, stopFirst := onPair()
+			defer stopFirst()
+			fds, pinned := openFDs(t), pinnedBytes(t)
+			_, _, stop := onPair()
+			fdsDuring, pinnedDuring := openFDs(t), pinnedBytes(t)
+			stop()
+			fdsAfter, pinnedAfter := openFDs(t), pinnedBytes(t)
+			for end := time.Now().Add(leakcheck.Settle); (fdsAfter != fds || pinnedAfter != pinned) && time.Now().Before(end); {
+				time.Sleep(10 * time.Millisecond)
+				fdsAfter, pinnedAfter = openFDs(t), pinnedBytes(t)
+			}
+			if fdsDuring-fds != 2*fp.FileDescriptors+fp.SessionFileDescriptors || fdsAfter != fds {
+				t.Errorf("open descriptors: %d before, %d with a connection's two ends, %d after; Footprint says %d per end and %d more for a dialed session",
+					fds, fdsDuring, fdsAfter, fp.FileDescriptors, fp.SessionFileDescriptors)
+			}
+			t.Logf("a connection's two ends: %d descriptors, %d KiB pinned", fdsDuring-fds, (pinnedDuring-pinned)>>10)
+			if pinnedDuring-pinned != 2*registered || pinnedAfter != pinned {
+				t.Errorf("pinned bytes: %d before, %d with a connection's two ends, %d after; Footprint says %d per end", pinned, pinnedDuring, pinnedAfter, registered)
+			}
+		})
 	}
 }
 

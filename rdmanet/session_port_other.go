@@ -15,6 +15,9 @@ import (
 
 type tcpPortReservation struct{ port uint16 }
 
+// sessionPortFDs is Footprint.SessionFileDescriptors: no port is reserved.
+const sessionPortFDs = 0
+
 func reserveTCPPort(netip.Addr) (*tcpPortReservation, error) {
 	return nil, errors.New("rdmanet: resuming over TCP is not supported on this system")
 }

@@ -20,6 +20,9 @@ type tcpPortReservation struct {
 	port uint16
 }
 
+// sessionPortFDs is Footprint.SessionFileDescriptors: the reservation's socket.
+const sessionPortFDs = 1
+
 // reserveTCPPort binds a socket of dst's family to a free port.
 func reserveTCPPort(dst netip.Addr) (*tcpPortReservation, error) {
 	family, sa := syscall.AF_INET, syscall.Sockaddr(&syscall.SockaddrInet4{})
