@@ -122,9 +122,26 @@ func (c *channel) read() (bool, error) {
 // destroys the channel.
 func (c *channel) run() {
 	defer rdmacore.DestroyEventChannel(c.raw)
+	c.serve(func() error { return c.poll.Wait(context.Background()) }, time.Sleep)
+}
+
+// Pauses after failed reads of the channel: doubling from the first to the
+// last, and back to none after a read that succeeds.
+const (
+	firstReadPause = 5 * time.Millisecond
+	lastReadPause  = time.Second
+)
+
+// serve dispatches each event that wait reads (into c.ev) until wait says
+// the channel is closed. A read that fails is retried after a pause:
+// librdmacm could not read an event (it handles a request it cannot take
+// itself), and, as a listener does after an error, the dispatcher waits a
+// moment and reads again. The channel's owner is the process, so nobody
+// else can be told; the first failure of a run is logged.
+func (c *channel) serve(wait func() error, sleep func(time.Duration)) {
 	var pause time.Duration
 	for {
-		err := c.poll.Wait(context.Background())
+		err := wait()
 		switch {
 		case err == nil:
 			pause = 0
@@ -133,15 +150,11 @@ func (c *channel) run() {
 		case errors.Is(err, os.ErrClosed):
 			return
 		default:
-			// librdmacm could not read an event (it handles a request it
-			// cannot take itself): pause, as a listener does after an
-			// error, and read again. The channel's owner is the process,
-			// so nobody else can be told.
 			if pause == 0 {
 				slog.Warn("rdmanet: reading rdma_cm events failed; retrying", "err", err)
 			}
-			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
-			time.Sleep(pause)
+			pause = min(max(2*pause, firstReadPause), lastReadPause)
+			sleep(pause)
 		}
 	}
 }

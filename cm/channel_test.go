@@ -3,6 +3,8 @@ package cm
 import (
 	"context"
 	"errors"
+	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -305,4 +307,53 @@ func TestDispatchRacesClose(t *testing.T) {
 	}()
 	wg.Wait()
 	ln.Close()
+}
+
+// TestServeRetriesFailedReads: the dispatcher's retry loop. A read that
+// fails is retried after a pause that doubles up to lastReadPause; a read
+// that succeeds dispatches its event and ends the back-off; a closed
+// channel ends the loop.
+func TestServeRetriesFailedReads(t *testing.T) {
+	c, _ := newFakeChannel(t)
+	id := fakeID(c)
+	defer id.Close()
+	failed := errors.New("rdma_get_cm_event: no memory")
+	// What each read does: fail, or read an event for id.
+	reads := []error{failed, failed, failed, nil, failed}
+	for range 10 {
+		reads = append(reads, failed) // far enough to reach the last pause
+	}
+	var pauses []time.Duration
+	wait := func() error {
+		if len(reads) == 0 {
+			return os.ErrClosed
+		}
+		err := reads[0]
+		reads = reads[1:]
+		if err == nil {
+			c.ev = ev(id, EventEstablished)
+		}
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.serve(wait, func(d time.Duration) { pauses = append(pauses, d) })
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("serve did not return once the channel closed")
+	}
+	want := []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond,
+		5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond,
+		160 * time.Millisecond, 320 * time.Millisecond, 640 * time.Millisecond, time.Second, time.Second, time.Second}
+	if !slices.Equal(pauses, want) {
+		t.Errorf("pauses %v, want %v", pauses, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if got, err := id.WaitEvent(ctx); err != nil || got.Type != EventEstablished {
+		t.Errorf("the event read between failures: %+v, %v", got, err)
+	}
 }
