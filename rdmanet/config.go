@@ -16,10 +16,9 @@ import (
 // receive and control slot, each rounded up to pages (Config.Footprint);
 // with the defaults that is 512 KiB + 12 KiB, so 1,000 connections lock
 // about 524 MiB (check RLIMIT_MEMLOCK: rdmanet raises
-// the soft limit to the hard limit, and registration fails beyond it). Each
-// connection also holds 2 file descriptors (its completion channel and its
-// netpoller duplicate; the rdma_cm event channel is the process's): 1,000
-// connections need RLIMIT_NOFILE above 2,000.
+// the soft limit to the hard limit, and registration fails beyond it). A
+// connection holds no file descriptor of its own: each device's completion
+// channel and the process's rdma_cm event channel are shared.
 type Config struct {
 	// RecvBuffer is the receive buffer the peer writes into, in bytes
 	// (default 256 KiB; Valkey's own is 1 MiB). Rounded up to whole pages.
@@ -172,9 +171,11 @@ type Footprint struct {
 	// immediate data there, a notice slot per send queue entry is
 	// registered too (docs/protocol.md, "iWARP").
 	IWARPRegisteredBytes int
-	// FileDescriptors: the completion channel and its netpoller
-	// duplicate. The rdma_cm event channel is the process's, shared by
-	// every connection (package cm).
+	// FileDescriptors a connection holds of its own: none. A device's
+	// completion channel is shared by every connection on it, and the
+	// rdma_cm event channel by every connection of the process (each a
+	// descriptor and its netpoller duplicate, made with the first
+	// connection and gone with the last).
 	FileDescriptors int
 	// SessionFileDescriptors is what a dialed end of a resumable session
 	// (ResumeTimeout) holds beyond FileDescriptors: the socket that
@@ -185,7 +186,7 @@ type Footprint struct {
 }
 
 // fdsPerConn is Footprint.FileDescriptors; TestLabFootprint counts them.
-const fdsPerConn = 2
+const fdsPerConn = 0
 
 // Footprint returns what one connection with this Config holds, or the
 // error Dial and Listen would give for the Config.

@@ -312,7 +312,8 @@ func TestLabManyConnections(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	leakcheck.Check(t)
 	const conns = 1000
-	// Both ends live in this process: 2,000 connection ends of 2 descriptors.
+	// Both ends live in this process: 2,000 connection ends, with room for
+	// what else the test holds.
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 1 << 14, Max: 1 << 14}); err != nil {
 		t.Fatalf("raise RLIMIT_NOFILE for 4,000 descriptors and more: %v", err)
 	}

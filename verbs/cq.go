@@ -109,8 +109,13 @@ type CQ struct {
 	size    int
 	channel *CompChannel
 
-	pollMu  sync.Mutex // rdma-core's poll is thread-safe; this guards unacked
+	pollMu  sync.Mutex // rdma-core's poll is thread-safe; this guards unacked and closing
 	unacked int        // events taken by Wait and not yet acknowledged
+	// closing: Close has begun, and every event is acknowledged as it is
+	// taken. On a channel that many CQs share, another CQ's waiter may
+	// take this one's last event while Close destroys it, and
+	// ibv_destroy_cq waits until every event it took is acknowledged.
+	closing bool
 }
 
 // ackBatch is how many completion events are acknowledged at once: ibv_ack_cq_events
@@ -155,7 +160,7 @@ func (cq *CQ) Size() int { return cq.size }
 func (cq *CQ) noteEvent() {
 	cq.pollMu.Lock()
 	cq.unacked++
-	if cq.unacked >= ackBatch {
+	if cq.unacked >= ackBatch || cq.closing {
 		rdmacore.AckCQEvents(cq.raw, cq.unacked)
 		cq.unacked = 0
 	}
@@ -190,12 +195,16 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 func (cq *CQ) Close() error {
 	return cq.g.Close(func() error {
 		cq.pollMu.Lock()
+		cq.closing = true
 		if cq.unacked > 0 {
 			rdmacore.AckCQEvents(cq.raw, cq.unacked)
 			cq.unacked = 0
 		}
 		cq.pollMu.Unlock()
 		if err := rdmacore.DestroyCQ(cq.raw); err != nil {
+			cq.pollMu.Lock()
+			cq.closing = false
+			cq.pollMu.Unlock()
 			return err
 		}
 		if cq.channel != nil {

@@ -51,8 +51,8 @@ func readLimits() limitsJSON {
 	default:
 		l.ConnsByMemlock = l.MemlockHard / int64(l.LockedPerConn)
 	}
-	l.ConnsByNofile = -1
-	if l.NofileSoft >= 0 {
+	l.ConnsByNofile = -1 // a connection holds no descriptor of its own
+	if l.NofileSoft >= 0 && fp.FileDescriptors > 0 {
 		l.ConnsByNofile = l.NofileSoft / int64(fp.FileDescriptors)
 	}
 	l.Connections = l.ConnsByNofile

@@ -6,13 +6,11 @@
 package rdmalink
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"sync"
 	"time"
 
@@ -66,6 +64,10 @@ type Link struct {
 	why    error
 	woken  bool
 	closed bool // Wake does nothing after Close (a flush-grace timer may fire late)
+
+	// events: a completion event for the link's queue came while another
+	// link read the shared channel; wakes: Wake was called (compshare.go).
+	events, wakes chan struct{}
 
 	// The link's place in the registry of asynchronous events (asyncev.go),
 	// from StartEvents to Close. amu is not mu: the registry's reader
@@ -129,9 +131,12 @@ func New(id *cm.ID, cfg Config) (*Link, error) {
 			MaxInline: int(res.maxInline), Name: res.name,
 		},
 		consumed: make([]int, 0, cfg.RecvDepth),
+		events:   make(chan struct{}, 1),
+		wakes:    make(chan struct{}, 1),
 		recvWRs:  make([]verbs.RecvWR, cfg.RecvDepth),
 		sendWRs:  make([]verbs.SendWR, 0, res.sendWRs),
 	}
+	res.share.add(res.cq, l)
 	for i := range l.recvWRs {
 		l.recvWRs[i] = verbs.RecvWR{ID: recvTag | uint64(i), Local: res.recvSlot(i)}
 	}
@@ -388,35 +393,40 @@ var errQueuePairDown = fmt.Errorf("rdmanet: the connection's queue pair failed: 
 
 func (l *Link) Arm() error { return l.res.cq.RequestNotify(false) }
 
-// Wait sleeps on the completion channel. Wake forces the channel's
-// deadline into the past; Wait turns that into ErrWoken and clears it.
-func (l *Link) Wait() error {
+// Wait sleeps until the link's queue has a completion event, the link is
+// woken, or it ends (compshare.go: the device's channel is shared).
+func (l *Link) Wait() error { return l.res.share.wait(l) }
+
+// takeWoken reports whether the link was woken or has ended, and clears
+// the wake-up: a Wait returns link.ErrWoken for it.
+func (l *Link) takeWoken() bool {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.woken || l.down != 0 {
 		l.woken = false
-		l.mu.Unlock()
-		return link.ErrWoken
+		return true
 	}
-	l.mu.Unlock()
-	_, err := l.res.ch.Wait(context.Background())
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		l.mu.Lock()
-		l.woken = false
-		l.res.ch.SetDeadline(time.Time{})
-		l.mu.Unlock()
-		return link.ErrWoken
-	}
-	return err
+	return false
+}
+
+// isWoken is takeWoken without clearing.
+func (l *Link) isWoken() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.woken || l.down != 0
 }
 
 // Wake ends the current or next Wait.
 func (l *Link) Wake() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.woken && !l.closed {
-		l.woken = true
-		l.res.ch.SetDeadline(time.Unix(1, 0))
+	if l.woken || l.closed {
+		l.mu.Unlock()
+		return
 	}
+	l.woken = true
+	l.mu.Unlock()
+	notify(l.wakes)
+	l.res.share.wake(l)
 }
 
 // event is the ID's event handler (cm's dispatcher calls it): the events

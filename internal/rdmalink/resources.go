@@ -12,13 +12,13 @@ import (
 // resources are one connection's verbs objects. The queue pair belongs to the
 // cm ID and goes with it.
 type resources struct {
-	pd  *verbs.PD
-	ch  *verbs.CompChannel
-	cq  *verbs.CQ
-	qp  *verbs.QP
-	rx  *verbs.Buffer // the peer writes here
-	tx  *verbs.Buffer // the transmit ring
-	ctl *verbs.Buffer // receive slots, control send slots, then notice slots, 32 bytes each
+	pd    *verbs.PD
+	share *compShare // the device's completion channel
+	cq    *verbs.CQ
+	qp    *verbs.QP
+	rx    *verbs.Buffer // the peer writes here
+	tx    *verbs.Buffer // the transmit ring
+	ctl   *verbs.Buffer // receive slots, control send slots, then notice slots, 32 bytes each
 
 	rxMR, txMR, ctlMR *verbs.MR
 	borrowed          bool   // rx and tx are the caller's (Config.SendMem and RecvMem)
@@ -64,10 +64,10 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 	if r.pd, err = ctx.AllocPD(); err != nil {
 		return nil, err
 	}
-	if r.ch, err = ctx.NewCompChannel(); err != nil {
+	if r.share, err = acquireCompShare(ctx); err != nil {
 		return nil, err
 	}
-	if r.cq, err = ctx.NewCQ(cqSize, r.ch, 0); err != nil {
+	if r.cq, err = ctx.NewCQ(cqSize, r.share.vch, 0); err != nil {
 		return nil, err
 	}
 	if cfg.SendMem != nil && cfg.RecvMem != nil {
@@ -161,11 +161,17 @@ func (r *resources) close() error {
 			errs = append(errs, err)
 		}
 	}
+	release := r.share != nil
 	if r.cq != nil {
-		add(r.cq.Close())
+		r.share.remove(r.cq)
+		if err := r.cq.Close(); err != nil {
+			add(err)
+			release = false // the channel must outlive a queue still on it
+		}
 	}
-	if r.ch != nil {
-		add(r.ch.Close())
+	if release {
+		// After the queue: the channel goes with its last queue.
+		r.share.release()
 	}
 	for _, mr := range []*verbs.MR{r.rxMR, r.txMR, r.ctlMR} {
 		if mr != nil {

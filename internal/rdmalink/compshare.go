@@ -1,0 +1,183 @@
+package rdmalink
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/verbs"
+)
+
+// Completion events: one completion channel per device context, shared by
+// every link on it (one descriptor and its netpoller duplicate, not two a
+// connection). Each link keeps its own completion queue on the channel.
+//
+// Reading the channel is a role, passed as a token: a link's Wait that
+// finds it free reads the channel, parked in the netpoller, until an event
+// for its own queue comes (it returns at once, with no hand-off: the common
+// case of one busy connection) or it is woken. An event for another link
+// wakes that link, and the reader gives the role up, so the role moves to
+// where completions are wanted: the woken link takes it with its next
+// Wait, and meanwhile any other link waiting takes it. Nobody holds the
+// role while nobody waits.
+type compShare struct {
+	key  any                // the device context (verbs.Context.Raw)
+	vch  *verbs.CompChannel // what the queues are made on
+	ch   compChannel        // vch, or a test's fake
+	role chan struct{}      // holds the token while nobody reads ch (capacity 1)
+
+	mu     sync.Mutex
+	reader *Link               // the link whose Wait reads ch now, or nil
+	links  map[*verbs.CQ]*Link // the links on the channel, by queue
+	refs   int                 // queues on the channel (resources)
+}
+
+// compChannel is what a compShare waits on: a *verbs.CompChannel.
+type compChannel interface {
+	Wait(ctx context.Context) (*verbs.CQ, error)
+	SetDeadline(t time.Time) error
+	Close() error
+}
+
+// newCompShare makes the share of ch, with the role free.
+func newCompShare(key any, ch compChannel) *compShare {
+	s := &compShare{key: key, ch: ch, role: make(chan struct{}, 1), links: make(map[*verbs.CQ]*Link)}
+	s.role <- struct{}{}
+	return s
+}
+
+// compShares are the process's shared channels, by device context.
+var compShares = struct {
+	mu sync.Mutex
+	m  map[any]*compShare
+}{m: make(map[any]*compShare)}
+
+// acquireCompShare returns ctx's shared channel with one more reference,
+// making it if there is none.
+func acquireCompShare(ctx *verbs.Context) (*compShare, error) {
+	compShares.mu.Lock()
+	defer compShares.mu.Unlock()
+	key := ctx.Raw()
+	s := compShares.m[key]
+	if s == nil {
+		ch, err := ctx.NewCompChannel()
+		if err != nil {
+			return nil, err
+		}
+		s = newCompShare(key, ch)
+		s.vch = ch
+		compShares.m[key] = s
+	}
+	s.refs++
+	return s, nil
+}
+
+// release drops a reference, after its queue is destroyed; the last one
+// destroys the channel (which needs every queue on it gone).
+func (s *compShare) release() {
+	compShares.mu.Lock()
+	defer compShares.mu.Unlock()
+	s.refs--
+	if s.refs == 0 {
+		delete(compShares.m, s.key)
+		s.ch.Close()
+	}
+}
+
+// add makes l the link of cq's events.
+func (s *compShare) add(cq *verbs.CQ, l *Link) {
+	s.mu.Lock()
+	s.links[cq] = l
+	s.mu.Unlock()
+}
+
+// remove forgets cq's link: its events concern nobody from now on.
+func (s *compShare) remove(cq *verbs.CQ) {
+	s.mu.Lock()
+	delete(s.links, cq)
+	s.mu.Unlock()
+}
+
+// wait is the Wait of l: it returns nil once an event for l's queue came,
+// link.ErrWoken once l was woken (Wake, or the link's end), or the error
+// of a channel that failed.
+func (s *compShare) wait(l *Link) error {
+	for {
+		if l.takeWoken() {
+			return link.ErrWoken
+		}
+		select {
+		case <-l.events:
+			return nil
+		case <-l.wakes:
+			// takeWoken says whether the wake-up still stands.
+		case <-s.role:
+			if done, err := s.read(l); done {
+				return err
+			}
+		}
+	}
+}
+
+// read reads the channel as l's Wait, holding the role, and gives the role
+// back when it returns: done with nil when an event for l came, done with
+// an error when the channel failed, not done when l was woken (wait then
+// says so) or another link's event was handed on.
+func (s *compShare) read(l *Link) (done bool, err error) {
+	s.mu.Lock()
+	s.reader = l
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.reader = nil
+		s.ch.SetDeadline(time.Time{}) // a wake-up of l's that came late
+		s.mu.Unlock()
+		s.role <- struct{}{}
+	}()
+	for !l.isWoken() {
+		cq, err := s.ch.Wait(context.Background())
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// Wake's doing: the loop sees l woken.
+			s.mu.Lock()
+			s.ch.SetDeadline(time.Time{})
+			s.mu.Unlock()
+			continue
+		case err != nil:
+			return true, err
+		}
+		s.mu.Lock()
+		t := s.links[cq]
+		s.mu.Unlock()
+		switch {
+		case t == l:
+			return true, nil
+		case t != nil:
+			notify(t.events)
+			return false, nil
+		}
+		// The queue's link has closed: its event concerns nobody.
+	}
+	return false, nil
+}
+
+// wake ends l's read of the channel, if it is reading; l is marked woken
+// already, so a read that starts after this sees it.
+func (s *compShare) wake(l *Link) {
+	s.mu.Lock()
+	if s.reader == l {
+		s.ch.SetDeadline(time.Unix(1, 0))
+	}
+	s.mu.Unlock()
+}
+
+// notify wakes a waiter without blocking.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,234 @@
+package rdmalink
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/verbs"
+)
+
+// The shared completion channel's reading role, on the host: links with
+// queues that are only names, over a fake channel that hands out the
+// events a test sends and honours deadlines as the netpoller does.
+
+type fakeCompChannel struct {
+	events  chan *verbs.CQ
+	mu      sync.Mutex
+	expired chan struct{} // closed while the deadline is in the past
+	waiting atomic.Int32  // Waits in progress: at most one, the role's
+}
+
+func newFakeCompChannel() *fakeCompChannel {
+	return &fakeCompChannel{events: make(chan *verbs.CQ, 1024), expired: make(chan struct{})}
+}
+
+func (f *fakeCompChannel) Wait(ctx context.Context) (*verbs.CQ, error) {
+	if f.waiting.Add(1) != 1 {
+		panic("two Waits on the completion channel at once")
+	}
+	defer f.waiting.Add(-1)
+	f.mu.Lock()
+	expired := f.expired
+	f.mu.Unlock()
+	select {
+	case <-expired:
+		return nil, os.ErrDeadlineExceeded
+	default:
+	}
+	select {
+	case cq := <-f.events:
+		return cq, nil
+	case <-expired:
+		return nil, os.ErrDeadlineExceeded
+	}
+}
+
+func (f *fakeCompChannel) SetDeadline(t time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	past := !t.IsZero() && t.Before(time.Now())
+	select {
+	case <-f.expired:
+		if !past {
+			f.expired = make(chan struct{})
+		}
+	default:
+		if past {
+			close(f.expired)
+		}
+	}
+	return nil
+}
+
+func (f *fakeCompChannel) Close() error { return nil }
+
+// fakeLinks makes n links on one share, each with a queue of its own.
+func fakeLinks(n int) (*compShare, *fakeCompChannel, []*Link, []*verbs.CQ) {
+	ch := newFakeCompChannel()
+	s := newCompShare("device", ch)
+	links, cqs := make([]*Link, n), make([]*verbs.CQ, n)
+	for i := range links {
+		cqs[i] = new(verbs.CQ)
+		links[i] = &Link{res: &resources{share: s}, events: make(chan struct{}, 1), wakes: make(chan struct{}, 1)}
+		s.add(cqs[i], links[i])
+	}
+	return s, ch, links, cqs
+}
+
+// waitAsync runs l.Wait in a goroutine.
+func waitAsync(l *Link) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- l.Wait() }()
+	return done
+}
+
+func expect(t *testing.T, done <-chan error, want error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if !errors.Is(err, want) && err != want {
+			t.Fatalf("%s: Wait returned %v, want %v", what, err, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: Wait did not return", what)
+	}
+}
+
+func roleFree(t *testing.T, s *compShare) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); len(s.role) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the role was not given back")
+		}
+	}
+}
+
+func TestCompShareOwnEvent(t *testing.T) {
+	s, ch, links, cqs := fakeLinks(1)
+	done := waitAsync(links[0])
+	ch.events <- cqs[0]
+	expect(t, done, nil, "an event for the reader's own queue")
+	roleFree(t, s)
+}
+
+// An event for another link wakes it, and the reader gives the role up and
+// waits on; the role then serves whoever waits, the first reader too.
+func TestCompShareHandsEventsOn(t *testing.T) {
+	s, ch, links, cqs := fakeLinks(2)
+	a := waitAsync(links[0])
+	for end := time.Now().Add(5 * time.Second); ch.waiting.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("nobody reads the channel")
+		}
+	}
+	b := waitAsync(links[1])
+	ch.events <- cqs[1]
+	expect(t, b, nil, "an event for a link that does not read")
+	select {
+	case err := <-a:
+		t.Fatalf("the reader's Wait returned %v for another link's event", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	ch.events <- cqs[0]
+	expect(t, a, nil, "the first reader's own event, after it gave the role up")
+	roleFree(t, s)
+	// A link whose event came while it did not wait finds it at its next Wait.
+	ch.events <- cqs[1]
+	other := waitAsync(links[0])
+	expect(t, waitAsync(links[1]), nil, "an event that came before the Wait")
+	links[0].Wake()
+	expect(t, other, link.ErrWoken, "the reader, woken")
+}
+
+func TestCompShareWake(t *testing.T) {
+	s, ch, links, cqs := fakeLinks(2)
+	reader := waitAsync(links[0])
+	for ch.waiting.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	follower := waitAsync(links[1])
+	links[1].Wake()
+	expect(t, follower, link.ErrWoken, "a woken link that does not read")
+	links[0].Wake()
+	expect(t, reader, link.ErrWoken, "a woken reader")
+	roleFree(t, s)
+	// The reader's deadline is cleared: the next reader waits for events.
+	done := waitAsync(links[1])
+	select {
+	case err := <-done:
+		t.Fatalf("Wait after a cleared wake-up returned %v at once", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	ch.events <- new(verbs.CQ) // nobody's queue: dropped
+	ch.events <- cqs[1]
+	expect(t, done, nil, "an event after one for nobody")
+	// A wake-up before the Wait stands.
+	links[0].Wake()
+	expect(t, waitAsync(links[0]), link.ErrWoken, "a wake-up that came before the Wait")
+	// A link that has ended returns at once, every time.
+	links[1].Fail(errors.New("gone"))
+	expect(t, waitAsync(links[1]), link.ErrWoken, "an ended link")
+	expect(t, waitAsync(links[1]), link.ErrWoken, "an ended link, again")
+}
+
+// Many links waiting, woken and sent events at random (run with -race):
+// every event reaches its link, never two readers at once (the fake
+// panics), and the role is free at the end.
+func TestCompShareManyLinks(t *testing.T) {
+	const n, rounds = 32, 200
+	s, ch, links, cqs := fakeLinks(n)
+	var wg sync.WaitGroup
+	got := make([]atomic.Int64, n)
+	pending := make([]atomic.Int64, n)
+	for i, l := range links {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for got[i].Load() < rounds {
+				if err := l.Wait(); err == nil && pending[i].Load() > 0 {
+					pending[i].Add(-1)
+					got[i].Add(1)
+				}
+			}
+		}()
+	}
+	for range rounds {
+		for _, i := range rand.Perm(n) {
+			if got[i].Load() < rounds {
+				pending[i].Add(1)
+				ch.events <- cqs[i]
+			}
+			if rand.IntN(4) == 0 {
+				links[rand.IntN(n)].Wake()
+			}
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	finished := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(finished)
+	}()
+	// Events are one-shot, as a CQ's are: a link whose Wait returned for
+	// a wake-up before its event was counted gets another event.
+	for {
+		select {
+		case <-finished:
+			roleFree(t, s)
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		for i := range links {
+			if got[i].Load() < rounds && pending[i].Load() > 0 {
+				ch.events <- cqs[i]
+			}
+		}
+	}
+}
