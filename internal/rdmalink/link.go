@@ -56,7 +56,8 @@ type Link struct {
 	notice     bool
 	noticeNext uint64
 
-	flushedAt time.Time // when the first flushed completion was seen
+	flushedAt time.Time // when the first flushed completion (or refused post) was seen
+	postErr   error     // the first post the provider refused (postFailed)
 	reported  bool      // Disconnected or Failed was reported
 
 	mu     sync.Mutex // guards what the event handler sets, and waking
@@ -275,7 +276,35 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 	}
 	err := l.res.qp.PostSend(out)
 	clear(out)
-	return err
+	return l.postFailed(err)
+}
+
+// postFailed takes a post the provider refused as the queue pair's flush.
+// A queue pair that leaves RTS takes requests and flushes them on rxe and
+// on hardware; siw refuses them while it closes (its doorbell fails with
+// ENOTCONN, and ibv_post_send returns -1). Either way the event that
+// explains it (DISCONNECTED: the peer closed)
+// ends the link, after the completions before it, so a Read still gets
+// what arrived before the peer's close; with no such event the link fails
+// after flushGrace, with the post's error.
+func (l *Link) postFailed(err error) error {
+	if err == nil {
+		return nil
+	}
+	if l.postErr == nil {
+		l.postErr = err
+	}
+	l.flushed()
+	return nil
+}
+
+// flushed notes that the queue pair went to error, once: flushGrace from
+// now, a link with no event to explain it fails.
+func (l *Link) flushed() {
+	if l.flushedAt.IsZero() {
+		l.flushedAt = time.Now()
+		time.AfterFunc(flushGrace, l.Wake)
+	}
 }
 
 // PostRecv posts again the n receive slots consumed longest ago.
@@ -288,7 +317,7 @@ func (l *Link) PostRecv(n int) error {
 		wrs = append(wrs, verbs.RecvWR{ID: recvTag | uint64(slot), Local: l.res.recvSlot(slot)})
 	}
 	l.consumed = l.consumed[:copy(l.consumed, l.consumed[n:])]
-	return l.res.qp.PostRecv(wrs)
+	return l.postFailed(l.res.qp.PostRecv(wrs))
 }
 
 // Poll takes completions and says what they mean. The link's end comes
@@ -309,10 +338,7 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 			// The queue pair is in error: flushed requests carry nothing.
 			// The event that explains it (DISCONNECTED), or flushGrace,
 			// ends the link.
-			if l.flushedAt.IsZero() {
-				l.flushedAt = time.Now()
-				time.AfterFunc(flushGrace, l.Wake)
-			}
+			l.flushed()
 			continue
 		}
 		if err := wc.Err(); err != nil {
@@ -382,6 +408,9 @@ func (l *Link) end() (link.Completion, bool) {
 	case down != 0:
 		return link.Completion{Kind: down, Err: why}, true
 	case !l.flushedAt.IsZero() && time.Since(l.flushedAt) >= flushGrace:
+		if l.postErr != nil {
+			return link.Completion{Kind: link.Failed, Err: fmt.Errorf("%w: %w", errQueuePairDown, l.postErr)}, true
+		}
 		return link.Completion{Kind: link.Failed, Err: errQueuePairDown}, true
 	}
 	return link.Completion{}, false
