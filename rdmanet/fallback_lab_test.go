@@ -209,7 +209,7 @@ func TestLabListenBoth(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	rdmanet.ForgetFailures()
 	ln := listenBoth(t, env)
-	before := rdmanet.Stats()
+	before := rdmanet.ReadMetrics().Snapshot
 	done := make(chan (<-chan fallback.Transport), 1)
 	go func() { done <- echoAll(t, ln, 2) }()
 
@@ -238,7 +238,7 @@ func TestLabListenBoth(t *testing.T) {
 	if !slices.Equal(kinds, []fallback.Transport{fallback.RDMA, fallback.TCP}) {
 		t.Errorf("accepted %v, want one of each", kinds)
 	}
-	after := rdmanet.Stats()
+	after := rdmanet.ReadMetrics().Snapshot
 	if after.Dialed[fallback.RDMA]-before.Dialed[fallback.RDMA] != 1 ||
 		after.Accepted[fallback.RDMA]-before.Accepted[fallback.RDMA] != 1 ||
 		after.Accepted[fallback.TCP]-before.Accepted[fallback.TCP] != 1 {

@@ -85,7 +85,7 @@ func TestFallbackNetConn(t *testing.T) {
 
 func TestFallbackReasonHere(t *testing.T) {
 	want := loopbackReason(t)
-	before := rdmanet.Stats()
+	before := rdmanet.ReadMetrics().Snapshot
 	ln := listenLoopback(t, rdmanet.ListenConfig{})
 	if got := ln.Transports(); !slices.Equal(got, []fallback.Transport{fallback.TCP}) {
 		t.Errorf("Transports = %v, want [tcp]", got)
@@ -110,7 +110,7 @@ func TestFallbackReasonHere(t *testing.T) {
 		t.Fatalf("FallbackReason = %#v, want a fresh %s", tc.FallbackReason(), want)
 	}
 	t.Logf("fell back: %v", fe)
-	after := rdmanet.Stats()
+	after := rdmanet.ReadMetrics().Snapshot
 	if d := after.Dialed[fallback.TCP] - before.Dialed[fallback.TCP]; d != 1 {
 		t.Errorf("Stats: %d TCP dials counted, want 1", d)
 	}

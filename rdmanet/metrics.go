@@ -105,8 +105,10 @@ func countConnError(err error) {
 }
 
 // Metrics are the package's counters at one moment, for a program's
-// monitoring: what Stats counts, and what happens to connections once
-// they are made. Every counter only grows over the life of the process.
+// monitoring: connections by transport and fallbacks by reason, and what
+// happens to connections once they are made. ReadMetrics is the one reader
+// of them all (Stats and SessionStats, older, return subsets). Every
+// counter only grows over the life of the process, except Open.
 type Metrics struct {
 	fallback.Snapshot // connections by transport, fallbacks by reason
 
@@ -129,8 +131,8 @@ type Metrics struct {
 	BytesSent, BytesReceived        uint64
 	RequestsPosted, MessagesArrived uint64
 
-	// Sessions counts the moves of resumable sessions (SessionStats):
-	// failovers by reason and transports, and failbacks.
+	// Sessions counts the moves of resumable sessions: failovers by reason
+	// and transports, and failbacks (Reason "failback").
 	Sessions map[SessionMove]uint64
 
 	// AsyncEvents counts the RDMA devices' asynchronous events read
@@ -153,7 +155,7 @@ func ReadMetrics() Metrics {
 		Snapshot:        counters.Snapshot(),
 		ConnectFailures: make(map[fallback.Reason]uint64, len(reasons)),
 		ConnErrors:      make(map[ConnErrorKind]uint64, len(connErrorKinds)),
-		Sessions:        SessionStats(),
+		Sessions:        sessionMoveCounts(),
 		AsyncEvents:     rdmalink.AsyncEventCounts(),
 	}
 	for i, r := range reasons {

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/stream"
 	"github.com/rdmanet/sdk/internal/wire"
@@ -129,5 +131,19 @@ func TestPublishExpvar(t *testing.T) {
 	if len(got.Dialed) != 2 || len(got.Fallbacks) != len(reasons) || len(got.ConnectFailures) != len(reasons) ||
 		len(got.ConnErrors) != len(connErrorKinds) || got.Open == nil || got.BytesSent == nil || got.SessionMoves == nil {
 		t.Errorf("expvar value lacks counters: %s", v.String())
+	}
+}
+
+// TestDeprecatedReadersAreSubsets: Stats and SessionStats return what
+// ReadMetrics does, the one reader of the package's counters.
+func TestDeprecatedReadersAreSubsets(t *testing.T) {
+	countMove(SessionMove{Reason: "failback", From: fallback.RDMA, To: fallback.RDMA})
+	counters.Dialed(fallback.TCP)
+	m := ReadMetrics()
+	if got := Stats(); !reflect.DeepEqual(got, m.Snapshot) {
+		t.Errorf("Stats() = %+v, ReadMetrics().Snapshot = %+v", got, m.Snapshot)
+	}
+	if got := SessionStats(); !reflect.DeepEqual(got, m.Sessions) || len(got) == 0 {
+		t.Errorf("SessionStats() = %v, ReadMetrics().Sessions = %v", got, m.Sessions)
 	}
 }

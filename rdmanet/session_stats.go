@@ -34,7 +34,13 @@ var sessionMoves struct {
 
 // SessionStats returns how many times sessions moved, by reason and by
 // transports: failovers, and failbacks (Reason "failback").
-func SessionStats() map[SessionMove]uint64 {
+//
+// Deprecated: ReadMetrics returns these counters (Metrics.Sessions) with
+// the package's others.
+func SessionStats() map[SessionMove]uint64 { return sessionMoveCounts() }
+
+// sessionMoveCounts is a copy of the session moves counted so far.
+func sessionMoveCounts() map[SessionMove]uint64 {
 	sessionMoves.mu.Lock()
 	defer sessionMoves.mu.Unlock()
 	return maps.Clone(sessionMoves.m)

@@ -174,7 +174,7 @@ func TestSessionResumesOverTCP(t *testing.T) {
 	goroutineCheck(t)
 	buffers := verbs.Resources().Buffers
 	ts := newTCPSession(t, Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, KeepAlive: time.Second, FailbackInterval: -1})
-	movesBefore := SessionStats()
+	movesBefore := ReadMetrics().Sessions
 	const size = 8 << 20
 	done := streamBothWays(t, ts.client, ts.server, size)
 	ts.waitReceived(t, 256<<10)
@@ -214,7 +214,7 @@ func TestSessionResumesOverTCP(t *testing.T) {
 		t.Errorf("listener stats %+v; want 1 resume, 1 sniffed connection, no refusal, 1 session", st)
 	}
 	moved := SessionMove{Reason: "link-down", From: "memory", To: fallback.TCP}
-	if n := SessionStats()[moved] - movesBefore[moved]; n < 1 {
+	if n := ReadMetrics().Sessions[moved] - movesBefore[moved]; n < 1 {
 		t.Errorf("SessionStats counted %d moves %+v", n, moved)
 	}
 	checkExpvarCountsMove(t, moved)

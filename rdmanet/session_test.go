@@ -464,7 +464,7 @@ func roundTrip(t *testing.T, a, b *Conn) {
 // arrives once, in order.
 func TestSessionFailsBack(t *testing.T) {
 	goroutineCheck(t)
-	before := SessionStats()
+	before := ReadMetrics().Sessions
 	p := newSessionPair(t, Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
 	var broken atomic.Bool
 	p.client.sess.paths = []resumePath{
@@ -503,7 +503,7 @@ func TestSessionFailsBack(t *testing.T) {
 	<-done
 	t.Logf("client %+v", p.client.Session())
 	fb := SessionMove{Reason: "failback", From: "memory", To: "memory"}
-	if got := SessionStats()[fb] - before[fb]; got != 3 {
+	if got := ReadMetrics().Sessions[fb] - before[fb]; got != 3 {
 		t.Errorf("%d failbacks counted, want 3", got)
 	}
 	closeAndWait(t, p.client)
@@ -518,7 +518,7 @@ func TestSessionStatsCountMoves(t *testing.T) {
 	goroutineCheck(t)
 	key := func(reason string) SessionMove { return SessionMove{Reason: reason, From: "memory", To: "memory"} }
 	delta := func(before map[SessionMove]uint64, reasons ...string) uint64 {
-		after := SessionStats()
+		after := ReadMetrics().Sessions
 		var n uint64
 		for _, r := range reasons {
 			n += after[key(r)] - before[key(r)]
@@ -526,22 +526,22 @@ func TestSessionStatsCountMoves(t *testing.T) {
 		return n
 	}
 	p := newSessionPair(t, Config{KeepAlive: 250 * time.Millisecond})
-	before := SessionStats()
+	before := ReadMetrics().Sessions
 	a, _ := p.pipes()
 	a.Cut(nil)
 	roundTrip(t, p.client, p.server)
 	if n := delta(before, "link-down", "peer-resumed"); n < 2 {
-		t.Errorf("a cut both sides resumed from: %d moves counted, want 2 (%v)", n, SessionStats())
+		t.Errorf("a cut both sides resumed from: %d moves counted, want 2 (%v)", n, ReadMetrics().Sessions)
 	}
-	before = SessionStats()
+	before = ReadMetrics().Sessions
 	a, _ = p.pipes()
 	a.Silence()
 	roundTrip(t, p.client, p.server) // the dead-path timers find it
 	if n := delta(before, "dead-path"); n < 1 {
-		t.Errorf("a silent path: %d dead-path moves counted, want 1 or more (%v)", n, SessionStats())
+		t.Errorf("a silent path: %d dead-path moves counted, want 1 or more (%v)", n, ReadMetrics().Sessions)
 	}
 	if n := delta(before, "dead-path", "peer-resumed"); n < 2 {
-		t.Errorf("a silent path: %d moves counted, want 2 (%v)", n, SessionStats())
+		t.Errorf("a silent path: %d moves counted, want 2 (%v)", n, ReadMetrics().Sessions)
 	}
 	closeAndWait(t, p.client)
 	closeAndWait(t, p.server)

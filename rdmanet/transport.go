@@ -16,9 +16,12 @@ var (
 // destinations without RDMA keeps at most this many entries.
 const maxRemembered = 4096
 
-// Stats returns the package's counters: connections dialed and accepted by
-// transport, and fallbacks by reason (dials and listeners that could not
-// use RDMA, whether they then used TCP or failed).
+// Stats returns connections dialed and accepted by transport, and
+// fallbacks by reason (dials and listeners that could not use RDMA,
+// whether they then used TCP or failed).
+//
+// Deprecated: ReadMetrics returns these counters (Metrics.Snapshot) with
+// the package's others, read at one moment.
 func Stats() fallback.Snapshot { return counters.Snapshot() }
 
 // ForgetFailures forgets every destination where RDMA failed, so that the
