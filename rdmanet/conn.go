@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmanet/sdk/internal/fdmu"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/stream"
@@ -27,7 +28,7 @@ import (
 // Lifetimes follow internal/poll's FD: Close wakes every blocked call at
 // once, waits for the calls in flight, and only then hands the link to a
 // background drain that delivers what was written (bounded by
-// lingerTimeout) and frees the registered memory (lifetime.go, linger.go).
+// lingerTimeout) and frees the registered memory (internal/fdmu, linger.go).
 type Conn struct {
 	link          link.Link
 	rdma          *rdmalink.Link // the link, when it is RDMA (nil over link.Pipe)
@@ -37,7 +38,9 @@ type Conn struct {
 	server        bool // answers GetServerFeature
 	local, remote *Addr
 
-	calls lifetime // Reads, Writes and ticks in flight, against Close
+	// fd: Reads, Writes and ticks in flight against Close, and one Read
+	// and one Write at a time, as a stream needs (internal/fdmu).
+	fd fdmu.Mutex
 
 	mu      sync.Mutex     // guards eng, the poller's role and closing
 	eng     *stream.Engine // nil until start
@@ -58,7 +61,6 @@ type Conn struct {
 	closed     chan struct{} // closed by Close
 
 	readDeadline, writeDeadline deadline
-	readMu, writeMu             sync.Mutex // one Read and one Write at a time, as a stream needs
 
 	ticker     *time.Timer   // keepalive and dead-path checks (tick.go)
 	engineDone chan struct{} // the background poller has returned
@@ -119,7 +121,6 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 	c.readDeadline, c.writeDeadline = newDeadline(), newDeadline()
 	c.readDeadline.wake = c.deadlinePassed
 	c.writeDeadline.wake = c.deadlinePassed
-	c.calls.init()
 
 	c.mu.Lock()
 	eng.Start()
@@ -184,12 +185,10 @@ func (c *Conn) opError(op string, err error) error {
 // Read reads received bytes into b. It returns io.EOF once the peer has closed
 // and everything it sent has been read.
 func (c *Conn) Read(b []byte) (int, error) {
-	if !c.calls.acquire() {
+	if !c.fd.RWLock(true) {
 		return 0, c.opError("read", net.ErrClosed)
 	}
-	defer c.calls.release()
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
+	defer c.fd.RWUnlock(true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for {
@@ -219,12 +218,10 @@ func (c *Conn) Read(b []byte) (int, error) {
 // Writes coalesce while earlier ones are in flight), splitting b as the
 // rings and the peer's window allow.
 func (c *Conn) Write(b []byte) (int, error) {
-	if !c.calls.acquire() {
+	if !c.fd.RWLock(false) {
 		return 0, c.opError("write", net.ErrClosed)
 	}
-	defer c.calls.release()
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
+	defer c.fd.RWUnlock(false)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	written := 0
@@ -287,8 +284,9 @@ func (c *Conn) Close() error {
 	l := c.link
 	c.mu.Unlock()
 	close(c.closed)
-	l.Wake() // a Read or Write, or the engine, asleep on the link
-	c.calls.closeAndWait()
+	// Refuse later calls, wake the ones asleep on the link (and the
+	// engine), and wait for those in flight to return.
+	c.fd.Close(l.Wake)
 	<-c.engineDone
 	unregister(c)
 	go c.linger()
@@ -300,12 +298,10 @@ func (c *Conn) Close() error {
 // extension, which two rdmanet peers negotiate; with a Valkey peer (or
 // Config.ValkeyCompatible) it returns ErrHalfCloseUnsupported.
 func (c *Conn) CloseWrite() error {
-	if !c.calls.acquire() {
+	if !c.fd.RWLock(false) { // after any Write in progress
 		return c.opError("close", net.ErrClosed)
 	}
-	defer c.calls.release()
-	c.writeMu.Lock() // after any Write in progress
-	defer c.writeMu.Unlock()
+	defer c.fd.RWUnlock(false)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {

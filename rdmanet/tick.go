@@ -27,10 +27,10 @@ func (c *Conn) rearmLocked() {
 // tick runs the engine's checks: a keepalive goes out, or a dead path
 // fails the connection and wakes its waiters.
 func (c *Conn) tick() {
-	if !c.calls.acquire() {
+	if !c.fd.Incref() {
 		return
 	}
-	defer c.calls.release()
+	defer c.fd.Decref()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
