@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rdmanet/sdk/internal/fdmu"
+	"github.com/rdmanet/sdk/internal/connfd"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/stream"
@@ -28,7 +28,7 @@ import (
 // Lifetimes follow internal/poll's FD: Close wakes every blocked call at
 // once, waits for the calls in flight, and only then hands the link to a
 // background drain that delivers what was written (bounded by
-// lingerTimeout) and frees the registered memory (internal/fdmu, linger.go).
+// lingerTimeout) and frees the registered memory (internal/connfd, linger.go).
 type Conn struct {
 	link          link.Link
 	rdma          *rdmalink.Link // the link, when it is RDMA (nil over link.Pipe)
@@ -39,8 +39,8 @@ type Conn struct {
 	local, remote *Addr
 
 	// fd: Reads, Writes and ticks in flight against Close, and one Read
-	// and one Write at a time, as a stream needs (internal/fdmu).
-	fd fdmu.Mutex
+	// and one Write at a time, as a stream needs (internal/connfd).
+	fd connfd.Mutex
 
 	mu      sync.Mutex     // guards eng, the poller's role and closing
 	eng     *stream.Engine // nil until start
@@ -60,7 +60,7 @@ type Conn struct {
 	engineKick chan struct{} // the poller's role is free for the engine (capacity 1)
 	closed     chan struct{} // closed by Close
 
-	readDeadline, writeDeadline deadline
+	readDeadline, writeDeadline connfd.Deadline
 
 	ticker     *time.Timer   // keepalive and dead-path checks (tick.go)
 	engineDone chan struct{} // the background poller has returned
@@ -118,9 +118,8 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 	c.closed = make(chan struct{})
 	c.engineDone = make(chan struct{})
 	c.released = make(chan struct{})
-	c.readDeadline, c.writeDeadline = newDeadline(), newDeadline()
-	c.readDeadline.wake = c.deadlinePassed
-	c.writeDeadline.wake = c.deadlinePassed
+	c.readDeadline.Init(c.deadlinePassed)
+	c.writeDeadline.Init(c.deadlinePassed)
 
 	c.mu.Lock()
 	eng.Start()
@@ -195,7 +194,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 		if c.closing {
 			return 0, c.opError("read", net.ErrClosed)
 		}
-		if isClosed(c.readDeadline.expired()) {
+		if c.readDeadline.Passed() {
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		}
 		n, err := c.eng.Read(b)
@@ -229,7 +228,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		if c.closing {
 			return written, c.opError("write", net.ErrClosed)
 		}
-		if isClosed(c.writeDeadline.expired()) {
+		if c.writeDeadline.Passed() {
 			return written, c.opError("write", os.ErrDeadlineExceeded)
 		}
 		n, err := c.eng.Write(b[written:])
@@ -343,19 +342,19 @@ func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
 // SetDeadline sets both the read and the write deadline.
 func (c *Conn) SetDeadline(t time.Time) error {
-	c.readDeadline.set(t)
-	c.writeDeadline.set(t)
+	c.readDeadline.Set(t)
+	c.writeDeadline.Set(t)
 	return nil
 }
 
 // SetReadDeadline sets the deadline for pending and future Reads.
 func (c *Conn) SetReadDeadline(t time.Time) error {
-	c.readDeadline.set(t)
+	c.readDeadline.Set(t)
 	return nil
 }
 
 // SetWriteDeadline sets the deadline for pending and future Writes.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
-	c.writeDeadline.set(t)
+	c.writeDeadline.Set(t)
 	return nil
 }

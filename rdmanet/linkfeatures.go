@@ -3,6 +3,7 @@ package rdmanet
 import (
 	"fmt"
 
+	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/wire"
 	"github.com/rdmanet/sdk/verbs"
@@ -17,8 +18,18 @@ import (
 // that is verbs.ErrNoImmediate, and the dialer falls back to TCP for it
 // (fallback.ReasonNoImmediate).
 
+// linkEnd is what the choice of link features reads of an RDMA link (a
+// *rdmalink.Link): what its device cannot do without, and its name and
+// depths.
+type linkEnd interface {
+	Needs() wire.Features
+	Caps() link.Caps
+}
+
+var _ linkEnd = (*rdmalink.Link)(nil)
+
 // linkHello adds to h what the dialer's link l offers and needs.
-func linkHello(h wire.Hello, l *rdmalink.Link) wire.Hello {
+func linkHello(h wire.Hello, l linkEnd) wire.Hello {
 	h.Features |= wire.LinkFeatures
 	h.Needs = l.Needs()
 	return h
@@ -26,7 +37,7 @@ func linkHello(h wire.Hello, l *rdmalink.Link) wire.Hello {
 
 // chooseLinkFeatures is the listener's choice for a request whose Hello
 // (if hello) is offer, on its link l: the link features either side needs.
-func chooseLinkFeatures(offer wire.Hello, hello bool, l *rdmalink.Link, accepts wire.Features) (wire.Features, error) {
+func chooseLinkFeatures(offer wire.Hello, hello bool, l linkEnd, accepts wire.Features) (wire.Features, error) {
 	need := l.Needs()
 	if hello {
 		need |= offer.Needs
@@ -50,7 +61,7 @@ func chooseLinkFeatures(offer wire.Hello, hello bool, l *rdmalink.Link, accepts 
 // checkLinkAnswer is the dialer's check of the listener's answer: a peer
 // without a Hello, or one that left out what this side's device needs,
 // cannot carry this connection.
-func checkLinkAnswer(agreed wire.Features, hello bool, l *rdmalink.Link) error {
+func checkLinkAnswer(agreed wire.Features, hello bool, l linkEnd) error {
 	switch missing := l.Needs() &^ agreed; {
 	case missing == 0:
 		return nil
@@ -65,6 +76,6 @@ func checkLinkAnswer(agreed wire.Features, hello bool, l *rdmalink.Link) error {
 // checked here so that the refusal names the Config field.
 const minRecvCreditDepth = 8
 
-func noImmediate(l *rdmalink.Link, why string) error {
+func noImmediate(l linkEnd, why string) error {
 	return fmt.Errorf("%w: %s: %s", verbs.ErrNoImmediate, l.Caps().Name, why)
 }

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/rdmanet/sdk/internal/connfd"
 	"github.com/rdmanet/sdk/internal/link"
 )
 
@@ -240,7 +241,7 @@ func (c *Conn) enginePoll() (done bool) {
 // is held on entry and on return. The waiter becomes the poller if it can
 // (see "Who takes completions"), and otherwise waits for the poller to
 // notify it or to hand it the role.
-func (c *Conn) waitLocked(ready chan struct{}, dl *deadline) error {
+func (c *Conn) waitLocked(ready chan struct{}, dl *connfd.Deadline) error {
 	for {
 		if c.poll.owner == ownerNone && c.eng.Err() == nil {
 			return c.pollForLocked(ready, dl)
@@ -259,7 +260,7 @@ func (c *Conn) waitLocked(ready chan struct{}, dl *deadline) error {
 			}
 		}
 		c.poll.wanting++
-		expired := dl.expired()
+		expired := dl.Expired()
 		c.mu.Unlock()
 		var err error
 		free := false
@@ -284,7 +285,7 @@ func (c *Conn) waitLocked(ready chan struct{}, dl *deadline) error {
 // spinForLocked sweeps for up to Config.BusyPoll while another goroutine
 // is the poller; ok reports that the wait ended (with err). c.mu is held on
 // entry and on return.
-func (c *Conn) spinForLocked(ready chan struct{}, dl *deadline) (err error, ok bool) {
+func (c *Conn) spinForLocked(ready chan struct{}, dl *connfd.Deadline) (err error, ok bool) {
 	cs := c.poll.readSpin[:8]
 	if ready == c.writable {
 		cs = c.poll.writeSpin[:8]
@@ -293,7 +294,7 @@ func (c *Conn) spinForLocked(ready chan struct{}, dl *deadline) (err error, ok b
 		select {
 		case <-ready:
 			return nil, true
-		case <-dl.expired():
+		case <-dl.Expired():
 			return os.ErrDeadlineExceeded, true
 		case <-c.closed:
 			return net.ErrClosed, true
@@ -312,7 +313,7 @@ func (c *Conn) spinForLocked(ready chan struct{}, dl *deadline) (err error, ok b
 // up to Config.BusyPoll, when the connection is busy) and sleeps in its
 // Wait until ready fires, the deadline passes or the connection closes;
 // then it hands the role on. c.mu is held on entry and on return.
-func (c *Conn) pollForLocked(ready chan struct{}, dl *deadline) error {
+func (c *Conn) pollForLocked(ready chan struct{}, dl *connfd.Deadline) error {
 	c.poll.owner = ownerWaiter
 	cs := c.poll.batch[:]
 	var spinUntil time.Time
@@ -324,7 +325,7 @@ func (c *Conn) pollForLocked(ready chan struct{}, dl *deadline) error {
 		done := true
 		select {
 		case <-ready:
-		case <-dl.expired():
+		case <-dl.Expired():
 			err = os.ErrDeadlineExceeded
 		case <-c.closed:
 			err = net.ErrClosed

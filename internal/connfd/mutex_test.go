@@ -1,4 +1,4 @@
-package fdmu
+package connfd
 
 import (
 	"sync"

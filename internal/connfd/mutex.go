@@ -1,14 +1,16 @@
-// Package fdmu keeps a connection's calls against its Close, as
-// internal/poll's fdMutex keeps them for a file descriptor: the references
-// of the calls in flight, a read lock and a write lock (one Read and one
-// Write at a time, as a stream needs), and closed, in one state word.
+// Package connfd is what a connection holds as internal/poll's FD holds it
+// for a file descriptor: the calls in flight against Close, with a read
+// lock and a write lock (Mutex), and the deadlines (Deadline).
 //
-// A call takes a reference (Incref, or RWLock with its lock); Close marks
-// the word closed, which refuses every later call and wakes the calls
-// waiting for a lock, and then waits until the calls in flight have
-// returned. Only then may what they use (a link, registered memory) be
-// handed on to be freed. The uncontended paths are one compare-and-swap.
-package fdmu
+// Mutex keeps, as poll's fdMutex does, the references of the calls in
+// flight, a read lock and a write lock (one Read and one Write at a time,
+// as a stream needs), and closed, in one state word. A call takes a
+// reference (Incref, or RWLock with its lock); Close marks the word
+// closed, which refuses every later call and wakes the calls waiting for a
+// lock, and then waits until the calls in flight have returned. Only then
+// may what they use (a link, registered memory) be handed on to be freed.
+// The uncontended paths are one compare-and-swap.
+package connfd
 
 import (
 	"sync"
@@ -46,7 +48,7 @@ type Mutex struct {
 
 // tooMany is the panic of a word whose count overflows: more than a
 // million calls at once on one connection.
-const tooMany = "fdmu: too many calls in flight or waiting"
+const tooMany = "connfd: too many calls in flight or waiting"
 
 // Incref takes a reference for a call that needs neither lock (a
 // keepalive's tick, a half-close's bookkeeping). It reports false once
@@ -72,7 +74,7 @@ func (m *Mutex) Decref() {
 	for {
 		old := m.state.Load()
 		if old&refMask == 0 {
-			panic("fdmu: Decref without a reference")
+			panic("connfd: Decref without a reference")
 		}
 		next := old - refUnit
 		if m.state.CompareAndSwap(old, next) {
@@ -139,7 +141,7 @@ func (m *Mutex) RWUnlock(read bool) {
 	for {
 		old := m.state.Load()
 		if old&lock == 0 || old&refMask == 0 {
-			panic("fdmu: RWUnlock of a lock not held")
+			panic("connfd: RWUnlock of a lock not held")
 		}
 		next := (old &^ lock) - refUnit
 		waiter := old&mask != 0
