@@ -561,3 +561,30 @@ func TestMemCloseIsPrompt(t *testing.T) {
 	}
 	closeAndWait(t, b)
 }
+
+// TestPollerEndsWhenThePeerIsGone: once the peer has closed and its
+// disconnect was taken, nothing more can arrive, and the connection's
+// poller goroutine ends, before the connection is closed. It used to poll
+// on: the ended link's Wait returns at once, so each half-closed
+// connection spun a CPU until its Close, and 200 of them made the Close of
+// each take about a second.
+func TestPollerEndsWhenThePeerIsGone(t *testing.T) {
+	for _, m := range hostModes {
+		t.Run(m.name, func(t *testing.T) {
+			client, server, _, _ := memPair(t, Config{}, m.features)
+			defer server.Close()
+			client.Close()
+			// The server's Read sees the peer's close (EOF, or for a peer
+			// without the close extension, its disconnect).
+			server.SetReadDeadline(time.Now().Add(hangGuard))
+			if _, err := io.ReadAll(server); err != nil {
+				t.Fatalf("the server's Read after the client's Close: %v", err)
+			}
+			select {
+			case <-server.engineDone:
+			case <-time.After(hangGuard):
+				t.Fatal("the poller still runs after the peer is gone")
+			}
+		})
+	}
+}

@@ -215,13 +215,16 @@ func (c *Conn) engine() {
 }
 
 // enginePoll polls as the poller until a waiter wants the role (false) or
-// the connection closes or fails (true). A failed connection needs no
-// poller: what arrived before the failure was taken, and nothing follows.
+// the connection closes or fails, or its peer is gone (true). A failed
+// connection needs no poller: what arrived before the failure was taken,
+// and nothing follows; nor does one whose peer disconnected, whose link
+// has ended (its Wait would return at once, and the poller would spin
+// until Close).
 func (c *Conn) enginePoll() (done bool) {
 	cs := c.poll.batch[:]
 	for {
 		c.mu.Lock()
-		closing, wanted, failed := c.closing, c.poll.wanting > 0, c.eng.Err() != nil
+		closing, wanted, failed := c.closing, c.poll.wanting > 0, c.eng.Err() != nil || c.eng.PeerGone()
 		c.mu.Unlock()
 		if closing || failed {
 			return true

@@ -266,6 +266,11 @@ func (e *Engine) PeerLeft() {
 	}
 }
 
+// PeerGone reports whether the peer is gone for good (it disconnected, or
+// a session's peer left after its Close): nothing more can arrive, and no
+// completion is left to take.
+func (e *Engine) PeerGone() bool { return e.peerGone }
+
 // Lost is the link failure that suspended a resumable session, until
 // Relink; nil otherwise. Reads return what arrived, Writes wait.
 func (e *Engine) Lost() error { return e.lost }
