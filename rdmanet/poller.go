@@ -224,9 +224,9 @@ func (c *Conn) enginePoll() (done bool) {
 	cs := c.poll.batch[:]
 	for {
 		c.mu.Lock()
-		closing, wanted, failed := c.closing, c.poll.wanting > 0, c.eng.Err() != nil || c.eng.PeerGone()
+		closing, wanted, ended := c.closing, c.poll.wanting > 0, c.eng.Err() != nil || c.eng.PeerGone()
 		c.mu.Unlock()
-		if closing || failed {
+		if closing || ended {
 			return true
 		}
 		if wanted {
