@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -355,5 +356,25 @@ func TestServeRetriesFailedReads(t *testing.T) {
 	defer cancel()
 	if got, err := id.WaitEvent(ctx); err != nil || got.Type != EventEstablished {
 		t.Errorf("the event read between failures: %+v, %v", got, err)
+	}
+}
+
+// TestAwaitSaysWhichStepTimedOut: a set-up step whose event never comes
+// fails, when the caller's context ends, with an error that names the step
+// and the event it waited for, and still matches the context's error.
+func TestAwaitSaysWhichStepTimedOut(t *testing.T) {
+	c, _ := newFakeChannel(t)
+	id := fakeID(c)
+	defer id.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_, err := id.await(ctx, "connect", EventEstablished, func() error { return nil })
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "connect") || !strings.Contains(err.Error(), EventEstablished.String()) {
+		t.Errorf("await past the deadline: %v; want the step, its event and context.DeadlineExceeded", err)
+	}
+	// An event that comes in time is no error.
+	c.dispatch(ev(id, EventEstablished))
+	if _, err := id.await(context.Background(), "connect", EventEstablished, func() error { return nil }); err != nil {
+		t.Errorf("await with its event queued: %v", err)
 	}
 }

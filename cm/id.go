@@ -271,6 +271,13 @@ func (id *ID) await(ctx context.Context, op string, want EventType, start func()
 	}
 	ev, err := id.next(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Say which step the caller's time ran out in (an address
+			// resolution that never completes, or a peer that never
+			// answers, are not the same trouble); errors.Is still
+			// matches the context's error.
+			err = fmt.Errorf("cm: %s: no %v event: %w", op, want, err)
+		}
 		return ev, err
 	}
 	if EventType(ev.Type) != want {
