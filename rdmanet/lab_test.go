@@ -350,9 +350,7 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	warm.Close()
 	warmPeer.Close()
 	ln.Close()
-	for deadline := time.Now().Add(time.Minute); (verbs.Resources() != verbs.ResourceCounts{} || cm.LiveIDs() != 0) && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	leakcheck.Released(time.Minute)
 	goroutines, fds := runtime.NumGoroutine(), openFDs(t)
 	lc := rdmanet.ListenConfig{Config: cfg, Backlog: 64}
 	ln, err = lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(p.AddrB, 0).String())
@@ -440,14 +438,10 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	// the emulated kernel take seconds more on a loaded host. So the count
 	// is compared once every object was freed (a two-minute hang guard),
 	// and the goroutines and descriptors get a moment after that.
-	deadline := time.Now().Add(2 * time.Minute)
-	for (verbs.Resources() != verbs.ResourceCounts{} || cm.LiveIDs() != 0) && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	if r, ids := leakcheck.Released(2 * time.Minute); r != (verbs.ResourceCounts{}) || ids != 0 {
+		t.Errorf("after close: verbs objects %+v, %d cm IDs", r, ids)
 	}
-	if r := verbs.Resources(); r != (verbs.ResourceCounts{}) || cm.LiveIDs() != 0 {
-		t.Errorf("after close: verbs objects %+v, %d cm IDs", r, cm.LiveIDs())
-	}
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for (runtime.NumGoroutine() > goroutines || openFDs(t) > fds) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -20,14 +20,7 @@ const Settle = 15 * time.Second
 // later, ran).
 func Check(t testing.TB) {
 	t.Cleanup(func() {
-		var r verbs.ResourceCounts
-		var ids int64
-		for end := time.Now().Add(Settle); ; time.Sleep(10 * time.Millisecond) {
-			r, ids = verbs.Resources(), cm.LiveIDs()
-			if (r == verbs.ResourceCounts{} && ids == 0) || time.Now().After(end) {
-				break
-			}
-		}
+		r, ids := Released(Settle)
 		if r != (verbs.ResourceCounts{}) {
 			t.Errorf("verbs objects left open after %v: %+v", Settle, r)
 		}
@@ -35,4 +28,15 @@ func Check(t testing.TB) {
 			t.Errorf("%d cm IDs left open after %v", ids, Settle)
 		}
 	})
+}
+
+// Released waits, up to within, until no verbs object and no cm ID is open,
+// and returns what is still open then (nothing, unless within ran out).
+func Released(within time.Duration) (verbs.ResourceCounts, int64) {
+	for end := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {
+		r, ids := verbs.Resources(), cm.LiveIDs()
+		if (r == verbs.ResourceCounts{} && ids == 0) || time.Now().After(end) {
+			return r, ids
+		}
+	}
 }

@@ -283,10 +283,10 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 // A queue pair that leaves RTS takes requests and flushes them on rxe and
 // on hardware; siw refuses them while it closes (its doorbell fails with
 // ENOTCONN, and ibv_post_send returns -1). Either way the event that
-// explains it (DISCONNECTED: the peer closed)
-// ends the link, after the completions before it, so a Read still gets
-// what arrived before the peer's close; with no such event the link fails
-// after flushGrace, with the post's error.
+// explains it (DISCONNECTED: the peer closed) ends the link, after the
+// completions before it, so a Read still gets what arrived before the
+// peer's close; with no such event the link fails after flushGrace, with
+// the post's error.
 func (l *Link) postFailed(err error) error {
 	if err == nil {
 		return nil
