@@ -115,6 +115,16 @@ func (s *compShare) wait(l *Link) error {
 		case <-l.wakes:
 			// takeWoken says whether the wake-up still stands.
 		case <-s.role:
+			// An event that another reader handed over while this Wait
+			// chose the role (select picks at random among ready cases)
+			// is not on the channel any more: reading it would sleep
+			// past it.
+			select {
+			case <-l.events:
+				s.role <- struct{}{}
+				return nil
+			default:
+			}
 			if done, err := s.read(l); done {
 				return err
 			}

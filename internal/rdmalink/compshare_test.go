@@ -232,3 +232,17 @@ func TestCompShareManyLinks(t *testing.T) {
 		}
 	}
 }
+
+// An event handed to a link while it did not wait ends its next Wait, even
+// when the role is free too: the Wait must not read the channel past it
+// (select picks at random among ready cases; this hung a lab connection's
+// Read with five completions in its queue).
+func TestCompShareHandedEventBeatsRole(t *testing.T) {
+	s, _, links, _ := fakeLinks(1)
+	for range 64 {
+		roleFree(t, s)
+		notify(links[0].events)
+		expect(t, waitAsync(links[0]), nil, "a Wait after an event was handed over")
+	}
+	roleFree(t, s)
+}
