@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/sdk/internal/connfd"
@@ -22,11 +23,11 @@ import (
 // buffer by Read. The stream protocol (windows, credit, coalescing, control
 // messages, keepalive) is internal/stream's Engine; the queue pair under it
 // is a link.Link. A blocked Read or Write takes the completions it waits for
-// itself; otherwise one goroutine per connection takes them, parked in the
-// netpoller (poller.go).
+// itself; an idle connection has no goroutine: the link tells it when
+// completions come, and a short service takes them (poller.go).
 //
 // Lifetimes follow internal/poll's FD: Close wakes every blocked call at
-// once, waits for the calls in flight, and only then hands the link to a
+// once, waits for the calls in flight (a service among them), and only then hands the link to a
 // background drain that delivers what was written (bounded by
 // lingerTimeout) and frees the registered memory (internal/connfd, linger.go).
 type Conn struct {
@@ -57,14 +58,13 @@ type Conn struct {
 	readable   chan struct{} // a Read may make progress (capacity 1)
 	writable   chan struct{} // a Write may make progress (capacity 1)
 	pollerFree chan struct{} // the poller's role is free for a waiter that wants it (capacity 1)
-	engineKick chan struct{} // the poller's role is free for the engine (capacity 1)
 	closed     chan struct{} // closed by Close
+	svc        atomic.Int32  // a service is scheduled (poller.go)
 
 	readDeadline, writeDeadline connfd.Deadline
 
-	ticker     *time.Timer   // keepalive and dead-path checks (tick.go)
-	engineDone chan struct{} // the background poller has returned
-	released   chan struct{} // the link is closed and its memory freed (linger.go)
+	ticker   *time.Timer   // keepalive and dead-path checks (tick.go)
+	released chan struct{} // the link is closed and its memory freed (linger.go)
 
 	// bytesSent and bytesReceived count what Write took and Read
 	// returned, under mu (which both already hold), for Connections.
@@ -114,19 +114,18 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 	c.readable = make(chan struct{}, 1)
 	c.writable = make(chan struct{}, 1)
 	c.pollerFree = make(chan struct{}, 1)
-	c.engineKick = make(chan struct{}, 1)
 	c.closed = make(chan struct{})
-	c.engineDone = make(chan struct{})
 	c.released = make(chan struct{})
 	c.readDeadline.Init(c.deadlinePassed)
 	c.writeDeadline.Init(c.deadlinePassed)
 
 	c.mu.Lock()
 	eng.Start()
+	c.link.SetNotify(c.kick)
 	c.flushLocked()
 	c.startTicksLocked()
+	c.settleLocked()
 	c.mu.Unlock()
-	go c.engine()
 	register(c)
 	return nil
 }
@@ -283,10 +282,11 @@ func (c *Conn) Close() error {
 	l := c.link
 	c.mu.Unlock()
 	close(c.closed)
-	// Refuse later calls, wake the ones asleep on the link (and the
-	// engine), and wait for those in flight to return.
+	// Refuse later calls, wake the ones asleep on the link, and wait for
+	// those in flight (a service among them) to return. The link's
+	// events are linger's from now on.
 	c.fd.Close(l.Wake)
-	<-c.engineDone
+	c.svc.Store(svcClosed)
 	unregister(c)
 	go c.linger()
 	return nil

@@ -562,29 +562,66 @@ func TestMemCloseIsPrompt(t *testing.T) {
 	closeAndWait(t, b)
 }
 
-// TestPollerEndsWhenThePeerIsGone: once the peer has closed and its
-// disconnect was taken, nothing more can arrive, and the connection's
-// poller goroutine ends, before the connection is closed. It used to poll
-// on: the ended link's Wait returns at once, so each half-closed
-// connection spun a CPU until its Close, and 200 of them made the Close of
-// each take about a second.
-func TestPollerEndsWhenThePeerIsGone(t *testing.T) {
+// TestIdleConnectionsHaveNoGoroutine: as in Go's net, a connection with
+// no Read or Write in flight has no goroutine of its own: not while it is
+// idle after a round trip, and not once its peer is gone. (A poller per
+// connection used to sleep in the link's Wait, and once the peer was gone
+// it spun on the ended link until Close.) Completions that come while
+// nobody waits still reach the connection: the peer's close is read.
+func TestIdleConnectionsHaveNoGoroutine(t *testing.T) {
 	for _, m := range hostModes {
 		t.Run(m.name, func(t *testing.T) {
-			client, server, _, _ := memPair(t, Config{}, m.features)
-			defer server.Close()
-			client.Close()
-			// The server's Read sees the peer's close (EOF, or for a peer
-			// without the close extension, its disconnect).
-			server.SetReadDeadline(time.Now().Add(hangGuard))
-			if _, err := io.ReadAll(server); err != nil {
-				t.Fatalf("the server's Read after the client's Close: %v", err)
+			const pairs = 40
+			base := runtime.NumGoroutine()
+			clients, servers := make([]*Conn, pairs), make([]*Conn, pairs)
+			for i := range pairs {
+				clients[i], servers[i], _, _ = memPair(t, Config{}, m.features)
+				defer servers[i].Close()
+				echoOnce(t, clients[i], servers[i])
 			}
-			select {
-			case <-server.engineDone:
-			case <-time.After(hangGuard):
-				t.Fatal("the poller still runs after the peer is gone")
+			// The first read of each end took completions as a poller;
+			// what came after (credit, the echo's completion) was taken
+			// by a service, which has ended.
+			goroutinesAtMost(t, base+4, "with 40 idle pairs open")
+			for _, c := range clients {
+				c.Close()
 			}
+			goroutinesAtMost(t, base+4, "after the clients' Close") // their lingers end
+			for _, s := range servers {
+				s.SetReadDeadline(time.Now().Add(hangGuard))
+				if _, err := io.ReadAll(s); err != nil {
+					t.Fatalf("the server's Read after the client's Close: %v", err)
+				}
+			}
+			goroutinesAtMost(t, base+4, "with 40 servers whose peer is gone")
 		})
+	}
+}
+
+// echoOnce writes a byte from a to b and back.
+func echoOnce(t *testing.T, a, b *Conn) {
+	t.Helper()
+	buf := []byte{1}
+	for _, d := range [][2]*Conn{{a, b}, {b, a}} {
+		if _, err := d[0].Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		d[1].SetReadDeadline(time.Now().Add(hangGuard))
+		if _, err := io.ReadFull(d[1], buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// goroutinesAtMost waits up to hangGuard for the process's goroutines to
+// be at most n.
+func goroutinesAtMost(t *testing.T, n int, when string) {
+	t.Helper()
+	end := time.Now().Add(hangGuard)
+	for runtime.NumGoroutine() > n {
+		if time.Now().After(end) {
+			t.Fatalf("%s: %d goroutines, want at most %d", when, runtime.NumGoroutine(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

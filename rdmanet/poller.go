@@ -16,22 +16,29 @@ import (
 // poller itself when the role is free, so the completion it waits for wakes
 // it directly from the netpoller, with no hand-off through another
 // goroutine (under the lab's emulation each hand-off between threads costs
-// hundreds of microseconds). When no Read or Write waits, the connection's
-// engine goroutine is the poller, so that receives are reposted, credit is
-// returned and failures are noticed while the application does something
-// else. A waiter that finds someone else polling waits for it to notify or
-// to hand the role on (with BusyPoll it sweeps meanwhile). A polling waiter
-// is woken from the link's Wait (link.Wake) when its deadline passes, the
-// connection fails or closes. All of this is decided under c.mu, and
-// completions are handled under c.mu in the link's order whoever takes them
-// (sweep). With BusyPoll only the waiter spins, never the engine: one
-// spinner per connection.
+// hundreds of microseconds). A waiter that finds someone else polling waits
+// for it to notify or to hand the role on (with BusyPoll it sweeps
+// meanwhile). A polling waiter is woken from the link's Wait (link.Wake)
+// when its deadline passes, the connection fails or closes.
+//
+// When no Read or Write waits, nobody polls, and no goroutine of the
+// connection's runs (as in Go's net, an idle connection has none): the
+// last poller arms the link and sweeps once more (settleLocked), and the
+// link calls kick when a completion comes or it ends with no Wait running
+// (link.Link's SetNotify; on RDMA, from the device's one dispatcher). kick
+// starts a short service that takes what came, so that receives are
+// reposted, credit is returned and failures are noticed while the
+// application does something else, arms again and returns. It never
+// blocks the caller on the connection's lock.
+//
+// All of this is decided under c.mu, and completions are handled under c.mu
+// in the link's order whoever takes them (sweep). With BusyPoll only the
+// waiter spins: one spinner per connection.
 
 type pollOwner int8
 
 const (
 	ownerNone pollOwner = iota
-	ownerEngine
 	ownerWaiter
 )
 
@@ -49,8 +56,8 @@ type pollerState struct {
 // pollBatch is how many completions one Poll takes.
 const pollBatch = 32
 
-// handOffLocked gives a free poller's role to a waiter that wants it or
-// else to the engine; c.mu is held.
+// handOffLocked gives a free poller's role to a waiter that wants it, or
+// else leaves the link armed for kick; c.mu is held.
 func (c *Conn) handOffLocked() {
 	if c.poll.owner != ownerNone {
 		return
@@ -58,7 +65,54 @@ func (c *Conn) handOffLocked() {
 	if c.poll.wanting > 0 {
 		notify(c.pollerFree)
 	} else {
-		notify(c.engineKick)
+		c.settleLocked()
+	}
+}
+
+// Service states (Conn.svc): kick starts a service only from svcIdle.
+const (
+	svcIdle int32 = iota
+	svcScheduled
+	svcClosed // Close: kicks start nothing
+)
+
+// kick is the link's notify function: completions came, or the link ended,
+// while no Wait ran. It starts a service unless one is scheduled already.
+func (c *Conn) kick() {
+	if c.svc.CompareAndSwap(svcIdle, svcScheduled) {
+		go c.service()
+	}
+}
+
+// service takes what came while nobody polled, and leaves the link armed.
+// A kick from the moment it is under c.mu starts another service, which
+// waits for this one: a completion after this one's Arm is not lost.
+func (c *Conn) service() {
+	if !c.fd.Incref() {
+		return
+	}
+	defer c.fd.Decref()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.svc.CompareAndSwap(svcScheduled, svcIdle)
+	c.settleLocked()
+}
+
+// settleLocked makes the link report its next completion while nobody
+// polls: unless a poller runs, or nothing more can come (the connection
+// failed, closes or its peer is gone), it arms the link and polls once
+// more, until a poll after the Arm finds nothing. c.mu is held.
+func (c *Conn) settleLocked() {
+	cs := c.poll.batch[:]
+	for c.poll.owner == ownerNone && !c.closing && c.eng.Err() == nil && !c.eng.PeerGone() {
+		if err := c.link.Arm(); err != nil {
+			c.eng.Fail(err)
+			c.wakeReadyLocked()
+			return
+		}
+		if !c.sweepLocked(cs) {
+			return
+		}
 	}
 }
 
@@ -178,65 +232,6 @@ func (c *Conn) sleep(cs []link.Completion) (took bool) {
 		c.poll.busy = time.Since(slept) < 10*c.cfg.BusyPoll
 	}
 	return false
-}
-
-// engine is the poller whenever no Read or Write is, until the connection
-// closes or fails. Its exit goes through the failure path: a link whose
-// Wait fails has failed the connection with that error (sleep).
-func (c *Conn) engine() {
-	defer close(c.engineDone)
-	for {
-		c.mu.Lock()
-		for (c.poll.owner != ownerNone || c.poll.wanting > 0) && !c.closing {
-			c.mu.Unlock()
-			select {
-			case <-c.engineKick:
-			case <-c.closed:
-			}
-			c.mu.Lock()
-		}
-		if c.closing {
-			c.mu.Unlock()
-			return
-		}
-		c.poll.owner = ownerEngine
-		c.mu.Unlock()
-		done := c.enginePoll()
-		c.mu.Lock()
-		c.poll.owner = ownerNone
-		if c.poll.wanting > 0 {
-			notify(c.pollerFree)
-		}
-		c.mu.Unlock()
-		if done {
-			return
-		}
-	}
-}
-
-// enginePoll polls as the poller until a waiter wants the role (false) or
-// the connection closes or fails, or its peer is gone (true). A failed
-// connection needs no poller: what arrived before the failure was taken,
-// and nothing follows; nor does one whose peer disconnected, whose link
-// has ended (its Wait would return at once, and the poller would spin
-// until Close).
-func (c *Conn) enginePoll() (done bool) {
-	cs := c.poll.batch[:]
-	for {
-		c.mu.Lock()
-		closing, wanted, ended := c.closing, c.poll.wanting > 0, c.eng.Err() != nil || c.eng.PeerGone()
-		c.mu.Unlock()
-		if closing || ended {
-			return true
-		}
-		if wanted {
-			return false
-		}
-		if c.sweep(cs) {
-			continue
-		}
-		c.sleep(cs)
-	}
 }
 
 // waitLocked releases c.mu until ready fires, the deadline passes or the

@@ -215,6 +215,7 @@ func (l *lostLink) Arm() error                          { return nil }
 func (l *lostLink) Disconnect() error                   { return nil }
 func (l *lostLink) Close() error                        { return nil }
 func (l *lostLink) Wake()                               { notify(l.wake) }
+func (l *lostLink) SetNotify(func())                    {}
 func (l *lostLink) Wait() error {
 	<-l.wake
 	return link.ErrWoken
@@ -232,6 +233,7 @@ func (c *Conn) suspendLocked() {
 		return
 	}
 	c.link = s.lost
+	old.SetNotify(nil)
 	s.lost.local, s.lost.remote = old.Addrs()
 	retired := make(chan struct{})
 	s.retired = retired
@@ -482,9 +484,11 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) erro
 		_, remote := l.Addrs()
 		c.sess.knowLocked(remote.Addr())
 	}
+	l.SetNotify(c.kick)
 	c.flushLocked()
 	c.rearmLocked()
 	c.sess.lost.Wake() // the poller asleep on the lost link moves to l
+	c.settleLocked()   // or, with none, l tells of its completions
 	return nil
 }
 

@@ -28,8 +28,8 @@ import (
 
 // Link is one end of a reliable connection.
 //
-// Concurrency: Wait may run while any other method runs, and Wake may be
-// called from any goroutine at any time; every other method is called by
+// Concurrency: Wait may run while any other method runs, and Wake and
+// SetNotify may be called from any goroutine at any time; every other method is called by
 // one goroutine at a time (the connection's lock). After Close, nothing may
 // call the link or touch its memory: the connection makes sure of that by
 // waiting for every call in flight before it closes the link.
@@ -79,6 +79,14 @@ type Link interface {
 	Wait() error
 	// Wake makes the current or the next Wait return ErrWoken.
 	Wake()
+	// SetNotify makes the link call f when a Wait would end, with nil,
+	// while no Wait runs: a completion arrived after Arm, or the link went
+	// down. So a connection with no Read or Write in flight needs no
+	// goroutine asleep in Wait (as Go's net needs none for an idle
+	// socket): f schedules the work. f is called from the link's or its
+	// device's goroutine, and must not block or call the link. nil stops
+	// the calls; a call already under way may still finish.
+	SetNotify(f func())
 
 	// Addrs are this end's address and the peer's.
 	Addrs() (local, remote netip.AddrPort)

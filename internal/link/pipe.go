@@ -55,12 +55,16 @@ type Pipe struct {
 	withheld   int  // receives PostRecv accepted while StopReposting
 	stopRepost bool // StopReposting(true)
 
-	cq     []entry   // completions for Poll, in order
-	down   bool      // the Disconnected or Failed completion was queued (it is last)
-	armed  bool      // Arm was called and no completion has arrived since
-	event  bool      // a completion arrived while armed: the next Wait returns
-	woken  bool      // Wake was called: the next Wait returns ErrWoken
-	cond   sync.Cond // Wait sleeps on it; its lock is pair.mu
+	cq    []entry   // completions for Poll, in order
+	down  bool      // the Disconnected or Failed completion was queued (it is last)
+	armed bool      // Arm was called and no completion has arrived since
+	event bool      // a completion arrived while armed: the next Wait returns
+	woken bool      // Wake was called: the next Wait returns ErrWoken
+	cond  sync.Cond // Wait sleeps on it; its lock is pair.mu
+	// waits counts the Waits running; notify is SetNotify's function, called
+	// instead when an event finds none.
+	waits  int
+	notify func()
 	closed bool
 
 	stats PipeStats
@@ -357,6 +361,8 @@ func (e *Pipe) Arm() error {
 func (e *Pipe) Wait() error {
 	e.pair.mu.Lock()
 	defer e.pair.mu.Unlock()
+	e.waits++
+	defer func() { e.waits-- }()
 	for {
 		switch {
 		case e.closed:
@@ -371,6 +377,21 @@ func (e *Pipe) Wait() error {
 			return nil
 		}
 		e.cond.Wait()
+	}
+}
+
+// SetNotify makes f be called when a completion or the end finds no Wait.
+func (e *Pipe) SetNotify(f func()) {
+	e.pair.mu.Lock()
+	e.notify = f
+	e.pair.mu.Unlock()
+}
+
+// signal ends a Wait, or calls the notify function if none runs.
+func (e *Pipe) signal() {
+	e.cond.Broadcast()
+	if e.waits == 0 && e.notify != nil {
+		e.notify()
 	}
 }
 
@@ -534,7 +555,7 @@ func (e *Pipe) push(c Completion, seq uint64) {
 	e.cq = append(e.cq, entry{c: c, seq: seq})
 	if e.armed {
 		e.armed, e.event = false, true
-		e.cond.Broadcast()
+		e.signal()
 	}
 }
 
@@ -559,7 +580,7 @@ func (e *Pipe) terminate(c Completion) {
 	}
 	e.down = true
 	e.cq = append(e.cq, entry{c: c})
-	e.cond.Broadcast()
+	e.signal()
 }
 
 // armTimer makes the timer pump this end when due arrives. One timer per end

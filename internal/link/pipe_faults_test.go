@@ -3,6 +3,7 @@ package link
 import (
 	"errors"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -522,4 +523,38 @@ func TestPipeArmEdge(t *testing.T) {
 		t.Fatalf("Wait: %v, want ErrWoken", err)
 	}
 	wantKinds(t, "a", pollAll(t, a), "data-arrived 1", "data-arrived 1", "data-arrived 1", "data-arrived 1")
+}
+
+// SetNotify's function is called for an event that finds no Wait running
+// (a completion after Arm, the end), and not while a Wait runs.
+func TestPipeNotify(t *testing.T) {
+	a, b := newTestPipe(t, testConfig(), testConfig())
+	var told atomic.Int32
+	a.SetNotify(func() { told.Add(1) })
+
+	post(t, b, data(a, 0, 1, 0, false, 1)) // not armed: nothing
+	if err := a.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	post(t, b, data(a, 0, 1, 0, false, 2))
+	if told.Load() != 1 {
+		t.Fatalf("a completion after Arm with no Wait: told %d times, want 1", told.Load())
+	}
+	if err := a.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	w := goWait(a)
+	stillWaiting(t, w) // the Wait runs
+	post(t, b, data(a, 0, 1, 0, false, 3))
+	if err := waitResult(t, w); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	if told.Load() != 1 {
+		t.Fatalf("a completion that ended a Wait: told %d times in all, want 1", told.Load())
+	}
+	b.Disconnect() // the end comes whether armed or not
+	if told.Load() != 2 {
+		t.Fatalf("the link's end with no Wait: told %d times in all, want 2", told.Load())
+	}
+	a.SetNotify(nil)
 }

@@ -331,5 +331,5 @@ func (l *Link) Fail(err error) {
 		l.down, l.why = link.Failed, err
 	}
 	l.mu.Unlock()
-	l.Wake()
+	l.wakeForEnd()
 }

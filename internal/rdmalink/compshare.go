@@ -21,8 +21,14 @@ import (
 // case of one busy connection) or it is woken. An event for another link
 // wakes that link, and the reader gives the role up, so the role moves to
 // where completions are wanted: the woken link takes it with its next
-// Wait, and meanwhile any other link waiting takes it. Nobody holds the
-// role while nobody waits.
+// Wait, and meanwhile any other link waiting takes it.
+//
+// While no link waits, the device's one dispatcher goroutine holds the
+// role (dispatch): an event for a link that nobody waits on calls the
+// link's notify function (link.Link's SetNotify), so an idle connection
+// needs no goroutine of its own. The dispatcher gives the role up as soon
+// as a link's Wait wants it: a blocked Read or Write reads its own events,
+// with no hand-off.
 type compShare struct {
 	key  any                // the device context (verbs.Context.Raw)
 	vch  *verbs.CompChannel // what the queues are made on
@@ -33,6 +39,16 @@ type compShare struct {
 	reader *Link               // the link whose Wait reads ch now, or nil
 	links  map[*verbs.CQ]*Link // the links on the channel, by queue
 	refs   int                 // queues on the channel (resources)
+
+	// The dispatcher (dispatch), when started: it reads ch while waits
+	// is zero. dispatching: it reads now; idle: waits fell to zero; stop
+	// and stopped: release ends it. err: ch failed, for every Wait after.
+	waits       int
+	dispatching bool
+	idle        chan struct{} // capacity 1
+	stop        chan struct{}
+	stopped     chan struct{}
+	err         error
 }
 
 // compChannel is what a compShare waits on: a *verbs.CompChannel.
@@ -69,6 +85,7 @@ func acquireCompShare(ctx *verbs.Context) (*compShare, error) {
 		}
 		s = newCompShare(key, ch)
 		s.vch = ch
+		s.startDispatcher()
 		compShares.m[key] = s
 	}
 	s.refs++
@@ -83,6 +100,7 @@ func (s *compShare) release() {
 	s.refs--
 	if s.refs == 0 {
 		delete(compShares.m, s.key)
+		s.stopDispatcher()
 		s.ch.Close()
 	}
 }
@@ -105,6 +123,23 @@ func (s *compShare) remove(cq *verbs.CQ) {
 // link.ErrWoken once l was woken (Wake, or the link's end), or the error
 // of a channel that failed.
 func (s *compShare) wait(l *Link) error {
+	s.mu.Lock()
+	s.waits++
+	if s.dispatching {
+		s.ch.SetDeadline(time.Unix(1, 0)) // the dispatcher gives the role up
+	}
+	err := s.err
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.waits--; s.waits == 0 {
+			notify(s.idle)
+		}
+		s.mu.Unlock()
+	}()
+	if err != nil {
+		return err
+	}
 	for {
 		if l.takeWoken() {
 			return link.ErrWoken
@@ -166,7 +201,7 @@ func (s *compShare) read(l *Link) (done bool, err error) {
 		case t == l:
 			return true, nil
 		case t != nil:
-			notify(t.events)
+			t.arrived()
 			return false, nil
 		}
 		// The queue's link has closed: its event concerns nobody.
@@ -182,6 +217,112 @@ func (s *compShare) wake(l *Link) {
 		s.ch.SetDeadline(time.Unix(1, 0))
 	}
 	s.mu.Unlock()
+}
+
+// startDispatcher starts the goroutine that reads the channel while no
+// link waits.
+func (s *compShare) startDispatcher() {
+	s.idle = make(chan struct{}, 1)
+	s.stop, s.stopped = make(chan struct{}), make(chan struct{})
+	go s.dispatch()
+}
+
+// stopDispatcher ends the dispatcher, if it was started, and waits for it.
+func (s *compShare) stopDispatcher() {
+	if s.stop == nil {
+		return
+	}
+	s.mu.Lock()
+	close(s.stop)
+	s.ch.SetDeadline(time.Unix(1, 0))
+	s.mu.Unlock()
+	<-s.stopped
+}
+
+// dispatch takes the role whenever no link waits, and reads the channel
+// until one does (dispatchRead).
+func (s *compShare) dispatch() {
+	defer close(s.stopped)
+	for {
+		s.mu.Lock()
+		busy := s.waits > 0
+		s.mu.Unlock()
+		if busy {
+			select {
+			case <-s.idle:
+			case <-s.stop:
+				return
+			}
+			continue
+		}
+		select {
+		case <-s.role:
+		case <-s.stop:
+			return
+		}
+		if !s.dispatchRead() {
+			return
+		}
+	}
+}
+
+// dispatchRead reads the channel holding the role, handing each event to
+// its link (arrived), until a link's Wait wants the role (true) or the
+// dispatcher is stopped or the channel fails (false); it gives the role
+// back.
+func (s *compShare) dispatchRead() bool {
+	defer func() { s.role <- struct{}{} }()
+	for {
+		s.mu.Lock()
+		s.ch.SetDeadline(time.Time{})
+		stopped := isClosed(s.stop)
+		if s.waits > 0 || stopped {
+			s.dispatching = false
+			s.mu.Unlock()
+			return !stopped
+		}
+		s.dispatching = true
+		s.mu.Unlock()
+		cq, err := s.ch.Wait(context.Background())
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			continue // a Wait wants the role, or the stop
+		case err != nil:
+			s.failed(err)
+			return false
+		}
+		s.mu.Lock()
+		t := s.links[cq]
+		s.mu.Unlock()
+		if t != nil {
+			t.arrived()
+		}
+	}
+}
+
+// failed records that the channel failed: every link's Wait returns err
+// from now on, and the links nobody waits on are told.
+func (s *compShare) failed(err error) {
+	s.mu.Lock()
+	s.err, s.dispatching = err, false
+	links := make([]*Link, 0, len(s.links))
+	for _, l := range s.links {
+		links = append(links, l)
+	}
+	s.mu.Unlock()
+	for _, l := range links {
+		l.Wake()
+		l.tell()
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // notify wakes a waiter without blocking.

@@ -181,9 +181,20 @@ func TestCompShareWake(t *testing.T) {
 // Many links waiting, woken and sent events at random (run with -race):
 // every event reaches its link, never two readers at once (the fake
 // panics), and the role is free at the end.
+// With the dispatcher, it takes the role whenever nobody waits, and gives
+// it up to every Wait.
 func TestCompShareManyLinks(t *testing.T) {
+	t.Run("waiters", func(t *testing.T) { manyLinks(t, false) })
+	t.Run("dispatcher", func(t *testing.T) { manyLinks(t, true) })
+}
+
+func manyLinks(t *testing.T, dispatcher bool) {
 	const n, rounds = 32, 200
 	s, ch, links, cqs := fakeLinks(n)
+	if dispatcher {
+		s.startDispatcher()
+		defer s.stopDispatcher()
+	}
 	var wg sync.WaitGroup
 	got := make([]atomic.Int64, n)
 	pending := make([]atomic.Int64, n)
@@ -221,7 +232,9 @@ func TestCompShareManyLinks(t *testing.T) {
 	for {
 		select {
 		case <-finished:
-			roleFree(t, s)
+			if !dispatcher {
+				roleFree(t, s)
+			}
 			return
 		case <-time.After(10 * time.Millisecond):
 		}
@@ -233,6 +246,89 @@ func TestCompShareManyLinks(t *testing.T) {
 	}
 }
 
+// notified counts a link's notify calls.
+func notified(l *Link) *atomic.Int32 {
+	var n atomic.Int32
+	l.SetNotify(func() { n.Add(1) })
+	return &n
+}
+
+func eventually(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal(what)
+		}
+	}
+}
+
+// While no link waits, the dispatcher reads the channel and tells a link
+// of its event through its notify function; a link's Wait takes the role
+// from it, and reads its own events with no hand-off; the dispatcher takes
+// the role back once nobody waits, and stops.
+func TestCompShareDispatcher(t *testing.T) {
+	s, ch, links, cqs := fakeLinks(2)
+	s.startDispatcher()
+	n0, n1 := notified(links[0]), notified(links[1])
+	eventually(t, "the dispatcher does not read the channel", func() bool { return ch.waiting.Load() == 1 })
+	ch.events <- cqs[0]
+	eventually(t, "an event for an idle link did not call its notify function", func() bool { return n0.Load() == 1 })
+	if n1.Load() != 0 {
+		t.Fatal("another link was told")
+	}
+	// The event stands for the link's next Wait, as before.
+	expect(t, waitAsync(links[0]), nil, "a Wait after the event")
+
+	// A Wait takes the role: its own event ends it, and no notify
+	// function is called for a link whose Wait runs.
+	done := waitAsync(links[1])
+	eventually(t, "the waiting link does not read the channel", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.reader == links[1]
+	})
+	ch.events <- cqs[1]
+	expect(t, done, nil, "the waiter's own event")
+	if n1.Load() != 0 {
+		t.Fatalf("a link whose Wait ran was told %d times", n1.Load())
+	}
+	// Nobody waits: the dispatcher reads again.
+	eventually(t, "the dispatcher did not take the role back", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.dispatching && ch.waiting.Load() == 1
+	})
+	ch.events <- cqs[1]
+	eventually(t, "an event after the Wait did not call the notify function", func() bool { return n1.Load() == 1 })
+	// An ended link is told too, with no Wait running.
+	links[0].Fail(errors.New("gone"))
+	eventually(t, "a link's end did not call its notify function", func() bool { return n0.Load() == 2 })
+	s.stopDispatcher()
+	if ch.waiting.Load() != 0 {
+		t.Fatal("the dispatcher still reads after its stop")
+	}
+	roleFree(t, s)
+}
+
+// A channel that fails under the dispatcher fails every Wait after it, and
+// tells the links nobody waits on.
+func TestCompShareDispatcherChannelFails(t *testing.T) {
+	s, ch, links, _ := fakeLinks(1)
+	s.ch = &failingChannel{fakeCompChannel: ch, err: errors.New("channel broke")}
+	n := notified(links[0])
+	s.startDispatcher()
+	eventually(t, "the links were not told the channel failed", func() bool { return n.Load() == 1 })
+	expect(t, waitAsync(links[0]), s.err, "a Wait after the channel failed")
+	s.stopDispatcher()
+}
+
+type failingChannel struct {
+	*fakeCompChannel
+	err error
+}
+
+func (f *failingChannel) Wait(context.Context) (*verbs.CQ, error) { return nil, f.err }
+
 // An event handed to a link while it did not wait ends its next Wait, even
 // when the role is free too: the Wait must not read the channel past it
 // (select picks at random among ready cases; this hung a lab connection's
@@ -241,7 +337,7 @@ func TestCompShareHandedEventBeatsRole(t *testing.T) {
 	s, _, links, _ := fakeLinks(1)
 	for range 64 {
 		roleFree(t, s)
-		notify(links[0].events)
+		links[0].arrived()
 		expect(t, waitAsync(links[0]), nil, "a Wait after an event was handed over")
 	}
 	roleFree(t, s)

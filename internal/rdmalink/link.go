@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/sdk/cm"
@@ -69,6 +70,10 @@ type Link struct {
 	// events: a completion event for the link's queue came while another
 	// link read the shared channel; wakes: Wake was called (compshare.go).
 	events, wakes chan struct{}
+	// waits counts the Waits running; notifyFn is SetNotify's function,
+	// called when an event or the link's end finds none (tell).
+	waits    atomic.Int32
+	notifyFn atomic.Pointer[func()]
 
 	// The link's place in the registry of asynchronous events (asyncev.go),
 	// from StartEvents to Close. amu is not mu: the registry's reader
@@ -303,7 +308,7 @@ func (l *Link) postFailed(err error) error {
 func (l *Link) flushed() {
 	if l.flushedAt.IsZero() {
 		l.flushedAt = time.Now()
-		time.AfterFunc(flushGrace, l.Wake)
+		time.AfterFunc(flushGrace, l.wakeForEnd)
 	}
 }
 
@@ -424,7 +429,47 @@ func (l *Link) Arm() error { return l.res.cq.RequestNotify(false) }
 
 // Wait sleeps until the link's queue has a completion event, the link is
 // woken, or it ends (compshare.go: the device's channel is shared).
-func (l *Link) Wait() error { return l.res.share.wait(l) }
+func (l *Link) Wait() error {
+	l.waits.Add(1)
+	defer l.waits.Add(-1)
+	return l.res.share.wait(l)
+}
+
+// SetNotify makes f be called when a completion event or the link's end
+// finds no Wait running (link.Link).
+func (l *Link) SetNotify(f func()) {
+	if f == nil {
+		l.notifyFn.Store(nil)
+		return
+	}
+	l.notifyFn.Store(&f)
+}
+
+// tell calls the notify function if no Wait runs: a Wait that runs, or
+// starts, sees the event or the wake-up itself.
+func (l *Link) tell() {
+	if l.waits.Load() != 0 {
+		return
+	}
+	if f := l.notifyFn.Load(); f != nil {
+		(*f)()
+	}
+}
+
+// arrived is a completion event for l's queue that another goroutine read
+// from the shared channel: l's next Wait returns at once, and with no Wait
+// running the notify function is called.
+func (l *Link) arrived() {
+	notify(l.events)
+	l.tell()
+}
+
+// wakeForEnd wakes a Wait, or with none running calls the notify function,
+// for the link's end (a cm or device event, or a flush with no event).
+func (l *Link) wakeForEnd() {
+	l.Wake()
+	l.tell()
+}
 
 // takeWoken reports whether the link was woken or has ended, and clears
 // the wake-up: a Wait returns link.ErrWoken for it.
@@ -479,7 +524,7 @@ func (l *Link) event(ev cm.Event) {
 		l.down, l.why = kind, why
 	}
 	l.mu.Unlock()
-	l.Wake()
+	l.wakeForEnd()
 }
 
 func (l *Link) Disconnect() error { return l.id.Disconnect() }

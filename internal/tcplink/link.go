@@ -75,8 +75,12 @@ type Link struct {
 	rkey          uint32
 	local, remote netip.AddrPort
 
-	mu        sync.Mutex
-	waitCond  sync.Cond // Wait sleeps on it
+	mu       sync.Mutex
+	waitCond sync.Cond // Wait sleeps on it
+	// waits counts the Waits running; notify is SetNotify's function, called
+	// instead when an event finds none.
+	waits     int
+	notify    func()
 	writeCond sync.Cond // the writer sleeps on it
 	recvCond  sync.Cond // the reader sleeps on it while no receive is posted
 
@@ -352,6 +356,8 @@ func (l *Link) Arm() error {
 func (l *Link) Wait() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.waits++
+	defer func() { l.waits-- }()
 	for {
 		switch {
 		case l.closed:
@@ -366,6 +372,22 @@ func (l *Link) Wait() error {
 			return nil
 		}
 		l.waitCond.Wait()
+	}
+}
+
+// SetNotify makes f be called when a completion or the end finds no Wait.
+func (l *Link) SetNotify(f func()) {
+	l.mu.Lock()
+	l.notify = f
+	l.mu.Unlock()
+}
+
+// signal ends a Wait, or calls the notify function if none runs; l.mu is
+// held.
+func (l *Link) signal() {
+	l.waitCond.Broadcast()
+	if l.waits == 0 && l.notify != nil {
+		l.notify()
 	}
 }
 
@@ -446,7 +468,7 @@ func (l *Link) push(c link.Completion, seq uint64) {
 	l.cq = append(l.cq, entry{c: c, seq: seq})
 	if l.armed {
 		l.armed, l.event = false, true
-		l.waitCond.Broadcast()
+		l.signal()
 	}
 }
 
@@ -459,7 +481,7 @@ func (l *Link) endLocked(c link.Completion) {
 	}
 	l.down = true
 	l.cq = append(l.cq, entry{c: c})
-	l.waitCond.Broadcast()
+	l.signal()
 	l.writeCond.Broadcast()
 	l.recvCond.Broadcast()
 }
