@@ -425,6 +425,16 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	open := openFDs(t)
 	t.Logf("%d pairs on %s in %v: %d descriptors open (%d before, limit %d), %d goroutines (%d before)",
 		pairs, p.Provider, time.Since(start).Round(time.Millisecond), open, fds, lim.Cur, runtime.NumGoroutine(), goroutines)
+	// An idle connection has no goroutine: beside the server's echo
+	// goroutine a pair, only the devices' and the listener's own remain
+	// (a few), once the services that took the last completions end.
+	idle := goroutines + pairs + 16
+	for end := time.Now().Add(30 * time.Second); runtime.NumGoroutine() > idle && time.Now().Before(end); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > idle {
+		t.Errorf("%d idle pairs: %d goroutines, want at most %d (%d before, and one echo a pair)", pairs, n, idle, goroutines)
+	}
 	for i, c := range clients {
 		if err := c.Close(); err != nil {
 			t.Errorf("close: %v", err)
