@@ -21,6 +21,7 @@ import (
 
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 	"github.com/rdmanet/sdk/verbs"
 )
@@ -232,6 +233,15 @@ func (b *bench) warmUp(subject connsSubject) error {
 	c.Close()
 	if s := <-accepted; s != nil {
 		s.Close()
+	}
+	ln.Close()
+	if subject.rdma {
+		// A closed connection lingers, then frees its objects in the
+		// background: the step's baseline is taken once they are gone.
+		if r, ids := leakcheck.Released(connsSettle); r != (verbs.ResourceCounts{}) || ids != 0 {
+			return fmt.Errorf("the warm-up pair's objects are still open: %+v, %d cm IDs", r, ids)
+		}
+		time.Sleep(100 * time.Millisecond) // and the goroutine that freed them returns
 	}
 	return nil
 }
