@@ -625,3 +625,26 @@ func goroutinesAtMost(t *testing.T, n int, when string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestIdleConnectionTakesItsCompletions: a connection nobody reads or
+// writes still takes its completions (through the link's notify function,
+// with no goroutine of its own): its keepalives complete, so its dead-path
+// check never fires, and the peer's keepalives are answered. An idle
+// connection that took nothing would find its path dead after 2 x
+// KeepAlive.
+func TestIdleConnectionTakesItsCompletions(t *testing.T) {
+	const ka = 20 * time.Millisecond
+	for _, m := range hostModes {
+		t.Run(m.name, func(t *testing.T) {
+			a, b, pa, _ := memPair(t, Config{KeepAlive: ka}, m.features)
+			defer closeAndWait(t, a)
+			defer closeAndWait(t, b)
+			before := pa.Stats()
+			time.Sleep(30 * ka)
+			if after := pa.Stats(); after.Posted < before.Posted+5 {
+				t.Fatalf("%d keepalives went out in %v of idleness, want 5 or more", after.Posted-before.Posted, 30*ka)
+			}
+			echoOnce(t, a, b)
+		})
+	}
+}
