@@ -55,11 +55,10 @@ type Conn struct {
 	poll         pollerState // who takes completions (poller.go)
 	waitLink     link.Link   // the link the poller sleeps on in Wait, if it does
 
-	readable   chan struct{} // a Read may make progress (capacity 1)
-	writable   chan struct{} // a Write may make progress (capacity 1)
-	pollerFree chan struct{} // the poller's role is free for a waiter that wants it (capacity 1)
-	closed     chan struct{} // closed by Close
-	svc        atomic.Int32  // a service is scheduled (poller.go)
+	readable chan struct{} // a Read may make progress (capacity 1)
+	writable chan struct{} // a Write may make progress (capacity 1)
+	closed   chan struct{} // closed by Close
+	svc      atomic.Int32  // a service is scheduled (poller.go)
 
 	readDeadline, writeDeadline connfd.Deadline
 
@@ -113,7 +112,7 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 	}
 	c.readable = make(chan struct{}, 1)
 	c.writable = make(chan struct{}, 1)
-	c.pollerFree = make(chan struct{}, 1)
+	c.poll.free = make(chan struct{}, 1)
 	c.closed = make(chan struct{})
 	c.released = make(chan struct{})
 	c.readDeadline.Init(c.deadlinePassed)
@@ -163,7 +162,7 @@ func (c *Conn) failedLocked() {
 		c.link.Disconnect()
 		countConnError(c.eng.Err())
 	}
-	if c.poll.owner == ownerWaiter {
+	if c.poll.polling {
 		c.link.Wake()
 	}
 }

@@ -12,9 +12,9 @@ const lingerTimeout = 5 * time.Second
 
 // linger delivers what was written before Close, for up to lingerTimeout,
 // then disconnects and releases the link and its registered memory. It
-// runs after Close has waited for every call in flight and for the engine
-// goroutine, so it is the link's only user: what it polls cannot race with
-// anyone, and nobody touches the memory it frees.
+// runs after Close has waited for every call in flight (a service among
+// them) and made kicks start none, so it is the link's only user: what it
+// polls cannot race with anyone, and nobody touches the memory it frees.
 //
 // A resumable session's link may fail while it lingers: the session then
 // resumes, within the same bound, and delivers the rest over the new link

@@ -35,18 +35,12 @@ import (
 // in the link's order whoever takes them (sweep). With BusyPoll only the
 // waiter spins: one spinner per connection.
 
-type pollOwner int8
-
-const (
-	ownerNone pollOwner = iota
-	ownerWaiter
-)
-
 // pollerState is the poller's role and the buffers its holders poll into.
 type pollerState struct {
-	owner   pollOwner
-	wanting int  // blocked Reads and Writes waiting for the poller's role
-	busy    bool // the owner's last sleep on the link was short (BusyPoll)
+	polling bool          // a Read or Write is the poller
+	wanting int           // blocked Reads and Writes waiting for the poller's role
+	free    chan struct{} // the role is free for a waiter that wants it (capacity 1)
+	busy    bool          // the poller's last sleep on the link was short (BusyPoll)
 	// Completions the poller takes in one batch, and those a Read or Write
 	// sweeps for itself with BusyPoll while another goroutine polls (one
 	// array per direction: both may wait).
@@ -59,11 +53,11 @@ const pollBatch = 32
 // handOffLocked gives a free poller's role to a waiter that wants it, or
 // else leaves the link armed for kick; c.mu is held.
 func (c *Conn) handOffLocked() {
-	if c.poll.owner != ownerNone {
+	if c.poll.polling {
 		return
 	}
 	if c.poll.wanting > 0 {
-		notify(c.pollerFree)
+		notify(c.poll.free)
 	} else {
 		c.settleLocked()
 	}
@@ -104,7 +98,7 @@ func (c *Conn) service() {
 // more, until a poll after the Arm finds nothing. c.mu is held.
 func (c *Conn) settleLocked() {
 	cs := c.poll.batch[:]
-	for c.poll.owner == ownerNone && !c.closing && c.eng.Err() == nil && !c.eng.PeerGone() {
+	for !c.poll.polling && !c.closing && c.eng.Err() == nil && !c.eng.PeerGone() {
 		if err := c.link.Arm(); err != nil {
 			c.eng.Fail(err)
 			c.wakeReadyLocked()
@@ -119,7 +113,7 @@ func (c *Conn) settleLocked() {
 // deadlinePassed wakes a Read or Write that polls, when its deadline passes.
 func (c *Conn) deadlinePassed() {
 	c.mu.Lock()
-	if c.poll.owner == ownerWaiter && !c.closing {
+	if c.poll.polling && !c.closing {
 		c.link.Wake()
 	}
 	c.mu.Unlock()
@@ -241,19 +235,18 @@ func (c *Conn) sleep(cs []link.Completion) (took bool) {
 // notify it or to hand it the role.
 func (c *Conn) waitLocked(ready chan struct{}, dl *connfd.Deadline) error {
 	for {
-		if c.poll.owner == ownerNone && c.eng.Err() == nil {
+		if !c.poll.polling && c.eng.Err() == nil {
 			return c.pollForLocked(ready, dl)
 		}
-		// Someone else polls (or the connection failed and nobody needs
-		// to). Waking the engine to take over costs more than it saves (two
-		// hand-offs, and its sleep is cut short), so wait for it to notify;
-		// with BusyPoll, sweep meanwhile, so that a completion does not have
-		// to wait for the netpoller, which busy CPUs look at seldom.
-		if c.cfg.BusyPoll > 0 && c.poll.busy && c.poll.owner != ownerNone {
+		// Another Read or Write polls (or the connection failed and nobody
+		// needs to): wait for it to notify or to hand the role on; with
+		// BusyPoll, sweep meanwhile, so that a completion does not have to
+		// wait for the netpoller, which busy CPUs look at seldom.
+		if c.cfg.BusyPoll > 0 && c.poll.busy && c.poll.polling {
 			if err, ok := c.spinForLocked(ready, dl); ok {
 				return err
 			}
-			if c.poll.owner == ownerNone {
+			if !c.poll.polling {
 				continue
 			}
 		}
@@ -268,7 +261,7 @@ func (c *Conn) waitLocked(ready chan struct{}, dl *connfd.Deadline) error {
 			err = os.ErrDeadlineExceeded
 		case <-c.closed:
 			err = net.ErrClosed
-		case <-c.pollerFree:
+		case <-c.poll.free:
 			free = true
 		}
 		c.mu.Lock()
@@ -288,7 +281,7 @@ func (c *Conn) spinForLocked(ready chan struct{}, dl *connfd.Deadline) (err erro
 	if ready == c.writable {
 		cs = c.poll.writeSpin[:8]
 	}
-	for end := time.Now().Add(c.cfg.BusyPoll); c.poll.owner != ownerNone && time.Now().Before(end); {
+	for end := time.Now().Add(c.cfg.BusyPoll); c.poll.polling && time.Now().Before(end); {
 		select {
 		case <-ready:
 			return nil, true
@@ -312,7 +305,7 @@ func (c *Conn) spinForLocked(ready chan struct{}, dl *connfd.Deadline) (err erro
 // Wait until ready fires, the deadline passes or the connection closes;
 // then it hands the role on. c.mu is held on entry and on return.
 func (c *Conn) pollForLocked(ready chan struct{}, dl *connfd.Deadline) error {
-	c.poll.owner = ownerWaiter
+	c.poll.polling = true
 	cs := c.poll.batch[:]
 	var spinUntil time.Time
 	if c.cfg.BusyPoll > 0 && c.poll.busy {
@@ -348,7 +341,7 @@ func (c *Conn) pollForLocked(ready chan struct{}, dl *connfd.Deadline) error {
 			c.mu.Lock()
 		}
 	}
-	c.poll.owner = ownerNone
+	c.poll.polling = false
 	c.handOffLocked()
 	return err
 }
