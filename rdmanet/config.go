@@ -183,10 +183,21 @@ type Footprint struct {
 	// ResumeTimeout, for an accepted end, and where sessions cannot resume
 	// over TCP.
 	SessionFileDescriptors int
+	// Goroutines an idle connection holds of its own: none, as in Go's
+	// net. A blocked Read or Write takes its completions in its own
+	// goroutine; what comes while none waits is taken by a goroutine that
+	// lives only that long; each device has one dispatcher for all its
+	// connections; a closed connection delivers what it wrote in one, for
+	// up to 5 s.
+	Goroutines int
 }
 
 // fdsPerConn is Footprint.FileDescriptors; TestLabFootprint counts them.
 const fdsPerConn = 0
+
+// goroutinesPerConn is Footprint.Goroutines;
+// TestIdleConnectionsHaveNoGoroutine and TestLabManyConnections count them.
+const goroutinesPerConn = 0
 
 // Footprint returns what one connection with this Config holds, or the
 // error Dial and Listen would give for the Config.
@@ -202,6 +213,7 @@ func (c Config) Footprint() (Footprint, error) {
 		RegisteredBytes:      rings + pages((c.RecvDepth+controlSlots)*wire.MessageSize),
 		IWARPRegisteredBytes: rings + pages((c.RecvDepth+controlSlots+c.sendDepth())*wire.MessageSize),
 		FileDescriptors:      fdsPerConn,
+		Goroutines:           goroutinesPerConn,
 	}
 	if c.ResumeTimeout > 0 {
 		fp.SessionFileDescriptors = sessionPortFDs

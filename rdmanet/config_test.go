@@ -18,8 +18,8 @@ func TestFootprint(t *testing.T) {
 	// 256 KiB each way, and 256 receive plus 16 control slots of 32 bytes
 	// rounded up to pages.
 	want := 256<<10 + 256<<10 + (272*32+page-1)/page*page
-	if fp.RegisteredBytes != want || fp.FileDescriptors != 0 {
-		t.Errorf("default Footprint = %+v, want %d bytes and no descriptor", fp, want)
+	if fp.RegisteredBytes != want || fp.FileDescriptors != 0 || fp.Goroutines != 0 {
+		t.Errorf("default Footprint = %+v, want %d bytes, no descriptor and no goroutine", fp, want)
 	}
 	// iWARP: a 32-byte notice slot per send queue entry (256) as well.
 	if iw := 256<<10 + 256<<10 + (528*32+page-1)/page*page; fp.IWARPRegisteredBytes != iw || fp.SessionFileDescriptors != 0 {

@@ -572,7 +572,11 @@ func TestIdleConnectionsHaveNoGoroutine(t *testing.T) {
 	for _, m := range hostModes {
 		t.Run(m.name, func(t *testing.T) {
 			const pairs = 40
-			base := runtime.NumGoroutine()
+			fp, err := Config{}.Footprint()
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := runtime.NumGoroutine() + 2*pairs*fp.Goroutines
 			clients, servers := make([]*Conn, pairs), make([]*Conn, pairs)
 			for i := range pairs {
 				clients[i], servers[i], _, _ = memPair(t, Config{}, m.features)

@@ -428,7 +428,11 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	// An idle connection has no goroutine: beside the server's echo
 	// goroutine a pair, only the devices' and the listener's own remain
 	// (a few), once the services that took the last completions end.
-	idle := goroutines + pairs + 16
+	fp, err := cfg.Footprint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := goroutines + pairs + 2*pairs*fp.Goroutines + 16
 	for end := time.Now().Add(30 * time.Second); runtime.NumGoroutine() > idle && time.Now().Before(end); {
 		time.Sleep(50 * time.Millisecond)
 	}
