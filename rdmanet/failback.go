@@ -49,11 +49,11 @@ func (c *Conn) scheduleFailbackLocked() {
 func (c *Conn) failback() {
 	c.mu.Lock()
 	s := c.sess
-	if c.closing || c.eng.Err() != nil || c.link == link.Link(s.lost) || s.pathIndex == 0 || s.moving {
+	if c.closing || c.eng.Err() != nil || c.link == link.Link(s.lost) || s.pathIndex == 0 || s.state != sessionActive {
 		c.mu.Unlock()
 		return
 	}
-	s.moving = true
+	s.setStateLocked(sessionMoving)
 	h := c.resumeHelloLocked()
 	first, from := s.paths[0], s.path
 	c.mu.Unlock()
@@ -64,7 +64,7 @@ func (c *Conn) failback() {
 
 	c.mu.Lock()
 	if err != nil {
-		s.moving = false
+		s.moveEndedLocked(c)
 		interval := cmp.Or(c.cfg.FailbackInterval, defaultFailbackInterval)
 		s.failbackWait = min(2*s.failbackWait, 8*interval)
 		if c.link == link.Link(s.lost) {
@@ -81,7 +81,7 @@ func (c *Conn) failback() {
 		return
 	}
 	if c.closing || c.eng.Err() != nil {
-		s.moving = false
+		s.moveEndedLocked(c)
 		c.mu.Unlock()
 		l.Close()
 		return
@@ -95,11 +95,11 @@ func (c *Conn) failback() {
 	<-retired
 
 	c.mu.Lock()
-	s.moving = false
 	s.failbackWait = 0
 	c.mu.Unlock()
-	if err := c.attach(l, peer, first.name, 0); err != nil {
+	if err := c.attach(l, peer, first.name, 0); err != nil { // moving to active, if it works
 		c.mu.Lock()
+		s.moveEndedLocked(c)
 		if c.eng.Err() == nil && !c.closing && c.link == link.Link(s.lost) {
 			c.startRecoveryLocked(s.why)
 		}
@@ -110,4 +110,17 @@ func (c *Conn) failback() {
 	s.failbacks++
 	c.mu.Unlock()
 	slog.Info("rdmanet: session moved back to its first path", "session", s.id, "from", from, "to", first.name)
+}
+
+// moveEndedLocked ends a failback's move: the session is active on its
+// link, or suspended if the link went meanwhile; c.mu is held.
+func (s *session) moveEndedLocked(c *Conn) {
+	if s.state != sessionMoving {
+		return
+	}
+	if c.link == link.Link(s.lost) {
+		s.setStateLocked(sessionSuspended)
+	} else {
+		s.setStateLocked(sessionActive)
+	}
 }

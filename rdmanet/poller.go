@@ -154,10 +154,10 @@ func (c *Conn) handleLocked(cs []link.Completion) {
 	for i := range cs {
 		if cs[i].Kind == link.Disconnected && c.sess != nil {
 			switch {
-			case c.sess.moving:
+			case c.sess.state == sessionMoving:
 				// The server let go of the link this side is moving from.
 				cs[i] = link.Completion{Kind: link.Failed, Err: errFailback}
-			case c.sess.attaching:
+			case c.sess.state == sessionAttaching:
 				// The dialer let go of the link it is moving from: its
 				// new link is established, and resumeEnd may not have
 				// run yet.

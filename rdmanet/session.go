@@ -91,12 +91,11 @@ type session struct {
 	table       *sessionTable // the server's
 	timeout     time.Duration
 
-	retired   chan struct{} // closed when the lost link was closed (nil when none is)
-	attaching bool          // the server is making a new link for the session
+	state   sessionState  // session_state.go
+	retired chan struct{} // closed when the lost link was closed (nil when none is)
 	// knocked: a resume of the session was asked for since it last lost
-	// its link (the server's side); peerGone: the session ended because
-	// the peer left its link and did not come back (peerLeft).
-	knocked, peerGone bool
+	// its link (the server's side).
+	knocked           bool
 	failovers         int         // links replaced
 	path              string      // the current link's path, for errors and logs
 	why               error       // what broke the link before the current one
@@ -108,7 +107,6 @@ type session struct {
 	// The dialer's path now (an index into paths), and moving back to
 	// the first one (failback.go).
 	pathIndex     int
-	moving        bool
 	failbacks     int
 	failbackWait  time.Duration
 	failbackTimer *time.Timer
@@ -254,7 +252,10 @@ func (c *Conn) suspendLocked() {
 		c.retire(old)
 		close(retired)
 	}()
-	if !s.moving { // a failback in progress brings its own link (failback.go)
+	if s.state == sessionActive {
+		s.setStateLocked(sessionSuspended)
+	}
+	if s.state != sessionMoving { // a failback in progress brings its own link (failback.go)
 		c.startRecoveryLocked(cause)
 	}
 }
@@ -415,11 +416,11 @@ func (c *Conn) peerLeft() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.sess
-	if (c.closing && !c.lingering) || c.link != link.Link(s.lost) || s.knocked || s.attaching {
+	if (c.closing && !c.lingering) || c.link != link.Link(s.lost) || s.knocked || s.state != sessionSuspended {
 		return false
 	}
 	slog.Info("rdmanet: session ended: the peer left its link and did not come back", "session", s.id, "path", s.path)
-	s.peerGone = true
+	s.setStateLocked(sessionEnded)
 	c.eng.PeerLeft()
 	c.wakeReadyLocked()
 	s.lost.Wake()
@@ -434,6 +435,7 @@ func (c *Conn) giveUp(err *ResumeError) {
 		return
 	}
 	slog.Info("rdmanet: session ended without resuming", "session", c.sess.id, "err", err)
+	c.sess.setStateLocked(sessionEnded)
 	c.eng.End(err)
 	c.wakeReadyLocked()
 	c.sess.lost.Wake()
@@ -441,9 +443,14 @@ func (c *Conn) giveUp(err *ResumeError) {
 
 // attach makes l the session's link: the engine resumes on it. A closed or
 // failed connection refuses it (and closes it).
-func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) error {
+func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) (err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer func() {
+		if err != nil {
+			c.attachEndedLocked() // the server's attach is over
+		}
+	}()
 	switch {
 	case c.closing && !c.lingering:
 		l.Close()
@@ -465,9 +472,9 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) erro
 		c.sess.pathIndex = index
 		c.scheduleFailbackLocked()
 	} else {
-		c.sess.attaching = false
 		c.sess.unconfirmed = true
 	}
+	c.sess.setStateLocked(sessionActive)
 	c.sess.cancel() // the server's wait for a link
 	c.link = l
 	path = linkPathName(l, path)
@@ -527,9 +534,9 @@ func (c *Conn) resumeBegin(gen uint32) (tx, rx []byte, next uint32, err error) {
 		err = fmt.Errorf("%w: it was closed", ErrSessionRefused)
 	case c.eng.Err() != nil:
 		err = fmt.Errorf("%w: it has ended: %v", ErrSessionRefused, c.eng.Err())
-	case s.peerGone:
+	case s.state == sessionEnded:
 		err = fmt.Errorf("%w: it has ended: the dialer left its link and did not come back in time", ErrSessionRefused)
-	case s.attaching:
+	case s.state == sessionAttaching:
 		err = errResumeBusy
 	case gen != s.gen && (s.next == 0 || gen != s.next):
 		err = fmt.Errorf("%w: generation %d, the session is at %d", ErrSessionRefused, gen, s.gen)
@@ -538,7 +545,7 @@ func (c *Conn) resumeBegin(gen uint32) (tx, rx []byte, next uint32, err error) {
 		c.mu.Unlock()
 		return nil, nil, 0, err
 	}
-	s.attaching = true
+	s.setStateLocked(sessionAttaching)
 	s.gen, s.next = gen, gen+1
 	c.mu.Unlock()
 	return s.tx, s.rx, gen + 1, nil
@@ -558,7 +565,7 @@ func (c *Conn) resumeEnd(l link.Link, path string) error {
 	c.mu.Lock()
 	s := c.sess
 	if l == nil {
-		s.attaching = false
+		c.attachEndedLocked()
 		c.mu.Unlock()
 		return nil
 	}
@@ -569,7 +576,7 @@ func (c *Conn) resumeEnd(l link.Link, path string) error {
 		c.wakeReadyLocked()
 	}
 	if c.link != link.Link(s.lost) { // ended or closed: attach refuses
-		s.attaching = false
+		c.attachEndedLocked()
 		c.mu.Unlock()
 		l.Close()
 		return fmt.Errorf("%w: it has ended", ErrSessionRefused)
@@ -578,6 +585,19 @@ func (c *Conn) resumeEnd(l link.Link, path string) error {
 	c.mu.Unlock()
 	<-retired
 	return c.attach(l, wire.Hello{}, path, -1)
+}
+
+// attachEndedLocked ends the server's attach that made no link: the
+// session is back where it was (unless it ended meanwhile); c.mu is held.
+func (c *Conn) attachEndedLocked() {
+	s := c.sess
+	switch {
+	case s.state != sessionAttaching:
+	case c.link == link.Link(s.lost):
+		s.setStateLocked(sessionSuspended)
+	default:
+		s.setStateLocked(sessionActive)
+	}
 }
 
 // errResumeBusy answers a resume while another of the same session is

@@ -437,7 +437,11 @@ func TestTCPResumeHostileHellos(t *testing.T) {
 		{"no receives", func() []byte { h := good; h.RecvDepth = 0; return h.Encode() }, tcpRefused, "no receives", true, nil},
 		{"resume under way", good.Encode, tcpBusy, "under way", false, func(on bool) {
 			ts.server.mu.Lock()
-			ts.server.sess.attaching = on
+			if on {
+				ts.server.sess.setStateLocked(sessionAttaching)
+			} else {
+				ts.server.sess.setStateLocked(sessionActive)
+			}
 			ts.server.mu.Unlock()
 		}},
 		// Last: the client closes first, and its end of the connection

@@ -1,0 +1,176 @@
+package rdmanet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// Every session in this package's tests reports its changes of state
+// here. A change the table does not allow panics: the tests that make it
+// fail, whichever they are.
+var sessionStateLog = struct {
+	sync.Mutex
+	moves map[*session][]sessionState // the states each session went through, its first one included
+}{moves: make(map[*session][]sessionState)}
+
+func init() {
+	sessionStateChanged = func(s *session, from, to sessionState) {
+		if !sessionTransitions[from][to] {
+			panic(fmt.Sprintf("session %v: state %v to %v, which the table does not allow", s.id, from, to))
+		}
+		sessionStateLog.Lock()
+		defer sessionStateLog.Unlock()
+		if len(sessionStateLog.moves[s]) == 0 {
+			sessionStateLog.moves[s] = []sessionState{from}
+		}
+		sessionStateLog.moves[s] = append(sessionStateLog.moves[s], to)
+	}
+}
+
+// statesOf returns the states c's session went through.
+func statesOf(c *Conn) []sessionState {
+	sessionStateLog.Lock()
+	defer sessionStateLog.Unlock()
+	return append([]sessionState(nil), sessionStateLog.moves[c.sess]...)
+}
+
+func eventuallySession(t *testing.T, c *Conn, what string, ok func(SessionState) bool) {
+	t.Helper()
+	for end := time.Now().Add(20 * time.Second); !ok(c.Session()); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) { // a hang guard, not a timing check
+			t.Fatalf("no %s: %+v", what, c.Session())
+		}
+	}
+}
+
+// TestSessionStateMachine drives sessions through every state, over pipes
+// with faults: a cut link (active, suspended, the server attaching, active
+// again), a failback (moving), and a resume that never comes (ended).
+func TestSessionStateMachine(t *testing.T) {
+	seen := map[sessionState]bool{}
+	note := func(who string, c *Conn) []sessionState {
+		states := statesOf(c)
+		t.Logf("%s: %v", who, states)
+		for _, s := range states {
+			seen[s] = true
+		}
+		return states
+	}
+	t.Run("failover", func(t *testing.T) {
+		p := newSessionPair(t, Config{KeepAlive: 250 * time.Millisecond})
+		defer closeAndWait(t, p.server)
+		defer closeAndWait(t, p.client)
+		a, _ := p.pipes()
+		a.Cut(nil)
+		eventuallySession(t, p.client, "resume", func(s SessionState) bool { return s.Failovers == 1 && !s.Suspended })
+		eventuallySession(t, p.server, "resume", func(s SessionState) bool { return s.Failovers == 1 && !s.Suspended })
+		roundTrip(t, p.client, p.server)
+		if got := note("client", p.client); !sameStates(got, sessionActive, sessionSuspended, sessionActive) {
+			t.Errorf("the dialer went through %v, want active, suspended, active", got)
+		}
+		// The server's loss and the dialer's resume race: it attaches from
+		// suspended, or, if the resume comes first, from active.
+		if got := note("server", p.server); !sameStates(got, sessionActive, sessionSuspended, sessionAttaching, sessionActive) &&
+			!sameStates(got, sessionActive, sessionAttaching, sessionSuspended, sessionActive) &&
+			!sameStates(got, sessionActive, sessionAttaching, sessionActive) {
+			t.Errorf("the server went through %v", got)
+		}
+	})
+	t.Run("failback", func(t *testing.T) {
+		p := newSessionPair(t, Config{KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
+		defer closeAndWait(t, p.server)
+		defer closeAndWait(t, p.client)
+		var broken atomic.Bool
+		p.client.mu.Lock()
+		p.client.sess.paths = []resumePath{
+			{name: "primary", dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
+				if broken.Load() {
+					return nil, wire.Hello{}, errors.New("test: the first path is down")
+				}
+				return p.dial(ctx, h)
+			}},
+			{name: "secondary", dial: p.dial},
+		}
+		p.client.mu.Unlock()
+		broken.Store(true)
+		a, _ := p.pipes()
+		a.Cut(nil)
+		eventuallySession(t, p.client, "failover", func(s SessionState) bool { return s.Path == "secondary" })
+		broken.Store(false)
+		eventuallySession(t, p.client, "failback", func(s SessionState) bool { return s.Path == "primary" && s.Failbacks == 1 })
+		roundTrip(t, p.client, p.server)
+		got := note("client", p.client)
+		// Tries that failed while the first path was down moved it and
+		// back; the last one stays moving while the old link is retired,
+		// and becomes active on the new one.
+		if n := len(got); n < 4 || got[n-2] != sessionMoving || got[n-1] != sessionActive {
+			t.Errorf("the dialer went through %v, want a move to the first path at the end", got)
+		}
+		note("server", p.server)
+	})
+	t.Run("no resume", func(t *testing.T) {
+		p := newSessionPair(t, Config{KeepAlive: 250 * time.Millisecond, ResumeTimeout: 300 * time.Millisecond})
+		defer closeAndWait(t, p.server)
+		defer closeAndWait(t, p.client)
+		p.mu.Lock()
+		p.refuse = errors.New("test: no route to host")
+		p.mu.Unlock()
+		a, _ := p.pipes()
+		a.Cut(nil)
+		var b [1]byte
+		var re *ResumeError
+		if _, err := p.client.Read(b[:]); !errors.As(err, &re) {
+			t.Fatalf("Read: %v, want a *ResumeError", err)
+		}
+		if _, err := p.server.Read(b[:]); !errors.As(err, &re) {
+			t.Fatalf("server Read: %v, want a *ResumeError", err)
+		}
+		for who, c := range map[string]*Conn{"client": p.client, "server": p.server} {
+			if got := note(who, c); !sameStates(got, sessionActive, sessionSuspended, sessionEnded) {
+				t.Errorf("the %s went through %v, want active, suspended, ended", who, got)
+			}
+		}
+	})
+	for s := range sessionStates {
+		if !seen[s] {
+			t.Errorf("no session went through state %v", s)
+		}
+	}
+}
+
+func sameStates(got []sessionState, want ...sessionState) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// The table: ended is final, and nothing comes back to it or leaves it.
+func TestSessionTransitions(t *testing.T) {
+	for to := range sessionStates {
+		if sessionTransitions[sessionEnded][to] {
+			t.Errorf("ended may move to %v", to)
+		}
+	}
+	for from := range sessionStates {
+		if sessionTransitions[from][from] {
+			t.Errorf("%v moves to itself", from)
+		}
+	}
+	if sessionStates.String() != "sessionState(?)" || sessionMoving.String() != "moving" {
+		t.Errorf("names: %v, %v", sessionStates, sessionMoving)
+	}
+}
