@@ -95,14 +95,14 @@ type session struct {
 	retired chan struct{} // closed when the lost link was closed (nil when none is)
 	// knocked: a resume of the session was asked for since it last lost
 	// its link (the server's side).
-	knocked           bool
-	failovers         int         // links replaced
-	path              string      // the current link's path, for errors and logs
-	why               error       // what broke the link before the current one
-	left              SessionMove // why and from what the session left its last link (To unset)
-	lostAt            time.Time   // when it did
-	lastMove          SessionMoveEvent
-	cancel            context.CancelFunc
+	knocked   bool
+	failovers int         // links replaced
+	path      string      // the current link's path, for errors and logs
+	why       error       // what broke the link before the current one
+	left      SessionMove // why and from what the session left its last link (To unset)
+	lostAt    time.Time   // when it did
+	lastMove  SessionMoveEvent
+	cancel    context.CancelFunc
 
 	// The dialer's path now (an index into paths), and moving back to
 	// the first one (failback.go).

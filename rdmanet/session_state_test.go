@@ -1,16 +1,11 @@
 package rdmanet
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/rdmanet/sdk/internal/link"
-	"github.com/rdmanet/sdk/internal/wire"
 )
 
 // Every session in this package's tests reports its changes of state
@@ -88,18 +83,7 @@ func TestSessionStateMachine(t *testing.T) {
 		p := newSessionPair(t, Config{KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
 		defer closeAndWait(t, p.server)
 		defer closeAndWait(t, p.client)
-		var broken atomic.Bool
-		p.client.mu.Lock()
-		p.client.sess.paths = []resumePath{
-			{name: "primary", dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
-				if broken.Load() {
-					return nil, wire.Hello{}, errors.New("test: the first path is down")
-				}
-				return p.dial(ctx, h)
-			}},
-			{name: "secondary", dial: p.dial},
-		}
-		p.client.mu.Unlock()
+		broken := p.twoPaths()
 		broken.Store(true)
 		a, _ := p.pipes()
 		a.Cut(nil)

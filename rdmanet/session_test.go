@@ -136,6 +136,24 @@ func (p *sessionPair) dial(ctx context.Context, h wire.Hello) (link.Link, wire.H
 	return a, peer, nil
 }
 
+// twoPaths gives the dialer two paths to the server, "primary" and
+// "secondary", and returns the switch that breaks the first.
+func (p *sessionPair) twoPaths() *atomic.Bool {
+	broken := new(atomic.Bool)
+	p.client.mu.Lock()
+	defer p.client.mu.Unlock()
+	p.client.sess.paths = []resumePath{
+		{name: "primary", dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
+			if broken.Load() {
+				return nil, wire.Hello{}, errors.New("test: the first path is down")
+			}
+			return p.dial(ctx, h)
+		}},
+		{name: "secondary", dial: p.dial},
+	}
+	return broken
+}
+
 // pipes returns the current pipe's ends.
 func (p *sessionPair) pipes() (*link.Pipe, *link.Pipe) {
 	p.mu.Lock()
@@ -466,16 +484,7 @@ func TestSessionFailsBack(t *testing.T) {
 	goroutineCheck(t)
 	before := ReadMetrics().Sessions
 	p := newSessionPair(t, Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
-	var broken atomic.Bool
-	p.client.sess.paths = []resumePath{
-		{name: "primary", dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
-			if broken.Load() {
-				return nil, wire.Hello{}, errors.New("test: the first path is down")
-			}
-			return p.dial(ctx, h)
-		}},
-		{name: "secondary", dial: p.dial},
-	}
+	broken := p.twoPaths()
 	const size = 16 << 20
 	done := streamBothWays(t, p.client, p.server, size)
 	waitFor := func(what string, ok func(SessionState) bool) {

@@ -275,7 +275,12 @@ func (s *compShare) dispatchRead() bool {
 	for {
 		s.mu.Lock()
 		s.ch.SetDeadline(time.Time{})
-		stopped := isClosed(s.stop)
+		stopped := false
+		select {
+		case <-s.stop:
+			stopped = true
+		default:
+		}
 		if s.waits > 0 || stopped {
 			s.dispatching = false
 			s.mu.Unlock()
@@ -313,15 +318,6 @@ func (s *compShare) failed(err error) {
 	for _, l := range links {
 		l.Wake()
 		l.tell()
-	}
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }
 
