@@ -32,7 +32,7 @@ import (
 // lingerTimeout) and frees the registered memory (internal/connfd, linger.go).
 type Conn struct {
 	link          link.Link
-	rdma          *rdmalink.Link // the link, when it is RDMA (nil over link.Pipe)
+	rdma          *rdmalink.Link // the first link, when it is RDMA, while it is set up (nil over link.Pipe)
 	sess          *session       // a resumable session's state (session.go), or nil
 	mem           *ringMem       // the rings, when the connection owns them (a session's)
 	cfg           Config

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/fallback"
-	"github.com/rdmanet/sdk/internal/rdmalink"
 )
 
 // ConnInfo is the state of one live connection, as Connections reports it:
@@ -190,7 +189,7 @@ func (c *Conn) info() ConnInfo {
 	if c.server {
 		i.Side = sideAccepted
 	}
-	if l, ok := c.link.(*rdmalink.Link); ok {
+	if l, ok := c.link.(deviceLink); ok {
 		i.Device, i.Port, i.QP = l.Endpoint()
 		i.DataPath = l.DataPath()
 	}
@@ -211,4 +210,11 @@ func (c *Conn) info() ConnInfo {
 		i.LastError = err.Error()
 	}
 	return i
+}
+
+// deviceLink is a link on an RDMA device (rdmalink's), which says where it
+// runs and how data moves on it.
+type deviceLink interface {
+	Endpoint() (device string, port uint8, qpNum uint32)
+	DataPath() string
 }

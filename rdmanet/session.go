@@ -13,10 +13,9 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/link"
-	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/stream"
-	"github.com/rdmanet/sdk/internal/tcplink"
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
@@ -121,8 +120,7 @@ type session struct {
 // onTCPLocked reports whether the connection runs over TCP now (a session
 // that failed over to it); c.mu is held.
 func (c *Conn) onTCPLocked() bool {
-	_, ok := c.link.(*tcplink.Link)
-	return ok
+	return transportOfLink(c.link) == fallback.TCP
 }
 
 // knowLocked notes an address the dialer's links came from; c.mu is held.
@@ -486,7 +484,7 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) (err
 	c.sess.lastMove = SessionMoveEvent{SessionMove: move, FromPath: c.sess.path, ToPath: path, At: now, Pause: now.Sub(c.sess.lostAt)}
 	slog.Info("rdmanet: session resumed", "session", c.sess.id, "reason", move.Reason, "from", c.sess.path, "to", path, "failovers", c.sess.failovers, "pause", c.sess.lastMove.Pause)
 	c.sess.path = path
-	c.rdma, _ = l.(*rdmalink.Link)
+	c.rdma = nil // the first link's, for its set-up only
 	if c.sess.paths == nil {
 		_, remote := l.Addrs()
 		c.sess.knowLocked(remote.Addr())
@@ -504,10 +502,10 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) (err
 // their addresses and device, TCP links by their addresses; others (the
 // tests' pipes) by name.
 func linkPathName(l link.Link, name string) string {
-	switch l := l.(type) {
-	case *rdmalink.Link:
+	switch transportOfLink(l) {
+	case fallback.RDMA:
 		return rdmaPathName(l)
-	case *tcplink.Link:
+	case fallback.TCP:
 		return l.Caps().Name
 	}
 	return name

@@ -203,7 +203,7 @@ func (s *rdmaSide) acceptResume(ctx context.Context, req *cm.Request, h wire.Hel
 }
 
 // rdmaPathName names an RDMA link for logs and errors.
-func rdmaPathName(l *rdmalink.Link) string {
+func rdmaPathName(l link.Link) string {
 	local, remote := l.Addrs()
 	return fmt.Sprintf("rdma %s (%s) -> %s", local.Addr(), l.Caps().Name, remote)
 }

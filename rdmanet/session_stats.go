@@ -7,9 +7,7 @@ import (
 
 	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/link"
-	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/stream"
-	"github.com/rdmanet/sdk/internal/tcplink"
 )
 
 // SessionMove is one kind of move of a session from a link to the next:
@@ -73,11 +71,5 @@ func moveReason(cause error) string {
 
 // transportOfLink names a link's transport ("memory" for the tests' pipes).
 func transportOfLink(l link.Link) fallback.Transport {
-	switch l.(type) {
-	case *rdmalink.Link:
-		return fallback.RDMA
-	case *tcplink.Link:
-		return fallback.TCP
-	}
-	return "memory"
+	return fallback.Transport(l.Caps().Transport)
 }

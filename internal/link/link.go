@@ -117,6 +117,10 @@ type Caps struct {
 	// Name says what the link is, for errors and diagnostics ("rxe0 port 1",
 	// "memory").
 	Name string
+	// Transport is what carries the link: "rdma", "tcp" or "memory", as
+	// fallback.Transport names the first two (for metrics and paths, so
+	// that a connection never asks which type its link is).
+	Transport string
 	// RecvCredit: a message that finds no receive posted at the peer ends
 	// the connection (iWARP has no receiver-not-ready retry, and its
 	// devices may complete a send before the peer took it), so the engine

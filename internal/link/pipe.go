@@ -201,6 +201,7 @@ func (e *Pipe) Caps() Caps {
 		RecvDepth:    e.cfg.RecvDepth,
 		ControlDepth: e.cfg.ControlDepth,
 		Name:         "memory",
+		Transport:    "memory",
 		RecvCredit:   e.cfg.RecvCredit,
 		SpeakSecond:  e.cfg.SpeakSecond,
 	}

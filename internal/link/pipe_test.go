@@ -167,7 +167,7 @@ func TestPipeCaps(t *testing.T) {
 	ac := testConfig()
 	bc := PipeConfig{SendRing: 100, RecvRing: 200, SendDepth: 3, RecvDepth: 5, ControlDepth: 1}
 	a, b := newTestPipe(t, ac, bc)
-	want := Caps{SendDepth: 3, RecvDepth: 5, ControlDepth: 1, Name: "memory"}
+	want := Caps{SendDepth: 3, RecvDepth: 5, ControlDepth: 1, Name: "memory", Transport: "memory"}
 	if got := b.Caps(); got != want {
 		t.Errorf("Caps: %+v, want %+v", got, want)
 	}

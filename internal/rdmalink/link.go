@@ -134,7 +134,7 @@ func New(id *cm.ID, cfg Config) (*Link, error) {
 		id: id, res: res, needs: needs,
 		caps: link.Caps{
 			SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth, ControlDepth: cfg.ControlDepth,
-			MaxInline: int(res.maxInline), Name: res.name,
+			MaxInline: int(res.maxInline), Name: res.name, Transport: "rdma",
 		},
 		consumed: make([]int, 0, cfg.RecvDepth),
 		events:   make(chan struct{}, 1),

@@ -177,6 +177,7 @@ func newLink(c net.Conn, cfg Config, rkey uint32) (_ *Link, err error) {
 			RecvDepth:    cfg.RecvDepth,
 			ControlDepth: cfg.ControlDepth,
 			Name:         cfg.Name,
+			Transport:    "tcp",
 		},
 		rkey:       rkey,
 		local:      addrPort(c.LocalAddr()),

@@ -17,7 +17,7 @@ func TestCapsAddrsKeys(t *testing.T) {
 	ca, cb := connPair(t, "tcp")
 	sb := spec{sendRing: 100, recvRing: 200, sendDepth: 3, recvDepth: 5, controlDepth: 1}
 	a, b := newLinks(t, ca, cb, testSpec(), sb)
-	if got, want := b.Caps(), (link.Caps{SendDepth: 3, RecvDepth: 5, ControlDepth: 1, Name: "tcp"}); got != want {
+	if got, want := b.Caps(), (link.Caps{SendDepth: 3, RecvDepth: 5, ControlDepth: 1, Name: "tcp", Transport: "tcp"}); got != want {
 		t.Errorf("Caps: %+v, want %+v", got, want)
 	}
 	if len(b.SendRing()) != 100 || len(b.RecvRing()) != 200 {
