@@ -115,9 +115,6 @@ func TestLabIWARPValkey(t *testing.T) {
 	}()
 	from := &net.TCPAddr{IP: p.AddrA.AsSlice()}
 
-	// First: siw may refuse the next iWARP connection to a port right
-	// after a plain TCP connection there (the Valkey dial's fallback
-	// below) closed without MPA's request (docs/lab.md, "Soft-iWARP").
 	plain := rdmanet.Dialer{LocalAddr: from, Timeout: 20 * time.Second}
 	_, err = plain.Dial("rdma", ln.Addr().String())
 	var refused *rdmanet.ServerRefusedError
@@ -134,7 +131,27 @@ func TestLabIWARPValkey(t *testing.T) {
 	}
 	t.Logf("RDMA only, after %v: %v", time.Since(start).Round(time.Millisecond), err)
 
-	c, err := valkey.Dial("tcp", ln.Addr().String())
+	// The fallback's TCP goes to a TCP listener of its own on the siw
+	// address: a plain TCP connection to the iWARP listener's port would
+	// be taken by siw's kernel socket and wait for MPA's request, and
+	// after it closed without one the listener's rdma_destroy_id can block
+	// in the kernel for minutes (docs/lab.md, "Soft-iWARP"). The dial
+	// finds the device without immediate data before it sends anything.
+	tl, err := net.Listen("tcp", netip.AddrPortFrom(p.AddrB, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	go func() {
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	c, err := valkey.Dial("tcp", tl.Addr().String())
 	if err != nil {
 		t.Fatalf("Valkey-compatible dial from siw with fallback: %v", err)
 	}
