@@ -27,9 +27,10 @@ import (
 // completions come, and a short service takes them (poller.go).
 //
 // Lifetimes follow internal/poll's FD: Close wakes every blocked call at
-// once, waits for the calls in flight (a service among them), and only then hands the link to a
-// background drain that delivers what was written (bounded by
-// lingerTimeout) and frees the registered memory (internal/connfd, linger.go).
+// once, waits for the calls in flight (a service among them), and only
+// then hands the link to a background drain that delivers what was written
+// (bounded by lingerTimeout) and frees the registered memory
+// (internal/connfd, linger.go).
 type Conn struct {
 	link          link.Link
 	rdma          *rdmalink.Link // the first link, when it is RDMA, while it is set up (nil over link.Pipe)

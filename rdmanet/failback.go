@@ -64,7 +64,7 @@ func (c *Conn) failback() {
 
 	c.mu.Lock()
 	if err != nil {
-		s.moveEndedLocked(c)
+		c.stepEndedLocked(sessionMoving)
 		interval := cmp.Or(c.cfg.FailbackInterval, defaultFailbackInterval)
 		s.failbackWait = min(2*s.failbackWait, 8*interval)
 		if c.link == link.Link(s.lost) {
@@ -81,7 +81,7 @@ func (c *Conn) failback() {
 		return
 	}
 	if c.closing || c.eng.Err() != nil {
-		s.moveEndedLocked(c)
+		c.stepEndedLocked(sessionMoving)
 		c.mu.Unlock()
 		l.Close()
 		return
@@ -99,7 +99,7 @@ func (c *Conn) failback() {
 	c.mu.Unlock()
 	if err := c.attach(l, peer, first.name, 0); err != nil { // moving to active, if it works
 		c.mu.Lock()
-		s.moveEndedLocked(c)
+		c.stepEndedLocked(sessionMoving)
 		if c.eng.Err() == nil && !c.closing && c.link == link.Link(s.lost) {
 			c.startRecoveryLocked(s.why)
 		}
@@ -110,17 +110,4 @@ func (c *Conn) failback() {
 	s.failbacks++
 	c.mu.Unlock()
 	slog.Info("rdmanet: session moved back to its first path", "session", s.id, "from", from, "to", first.name)
-}
-
-// moveEndedLocked ends a failback's move: the session is active on its
-// link, or suspended if the link went meanwhile; c.mu is held.
-func (s *session) moveEndedLocked(c *Conn) {
-	if s.state != sessionMoving {
-		return
-	}
-	if c.link == link.Link(s.lost) {
-		s.setStateLocked(sessionSuspended)
-	} else {
-		s.setStateLocked(sessionActive)
-	}
 }

@@ -119,17 +119,10 @@ func (c *Conn) deadlinePassed() {
 	c.mu.Unlock()
 }
 
-// sweep polls one batch of completions and handles them; it reports whether
-// there were any. Whoever polls does it under c.mu, so batches are taken
-// and handled one at a time, in the link's order, which the send queue's
-// accounting and the stream (a Shutdown after its data) rely on.
-func (c *Conn) sweep(cs []link.Completion) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.sweepLocked(cs)
-}
-
-// sweepLocked is sweep with c.mu held.
+// sweepLocked polls one batch of completions and handles them; it reports
+// whether there were any. Whoever polls does it under c.mu, so batches are
+// taken and handled one at a time, in the link's order, which the send
+// queue's accounting and the stream (a Shutdown after its data) rely on.
 func (c *Conn) sweepLocked(cs []link.Completion) bool {
 	if c.closing {
 		return false

@@ -446,7 +446,7 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) (err
 	defer c.mu.Unlock()
 	defer func() {
 		if err != nil {
-			c.attachEndedLocked() // the server's attach is over
+			c.stepEndedLocked(sessionAttaching) // the server's attach is over
 		}
 	}()
 	switch {
@@ -563,7 +563,7 @@ func (c *Conn) resumeEnd(l link.Link, path string) error {
 	c.mu.Lock()
 	s := c.sess
 	if l == nil {
-		c.attachEndedLocked()
+		c.stepEndedLocked(sessionAttaching)
 		c.mu.Unlock()
 		return nil
 	}
@@ -574,7 +574,7 @@ func (c *Conn) resumeEnd(l link.Link, path string) error {
 		c.wakeReadyLocked()
 	}
 	if c.link != link.Link(s.lost) { // ended or closed: attach refuses
-		c.attachEndedLocked()
+		c.stepEndedLocked(sessionAttaching)
 		c.mu.Unlock()
 		l.Close()
 		return fmt.Errorf("%w: it has ended", ErrSessionRefused)
@@ -585,12 +585,14 @@ func (c *Conn) resumeEnd(l link.Link, path string) error {
 	return c.attach(l, wire.Hello{}, path, -1)
 }
 
-// attachEndedLocked ends the server's attach that made no link: the
-// session is back where it was (unless it ended meanwhile); c.mu is held.
-func (c *Conn) attachEndedLocked() {
+// stepEndedLocked ends a step that made no new link, a failback's move or
+// the server's attach, if the session is still in it: the session is
+// active on its link, or suspended if the link went meanwhile; c.mu is
+// held.
+func (c *Conn) stepEndedLocked(step sessionState) {
 	s := c.sess
 	switch {
-	case s.state != sessionAttaching:
+	case s.state != step:
 	case c.link == link.Link(s.lost):
 		s.setStateLocked(sessionSuspended)
 	default:
