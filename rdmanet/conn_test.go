@@ -122,15 +122,24 @@ func closeAndWait(t testing.TB, c *Conn) {
 func goroutineCheck(t *testing.T) {
 	before := runtime.NumGoroutine()
 	t.Cleanup(func() {
-		n := 0
-		for end := time.Now().Add(2 * lingerTimeout); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-			if n = runtime.NumGoroutine(); n <= before {
-				return
-			}
+		if n := waitGoroutines(before, 2*lingerTimeout); n > before {
+			buf := make([]byte, 1<<20)
+			t.Errorf("%d goroutines left, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 		}
-		buf := make([]byte, 1<<20)
-		t.Errorf("%d goroutines left, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 	})
+}
+
+// waitGoroutines waits up to within for the process's goroutines to be at
+// most n, and returns how many there are then.
+func waitGoroutines(n int, within time.Duration) int {
+	end := time.Now().Add(within)
+	for {
+		got := runtime.NumGoroutine()
+		if got <= n || time.Now().After(end) {
+			return got
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func TestMemNetConn(t *testing.T) {
@@ -621,12 +630,8 @@ func echoOnce(t *testing.T, a, b *Conn) {
 // be at most n.
 func goroutinesAtMost(t *testing.T, n int, when string) {
 	t.Helper()
-	end := time.Now().Add(hangGuard)
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(end) {
-			t.Fatalf("%s: %d goroutines, want at most %d", when, runtime.NumGoroutine(), n)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if got := waitGoroutines(n, hangGuard); got > n {
+		t.Fatalf("%s: %d goroutines, want at most %d", when, got, n)
 	}
 }
 

@@ -487,24 +487,16 @@ func TestSessionFailsBack(t *testing.T) {
 	broken := p.twoPaths()
 	const size = 16 << 20
 	done := streamBothWays(t, p.client, p.server, size)
-	waitFor := func(what string, ok func(SessionState) bool) {
-		t.Helper()
-		for end := time.Now().Add(20 * time.Second); !ok(p.client.Session()); time.Sleep(time.Millisecond) {
-			if time.Now().After(end) { // a hang guard, not a timing check
-				t.Fatalf("no %s: %+v", what, p.client.Session())
-			}
-		}
-	}
 	for round := 1; round <= 3; round++ {
 		broken.Store(true)
 		a, _ := p.pipes()
 		a.Cut(nil)
-		waitFor("failover to the second path", func(s SessionState) bool { return s.Path == "secondary" })
+		eventuallySession(t, p.client, "failover to the second path", func(s SessionState) bool { return s.Path == "secondary" })
 		if m := p.client.Session().LastMove; m.FromPath == "secondary" || m.ToPath != "secondary" || m.Reason == "failback" || m.At.IsZero() || m.Pause <= 0 {
 			t.Errorf("round %d: after the failover, LastMove %+v", round, m)
 		}
 		broken.Store(false)
-		waitFor("failback", func(s SessionState) bool { return s.Path == "primary" && s.Failbacks == round })
+		eventuallySession(t, p.client, "failback", func(s SessionState) bool { return s.Path == "primary" && s.Failbacks == round })
 		if m := p.client.Session().LastMove; m.FromPath != "secondary" || m.ToPath != "primary" || m.Reason != "failback" || m.To != "memory" {
 			t.Errorf("round %d: after the failback, LastMove %+v", round, m)
 		}
