@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/sdk/internal/connfd"
@@ -24,7 +23,8 @@ import (
 // messages, keepalive) is internal/stream's Engine; the queue pair under it
 // is a link.Link. A blocked Read or Write takes the completions it waits for
 // itself; an idle connection has no goroutine: the link tells it when
-// completions come, and a short service takes them (poller.go).
+// completions come, and a short service takes them (internal/connfd.FD,
+// over poller.go's linkDriver).
 //
 // Lifetimes follow internal/poll's FD: Close wakes every blocked call at
 // once, waits for the calls in flight (a service among them), and only
@@ -40,11 +40,12 @@ type Conn struct {
 	server        bool // answers GetServerFeature
 	local, remote *Addr
 
-	// fd: Reads, Writes and ticks in flight against Close, and one Read
-	// and one Write at a time, as a stream needs (internal/connfd).
-	fd connfd.Mutex
+	// fd: the calls in flight against Close with their read and write
+	// locks, the deadlines, and who takes the link's completions
+	// (internal/connfd.FD, driven through poller.go's linkDriver).
+	fd connfd.FD
 
-	mu      sync.Mutex     // guards eng, the poller's role and closing
+	mu      sync.Mutex     // guards eng, the FD's poller role and closing
 	eng     *stream.Engine // nil until start
 	closing bool           // Close has begun
 	// lingering: Close returned and the link drains in the background
@@ -53,15 +54,8 @@ type Conn struct {
 	// disconnected: the link was disconnected because the connection
 	// failed (failedLocked).
 	disconnected bool
-	poll         pollerState // who takes completions (poller.go)
-	waitLink     link.Link   // the link the poller sleeps on in Wait, if it does
-
-	readable chan struct{} // a Read may make progress (capacity 1)
-	writable chan struct{} // a Write may make progress (capacity 1)
-	closed   chan struct{} // closed by Close
-	svc      atomic.Int32  // a service is scheduled (poller.go)
-
-	readDeadline, writeDeadline connfd.Deadline
+	waitLink     link.Link         // the link the poller sleeps on in Wait, if it does
+	buffers      completionBuffers // what the FD's batches are polled into
 
 	ticker   *time.Timer   // keepalive and dead-path checks (tick.go)
 	released chan struct{} // the link is closed and its memory freed (linger.go)
@@ -111,20 +105,15 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 		c.sess.path = linkPathName(c.link, c.link.Caps().Name)
 		c.sess.cancel = func() {}
 	}
-	c.readable = make(chan struct{}, 1)
-	c.writable = make(chan struct{}, 1)
-	c.poll.free = make(chan struct{}, 1)
-	c.closed = make(chan struct{})
 	c.released = make(chan struct{})
-	c.readDeadline.Init(c.deadlinePassed)
-	c.writeDeadline.Init(c.deadlinePassed)
+	c.fd.Init(&c.mu, c.driver(), c.cfg.BusyPoll)
 
 	c.mu.Lock()
 	eng.Start()
-	c.link.SetNotify(c.kick)
+	c.link.SetNotify(c.fd.Kick)
 	c.flushLocked()
 	c.startTicksLocked()
-	c.settleLocked()
+	c.fd.SettleLocked()
 	c.mu.Unlock()
 	register(c)
 	return nil
@@ -140,12 +129,7 @@ func (c *Conn) flushLocked() {
 // wakeReadyLocked wakes a blocked Read or Write whose wait is over (data,
 // room, the end of the stream or an error); c.mu is held.
 func (c *Conn) wakeReadyLocked() {
-	if c.eng.Readable() {
-		notify(c.readable)
-	}
-	if c.eng.Writable() {
-		notify(c.writable)
-	}
+	c.fd.ReadyLocked(c.eng.Readable(), c.eng.Writable())
 	if c.eng.Lost() != nil && c.sess != nil {
 		c.suspendLocked()
 	}
@@ -163,17 +147,7 @@ func (c *Conn) failedLocked() {
 		c.link.Disconnect()
 		countConnError(c.eng.Err())
 	}
-	if c.poll.polling {
-		c.link.Wake()
-	}
-}
-
-// notify wakes one waiter without blocking.
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
+	c.fd.WakePollerLocked()
 }
 
 func (c *Conn) opError(op string, err error) error {
@@ -193,7 +167,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 		if c.closing {
 			return 0, c.opError("read", net.ErrClosed)
 		}
-		if c.readDeadline.Passed() {
+		if c.fd.DeadlinePassed(false) {
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		}
 		n, err := c.eng.Read(b)
@@ -205,7 +179,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			}
 			return n, c.opError("read", err)
 		}
-		if err := c.waitLocked(c.readable, &c.readDeadline); err != nil {
+		if err := c.fd.WaitLocked(false); err != nil {
 			return 0, c.opError("read", err)
 		}
 	}
@@ -227,7 +201,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		if c.closing {
 			return written, c.opError("write", net.ErrClosed)
 		}
-		if c.writeDeadline.Passed() {
+		if c.fd.DeadlinePassed(true) {
 			return written, c.opError("write", os.ErrDeadlineExceeded)
 		}
 		n, err := c.eng.Write(b[written:])
@@ -247,18 +221,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 			}
 			return written, c.opError("write", err)
 		}
-		if err := c.waitLocked(c.writable, &c.writeDeadline); err != nil {
+		if err := c.fd.WaitLocked(true); err != nil {
 			return written, c.opError("write", err)
 		}
-	}
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -281,12 +246,10 @@ func (c *Conn) Close() error {
 	}
 	l := c.link
 	c.mu.Unlock()
-	close(c.closed)
 	// Refuse later calls, wake the ones asleep on the link, and wait for
 	// those in flight (a service among them) to return. The link's
 	// events are linger's from now on.
 	c.fd.Close(l.Wake)
-	c.svc.Store(svcClosed)
 	unregister(c)
 	go c.linger()
 	return nil
@@ -342,19 +305,19 @@ func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
 // SetDeadline sets both the read and the write deadline.
 func (c *Conn) SetDeadline(t time.Time) error {
-	c.readDeadline.Set(t)
-	c.writeDeadline.Set(t)
+	c.fd.SetReadDeadline(t)
+	c.fd.SetWriteDeadline(t)
 	return nil
 }
 
 // SetReadDeadline sets the deadline for pending and future Reads.
 func (c *Conn) SetReadDeadline(t time.Time) error {
-	c.readDeadline.Set(t)
+	c.fd.SetReadDeadline(t)
 	return nil
 }
 
 // SetWriteDeadline sets the deadline for pending and future Writes.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
-	c.writeDeadline.Set(t)
+	c.fd.SetWriteDeadline(t)
 	return nil
 }

@@ -557,8 +557,10 @@ func TestMemCloseIsPrompt(t *testing.T) {
 	}
 	// The drain cannot end before lingerTimeout on a silent link: if Close
 	// had waited for it, the link would be released by now.
-	if isClosed(a.released) {
+	select {
+	case <-a.released:
 		t.Fatal("Close returned only after the drain ended")
+	default:
 	}
 	if err := <-blocked; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("blocked Write = %v", err)
@@ -654,6 +656,98 @@ func TestIdleConnectionTakesItsCompletions(t *testing.T) {
 				t.Fatalf("%d keepalives went out in %v of idleness, want 5 or more", after.Posted-before.Posted, 30*ka)
 			}
 			echoOnce(t, a, b)
+		})
+	}
+}
+
+// brokenLink fails one of its calls (Poll, Arm or Wait) for good once
+// broken: the device's queue or channel is gone under the connection.
+type brokenLink struct {
+	*link.Pipe
+	op     string
+	broken atomic.Bool
+}
+
+var errBrokenLink = errors.New("the device's completion queue is gone")
+
+func (l *brokenLink) fails(op string) error {
+	if l.broken.Load() && l.op == op {
+		return errBrokenLink
+	}
+	return nil
+}
+func (l *brokenLink) Poll(cs []link.Completion) (int, error) {
+	if err := l.fails("Poll"); err != nil {
+		return 0, err
+	}
+	return l.Pipe.Poll(cs)
+}
+func (l *brokenLink) Arm() error {
+	if err := l.fails("Arm"); err != nil {
+		return err
+	}
+	return l.Pipe.Arm()
+}
+func (l *brokenLink) Wait() error {
+	if err := l.fails("Wait"); err != nil {
+		return err
+	}
+	return l.Pipe.Wait()
+}
+
+// TestLinkCallFails: when the link's Poll, Arm or Wait fails for good, a
+// blocked Read returns that error (no hang, no retry loop), the peer
+// learns it, and every later call fails the same way.
+func TestLinkCallFails(t *testing.T) {
+	for _, op := range []string{"Poll", "Arm", "Wait"} {
+		t.Run(op, func(t *testing.T) {
+			goroutineCheck(t)
+			cfg, err := Config{}.withDefaults()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pa, pb := link.NewPipe(pipeConfig(cfg), pipeConfig(cfg))
+			bl := &brokenLink{Pipe: pa, op: op}
+			a, b, _, _ := memConns(t, cfg, wire.FeatureRing|wire.FeatureShutdown, bl, pb)
+			defer closeAndWait(t, b)
+			defer closeAndWait(t, a)
+			echoOnce(t, a, b)
+			read := make(chan error, 1)
+			go func() {
+				_, err := a.Read(make([]byte, 1))
+				read <- err
+			}()
+			time.Sleep(20 * time.Millisecond) // the Read polls, or waits to
+			bl.broken.Store(true)
+			// The peer's write makes a completion come, which the Read's
+			// Poll or Wait meets; a Read that armed already meets Arm
+			// with the next.
+			if _, err := b.Write([]byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			a.SetReadDeadline(time.Now().Add(hangGuard))
+			select {
+			case err := <-read:
+				if err == nil && op != "Poll" {
+					// The byte came before the Read armed, or while it
+					// slept in the link's Wait: the next Read meets it.
+					_, err = a.Read(make([]byte, 1))
+				}
+				if !errors.Is(err, errBrokenLink) {
+					t.Fatalf("Read = %v, want the link's error", err)
+				}
+			case <-time.After(2 * hangGuard):
+				t.Fatal("Read still blocked")
+			}
+			if _, err := a.Write([]byte("y")); !errors.Is(err, errBrokenLink) {
+				t.Fatalf("a later Write = %v, want the link's error", err)
+			}
+			// The failed side disconnects: the peer learns of the end at
+			// once, not after its keepalive.
+			b.SetReadDeadline(time.Now().Add(cfg.KeepAlive / 2))
+			if _, err := io.ReadAll(b); errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("the peer's Read = %v, want the link's end", err)
+			}
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -406,5 +407,73 @@ func TestRingMemLendsToRDMALinks(t *testing.T) {
 	}
 	if n := verbs.Resources().Buffers - before; n != 0 {
 		t.Errorf("%d buffers left mapped by rings that could not be made", n)
+	}
+}
+
+// TestListenErrors: what Listen cannot do is a typed error, and leaves
+// nothing listening: RDMA alone where RDMA is absent, and a TCP port that
+// is taken, under each policy.
+func TestListenErrors(t *testing.T) {
+	goroutineCheck(t)
+	if ln, err := Listen("rdma", "127.0.0.1:0"); err == nil {
+		ln.Close()
+		t.Log("this host listens on RDMA: the absent case is the lab's")
+	} else {
+		var fe *fallback.Error
+		var oe *net.OpError
+		if !errors.As(err, &oe) || oe.Op != "listen" || !errors.As(err, &fe) || fe.Reason == "" {
+			t.Errorf(`Listen("rdma") without RDMA = %v (%T), want a *net.OpError with a fallback reason`, err, err)
+		}
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, policy := range []fallback.Policy{fallback.TCPOnly, fallback.Auto} {
+		lc := ListenConfig{Policy: policy}
+		ln, err := lc.Listen(context.Background(), "tcp", taken.Addr().String())
+		if err == nil {
+			ln.Close()
+			t.Fatalf("policy %v: Listen on a taken port succeeded", policy)
+		}
+		var oe *net.OpError
+		if !errors.As(err, &oe) || !errors.Is(err, syscall.EADDRINUSE) {
+			t.Errorf("policy %v: Listen on a taken port = %v, want a *net.OpError wrapping EADDRINUSE", policy, err)
+		}
+	}
+}
+
+// TestDialTCPFromLocalAddr: a dial that goes over TCP leaves from the
+// Dialer's LocalAddr, as net.Dialer's does.
+func TestDialTCPFromLocalAddr(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	for _, local := range []net.Addr{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 7)}, &net.IPAddr{IP: net.IPv4(127, 0, 0, 7)}} {
+		d := Dialer{Policy: fallback.TCPOnly, LocalAddr: local}
+		c, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatalf("LocalAddr %v: %v", local, err)
+		}
+		if got := c.LocalAddr().(*net.TCPAddr).IP.String(); got != "127.0.0.7" {
+			t.Errorf("LocalAddr %v: the connection left from %v", local, c.LocalAddr())
+		}
+		c.Close()
+	}
+	d := Dialer{LocalAddr: &net.UnixAddr{Name: "/x", Net: "unix"}}
+	if _, err := d.Dial("tcp", ln.Addr().String()); err == nil {
+		t.Error("a Unix LocalAddr was taken for a TCP dial")
 	}
 }

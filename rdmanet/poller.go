@@ -2,130 +2,48 @@ package rdmanet
 
 import (
 	"errors"
-	"net"
-	"os"
-	"runtime"
 	"time"
 
 	"github.com/rdmanet/sdk/internal/connfd"
 	"github.com/rdmanet/sdk/internal/link"
 )
 
-// Who takes completions. One goroutine at a time polls the link and sleeps
-// in its Wait: the poller. A Read or Write that has to wait becomes the
-// poller itself when the role is free, so the completion it waits for wakes
-// it directly from the netpoller, with no hand-off through another
-// goroutine (under the lab's emulation each hand-off between threads costs
-// hundreds of microseconds). A waiter that finds someone else polling waits
-// for it to notify or to hand the role on (with BusyPoll it sweeps
-// meanwhile). A polling waiter is woken from the link's Wait (link.Wake)
-// when its deadline passes, the connection fails or closes.
-//
-// When no Read or Write waits, nobody polls, and no goroutine of the
-// connection's runs (as in Go's net, an idle connection has none): the
-// last poller arms the link and sweeps once more (settleLocked), and the
-// link calls kick when a completion comes or it ends with no Wait running
-// (link.Link's SetNotify; on RDMA, from the device's one dispatcher). kick
-// starts a short service that takes what came, so that receives are
-// reposted, credit is returned and failures are noticed while the
-// application does something else, arms again and returns. It never
-// blocks the caller on the connection's lock.
-//
-// All of this is decided under c.mu, and completions are handled under c.mu
-// in the link's order whoever takes them (sweep). With BusyPoll only the
-// waiter spins: one spinner per connection.
+// Who takes completions, and when, is the FD's (internal/connfd.FD): a
+// blocked Read or Write polls the link itself when nobody else does, and
+// an idle connection has no goroutine (the link kicks a short service).
+// linkDriver is what the FD drives: the connection's link of the moment
+// and its engine, under c.mu.
+type linkDriver Conn
 
-// pollerState is the poller's role and the buffers its holders poll into.
-type pollerState struct {
-	polling bool          // a Read or Write is the poller
-	wanting int           // blocked Reads and Writes waiting for the poller's role
-	free    chan struct{} // the role is free for a waiter that wants it (capacity 1)
-	busy    bool          // the poller's last sleep on the link was short (BusyPoll)
-	// Completions the poller takes in one batch, and those a Read or Write
-	// sweeps for itself with BusyPoll while another goroutine polls (one
-	// array per direction: both may wait).
-	batch, readSpin, writeSpin [pollBatch]link.Completion
-}
-
-// pollBatch is how many completions one Poll takes.
-const pollBatch = 32
-
-// handOffLocked gives a free poller's role to a waiter that wants it, or
-// else leaves the link armed for kick; c.mu is held.
-func (c *Conn) handOffLocked() {
-	if c.poll.polling {
-		return
-	}
-	if c.poll.wanting > 0 {
-		notify(c.poll.free)
-	} else {
-		c.settleLocked()
-	}
-}
-
-// Service states (Conn.svc): kick starts a service only from svcIdle.
+// pollBatch is how many completions one Poll takes; spinBatch, how many a
+// Read or Write takes at a time while it spins beside the poller.
 const (
-	svcIdle int32 = iota
-	svcScheduled
-	svcClosed // Close: kicks start nothing
+	pollBatch = 32
+	spinBatch = 8
 )
 
-// kick is the link's notify function: completions came, or the link ended,
-// while no Wait ran. It starts a service unless one is scheduled already.
-func (c *Conn) kick() {
-	if c.svc.CompareAndSwap(svcIdle, svcScheduled) {
-		go c.service()
-	}
+// completionBuffers are the buffers the FD's batches name.
+type completionBuffers struct {
+	poller              [pollBatch]link.Completion
+	readSpin, writeSpin [spinBatch]link.Completion
 }
 
-// service takes what came while nobody polled, and leaves the link armed.
-// A kick from the moment it is under c.mu starts another service, which
-// waits for this one: a completion after this one's Arm is not lost.
-func (c *Conn) service() {
-	if !c.fd.Incref() {
-		return
-	}
-	defer c.fd.Decref()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.svc.CompareAndSwap(svcScheduled, svcIdle)
-	c.settleLocked()
-}
+func (c *Conn) driver() *linkDriver { return (*linkDriver)(c) }
 
-// settleLocked makes the link report its next completion while nobody
-// polls: unless a poller runs, or nothing more can come (the connection
-// failed, closes or its peer is gone), it arms the link and polls once
-// more, until a poll after the Arm finds nothing. c.mu is held.
-func (c *Conn) settleLocked() {
-	cs := c.poll.batch[:]
-	for !c.poll.polling && !c.closing && c.eng.Err() == nil && !c.eng.PeerGone() {
-		if err := c.link.Arm(); err != nil {
-			c.eng.Fail(err)
-			c.wakeReadyLocked()
-			return
-		}
-		if !c.sweepLocked(cs) {
-			return
-		}
-	}
-}
-
-// deadlinePassed wakes a Read or Write that polls, when its deadline passes.
-func (c *Conn) deadlinePassed() {
-	c.mu.Lock()
-	if c.poll.polling && !c.closing {
-		c.link.Wake()
-	}
-	c.mu.Unlock()
-}
-
-// sweepLocked polls one batch of completions and handles them; it reports
+// SweepLocked polls one batch of completions and handles them; it reports
 // whether there were any. Whoever polls does it under c.mu, so batches are
 // taken and handled one at a time, in the link's order, which the send
 // queue's accounting and the stream (a Shutdown after its data) rely on.
-func (c *Conn) sweepLocked(cs []link.Completion) bool {
-	if c.closing {
-		return false
+func (d *linkDriver) SweepLocked(b connfd.Batch) bool {
+	c := (*Conn)(d)
+	var cs []link.Completion
+	switch b {
+	case connfd.ReadSpinBatch:
+		cs = c.buffers.readSpin[:]
+	case connfd.WriteSpinBatch:
+		cs = c.buffers.writeSpin[:]
+	default:
+		cs = c.buffers.poller[:]
 	}
 	n, err := c.link.Poll(cs)
 	if err != nil {
@@ -140,6 +58,67 @@ func (c *Conn) sweepLocked(cs []link.Completion) bool {
 	c.wakeReadyLocked()
 	return true
 }
+
+// ArmLocked arms the link; a failure fails the connection.
+func (d *linkDriver) ArmLocked() bool {
+	c := (*Conn)(d)
+	if err := c.link.Arm(); err != nil {
+		c.eng.Fail(err)
+		c.wakeReadyLocked()
+		return false
+	}
+	return true
+}
+
+// WaitLocked sleeps in the link's Wait. The link may change while the
+// poller sleeps on it (a session's link fails over): the one it waits on
+// is the one it woke from, and a session retiring it waits until nobody
+// does (session.go).
+func (d *linkDriver) WaitLocked() (completion bool, err error) {
+	c := (*Conn)(d)
+	l := c.link
+	c.waitLink = l
+	c.mu.Unlock()
+	err = l.Wait()
+	c.mu.Lock()
+	c.waitLink = nil
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, link.ErrWoken) || l != c.link {
+		return false, nil
+	}
+	if !c.closing {
+		c.eng.Fail(err)
+		c.wakeReadyLocked()
+	}
+	return false, err
+}
+
+func (d *linkDriver) WakeLocked() { d.link.Wake() }
+
+func (d *linkDriver) FailedLocked() bool { return d.eng.Err() != nil }
+
+func (d *linkDriver) QuietLocked() bool {
+	return d.closing || d.eng.Err() != nil || d.eng.PeerGone()
+}
+
+// TickLocked runs the engine's due checks while the connection lingers
+// (Close stopped the ticker), so a path that goes silent during the drain
+// is found, and a session resumes past it.
+func (d *linkDriver) TickLocked() time.Time {
+	c := (*Conn)(d)
+	if next := c.eng.NextTick(); !next.IsZero() && !time.Now().Before(next) {
+		c.eng.Tick()
+		c.eng.Flush(c.link)
+		if c.eng.Lost() != nil && c.sess != nil {
+			c.suspendLocked()
+		}
+	}
+	return c.eng.NextTick()
+}
+
+func (d *linkDriver) DrainedLocked() bool { return d.eng.Drained() }
 
 // handleLocked gives a batch of completions to the engine and posts what
 // it answers with; c.mu is held.
@@ -172,169 +151,10 @@ func (c *Conn) handleLocked(cs []link.Completion) {
 	}
 }
 
-// sleep arms the link, polls once more, and sleeps in the link's Wait until
-// a completion, a wake-up or the link's end; it reports whether it took
-// completions instead of sleeping. Completion events are edge-like: arming
-// after the link was found empty and polling once more before sleeping is
-// what keeps a completion that landed in between from going unannounced.
-// A Wait that fails for good fails the connection with its error.
-func (c *Conn) sleep(cs []link.Completion) (took bool) {
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		return false
+// notify wakes one waiter without blocking.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
-	if err := c.link.Arm(); err != nil {
-		c.eng.Fail(err)
-		c.wakeReadyLocked()
-		c.mu.Unlock()
-		return false
-	}
-	if c.sweepLocked(cs) {
-		c.mu.Unlock()
-		return true
-	}
-	if c.eng.Err() != nil {
-		c.mu.Unlock()
-		return false
-	}
-	// The link may change while the poller sleeps on it (a session's link
-	// fails over): the one it waits on is the one it woke from.
-	l := c.link
-	c.waitLink = l // a session retiring l waits until it is not (session.go)
-	c.mu.Unlock()
-	slept := time.Now()
-	err := l.Wait()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.waitLink = nil
-	if err != nil && !errors.Is(err, link.ErrWoken) {
-		if !c.closing && l == c.link {
-			c.eng.Fail(err)
-			c.wakeReadyLocked()
-		}
-		return false
-	}
-	if err == nil && c.cfg.BusyPoll > 0 {
-		c.poll.busy = time.Since(slept) < 10*c.cfg.BusyPoll
-	}
-	return false
-}
-
-// waitLocked releases c.mu until ready fires, the deadline passes or the
-// connection closes; it returns the error that ends the wait, if any. c.mu
-// is held on entry and on return. The waiter becomes the poller if it can
-// (see "Who takes completions"), and otherwise waits for the poller to
-// notify it or to hand it the role.
-func (c *Conn) waitLocked(ready chan struct{}, dl *connfd.Deadline) error {
-	for {
-		if !c.poll.polling && c.eng.Err() == nil {
-			return c.pollForLocked(ready, dl)
-		}
-		// Another Read or Write polls (or the connection failed and nobody
-		// needs to): wait for it to notify or to hand the role on; with
-		// BusyPoll, sweep meanwhile, so that a completion does not have to
-		// wait for the netpoller, which busy CPUs look at seldom.
-		if c.cfg.BusyPoll > 0 && c.poll.busy && c.poll.polling {
-			if err, ok := c.spinForLocked(ready, dl); ok {
-				return err
-			}
-			if !c.poll.polling {
-				continue
-			}
-		}
-		c.poll.wanting++
-		expired := dl.Expired()
-		c.mu.Unlock()
-		var err error
-		free := false
-		select {
-		case <-ready:
-		case <-expired:
-			err = os.ErrDeadlineExceeded
-		case <-c.closed:
-			err = net.ErrClosed
-		case <-c.poll.free:
-			free = true
-		}
-		c.mu.Lock()
-		c.poll.wanting--
-		if !free {
-			c.handOffLocked()
-			return err
-		}
-	}
-}
-
-// spinForLocked sweeps for up to Config.BusyPoll while another goroutine
-// is the poller; ok reports that the wait ended (with err). c.mu is held on
-// entry and on return.
-func (c *Conn) spinForLocked(ready chan struct{}, dl *connfd.Deadline) (err error, ok bool) {
-	cs := c.poll.readSpin[:8]
-	if ready == c.writable {
-		cs = c.poll.writeSpin[:8]
-	}
-	for end := time.Now().Add(c.cfg.BusyPoll); c.poll.polling && time.Now().Before(end); {
-		select {
-		case <-ready:
-			return nil, true
-		case <-dl.Expired():
-			return os.ErrDeadlineExceeded, true
-		case <-c.closed:
-			return net.ErrClosed, true
-		default:
-		}
-		if !c.sweepLocked(cs) {
-			c.mu.Unlock()
-			runtime.Gosched()
-			c.mu.Lock()
-		}
-	}
-	return nil, false
-}
-
-// pollForLocked is waitLocked as the poller: it polls the link (first for
-// up to Config.BusyPoll, when the connection is busy) and sleeps in its
-// Wait until ready fires, the deadline passes or the connection closes;
-// then it hands the role on. c.mu is held on entry and on return.
-func (c *Conn) pollForLocked(ready chan struct{}, dl *connfd.Deadline) error {
-	c.poll.polling = true
-	cs := c.poll.batch[:]
-	var spinUntil time.Time
-	if c.cfg.BusyPoll > 0 && c.poll.busy {
-		spinUntil = time.Now().Add(c.cfg.BusyPoll)
-	}
-	var err error
-	for {
-		done := true
-		select {
-		case <-ready:
-		case <-dl.Expired():
-			err = os.ErrDeadlineExceeded
-		case <-c.closed:
-			err = net.ErrClosed
-		default:
-			done = false
-		}
-		if done || c.eng.Err() != nil {
-			break
-		}
-		switch {
-		case c.sweepLocked(cs):
-		case !spinUntil.IsZero() && time.Now().Before(spinUntil):
-			// One spinner per connection, and it yields between polls:
-			// the peer, the device and the engine may need this CPU.
-			c.mu.Unlock()
-			runtime.Gosched()
-			c.mu.Lock()
-		default:
-			spinUntil = time.Time{}
-			c.mu.Unlock()
-			c.sleep(cs)
-			c.mu.Lock()
-		}
-	}
-	c.poll.polling = false
-	c.handOffLocked()
-	return err
 }

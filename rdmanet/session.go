@@ -489,11 +489,11 @@ func (c *Conn) attach(l link.Link, peer wire.Hello, path string, index int) (err
 		_, remote := l.Addrs()
 		c.sess.knowLocked(remote.Addr())
 	}
-	l.SetNotify(c.kick)
+	l.SetNotify(c.fd.Kick)
 	c.flushLocked()
 	c.rearmLocked()
-	c.sess.lost.Wake() // the poller asleep on the lost link moves to l
-	c.settleLocked()   // or, with none, l tells of its completions
+	c.sess.lost.Wake()  // the poller asleep on the lost link moves to l
+	c.fd.SettleLocked() // or, with none, l tells of its completions
 	return nil
 }
 

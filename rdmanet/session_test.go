@@ -570,3 +570,47 @@ func TestResumeOrder(t *testing.T) {
 		t.Errorf("one path: %v", got)
 	}
 }
+
+// TestSessionCloseDuringFailback: Close while a failback's dial is under
+// way returns at once, and the failback ends when its dial does, leaving
+// nothing behind.
+func TestSessionCloseDuringFailback(t *testing.T) {
+	goroutineCheck(t)
+	p := newSessionPair(t, Config{KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
+	broken := p.twoPaths()
+	roundTrip(t, p.client, p.server)
+	broken.Store(true)
+	a, _ := p.pipes()
+	a.Cut(nil)
+	eventuallySession(t, p.client, "failover to the second path", func(s SessionState) bool { return s.Path == "secondary" })
+	hold := make(chan struct{})
+	p.mu.Lock()
+	p.hold = hold
+	dials := p.dials
+	p.mu.Unlock()
+	broken.Store(false)
+	for end := time.Now().Add(hangGuard); ; time.Sleep(time.Millisecond) {
+		p.mu.Lock()
+		dialing := p.dials > dials
+		p.mu.Unlock()
+		if dialing {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("no failback dial")
+		}
+	}
+	if st := p.client.Session(); st.Path != "secondary" {
+		t.Fatalf("while the failback dials: %+v", st)
+	}
+	closed := make(chan struct{})
+	go func() { p.client.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(hangGuard):
+		t.Fatal("Close waited for the failback's dial")
+	}
+	close(hold)
+	closeAndWait(t, p.client)
+	closeAndWait(t, p.server)
+}

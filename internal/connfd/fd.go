@@ -1,0 +1,429 @@
+package connfd
+
+import (
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// FD is a connection's file-descriptor role, as internal/poll's FD is a
+// socket's: the calls in flight against Close with their locks (Mutex),
+// the deadlines, waiting for the link's completions, and the drain after
+// Close (Linger). What it waits on is a Driver: the connection's link and
+// the protocol engine that handles its completions, under the
+// connection's lock.
+//
+// Who takes completions. One goroutine at a time polls the link and sleeps
+// in its Wait: the poller. A Read or Write that has to wait becomes the
+// poller itself when the role is free, so the completion it waits for wakes
+// it directly from the netpoller, with no hand-off through another
+// goroutine (under the lab's emulation each hand-off between threads costs
+// hundreds of microseconds). A waiter that finds someone else polling waits
+// for it to say the call may go on (Ready) or to hand the role on (with a
+// busy-poll time it sweeps meanwhile). A polling waiter is woken from the
+// link's Wait (Driver.WakeLocked) when its deadline passes, the connection
+// fails or it closes.
+//
+// When no Read or Write waits, nobody polls, and no goroutine of the
+// connection's runs (as in Go's net, an idle connection has none): the
+// last poller arms the link and sweeps once more (SettleLocked), and the
+// link calls Kick when a completion comes or it ends with no Wait running.
+// Kick starts a short service that takes what came, so that receives are
+// reposted, credit is returned and failures are noticed while the
+// application does something else, arms again and returns. It never blocks
+// its caller on the connection's lock.
+//
+// All of this is decided under the connection's lock, and completions are
+// handled under it in the link's order whoever takes them. With a busy-poll
+// time only the waiter spins: one spinner per connection.
+type FD struct {
+	Mutex // the calls in flight, their read and write locks, and closed
+
+	mu       *sync.Mutex // the connection's lock: guards drv and the fields below
+	drv      Driver
+	busyPoll time.Duration
+
+	readDeadline, writeDeadline Deadline
+	readable, writable          chan struct{} // a Read or a Write may go on (capacity 1)
+	closed                      chan struct{} // closed by Close
+
+	polling bool          // a Read or Write is the poller
+	wanting int           // blocked Reads and Writes waiting for the poller's role
+	free    chan struct{} // the role is free for a waiter that wants it (capacity 1)
+	busy    bool          // the poller's last sleep on the link was short (busy-poll)
+	svc     atomic.Int32  // a service is scheduled (Kick)
+}
+
+// Driver is what an FD waits on: a link and the engine that handles its
+// completions. The methods named …Locked are called with the connection's
+// lock held.
+type Driver interface {
+	// SweepLocked polls one batch of completions into the buffer named
+	// by b, handles them, and reports whether there were any.
+	SweepLocked(b Batch) bool
+	// ArmLocked makes the link report its next completion (to a Wait, or
+	// through Kick when none runs). It reports false if arming failed,
+	// having failed the connection.
+	ArmLocked() bool
+	// WaitLocked sleeps in the link's Wait with the lock released, until
+	// a completion, a wake-up or the link's end. It reports whether a
+	// completion ended the sleep, and the error of a Wait that failed for
+	// good on the link the connection still has (which fails with it,
+	// unless it closes).
+	WaitLocked() (completion bool, err error)
+	// WakeLocked wakes whoever sleeps in the link's Wait.
+	WakeLocked()
+	// FailedLocked reports whether the connection has failed: nobody
+	// need poll any more.
+	FailedLocked() bool
+	// QuietLocked reports whether nothing more can come that someone must
+	// take while the connection is idle: it failed, it closes, or its
+	// peer is gone.
+	QuietLocked() bool
+	// TickLocked runs the engine's checks that are due (a dead path is
+	// found while lingering, too) and returns when the next is due, or
+	// the zero time.
+	TickLocked() time.Time
+	// DrainedLocked reports whether what was written before Close has
+	// been delivered.
+	DrainedLocked() bool
+}
+
+// Batch names a completion buffer: the poller's, or the one a Read or a
+// Write sweeps into with a busy-poll time while another goroutine polls
+// (both directions may wait at once).
+type Batch int
+
+const (
+	PollerBatch Batch = iota
+	ReadSpinBatch
+	WriteSpinBatch
+)
+
+// Service states (FD.svc): Kick starts a service only from svcIdle.
+const (
+	svcIdle int32 = iota
+	svcScheduled
+	svcClosed // Close: kicks start nothing
+)
+
+// Init makes fd open over d, whose calls are made under mu. With busyPoll,
+// a waiter on a busy connection polls for up to that long before sleeping.
+func (fd *FD) Init(mu *sync.Mutex, d Driver, busyPoll time.Duration) {
+	fd.mu, fd.drv, fd.busyPoll = mu, d, busyPoll
+	fd.readable = make(chan struct{}, 1)
+	fd.writable = make(chan struct{}, 1)
+	fd.free = make(chan struct{}, 1)
+	fd.closed = make(chan struct{})
+	fd.readDeadline.Init(fd.deadlinePassed)
+	fd.writeDeadline.Init(fd.deadlinePassed)
+}
+
+// SetReadDeadline sets the deadline for pending and future Reads.
+func (fd *FD) SetReadDeadline(t time.Time) { fd.readDeadline.Set(t) }
+
+// SetWriteDeadline sets the deadline for pending and future Writes.
+func (fd *FD) SetWriteDeadline(t time.Time) { fd.writeDeadline.Set(t) }
+
+// DeadlinePassed reports whether the Read (or the Write) deadline has
+// passed.
+func (fd *FD) DeadlinePassed(write bool) bool { return fd.deadline(write).Passed() }
+
+func (fd *FD) deadline(write bool) *Deadline {
+	if write {
+		return &fd.writeDeadline
+	}
+	return &fd.readDeadline
+}
+
+// ReadyLocked tells a blocked Read (readable) or Write (writable) that it
+// may go on: there is data, room, the end of the stream or an error.
+func (fd *FD) ReadyLocked(readable, writable bool) {
+	if readable {
+		notify(fd.readable)
+	}
+	if writable {
+		notify(fd.writable)
+	}
+}
+
+// WakePollerLocked wakes the poller from the link's Wait, if one sleeps
+// there: the connection failed.
+func (fd *FD) WakePollerLocked() {
+	if fd.polling {
+		fd.drv.WakeLocked()
+	}
+}
+
+// notify wakes one waiter without blocking.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close refuses later calls, wakes the calls in flight (wake must wake
+// those asleep in the link's Wait), and returns once they have all
+// returned, a service among them; from then on kicks start nothing, and
+// the link's completions are Linger's. It reports false if Close had
+// begun already.
+func (fd *FD) Close(wake func()) bool {
+	if fd.Mutex.Closed() {
+		return false
+	}
+	close(fd.closed)
+	ok := fd.Mutex.Close(wake)
+	fd.svc.Store(svcClosed)
+	return ok
+}
+
+// Kick is the link's notify function: completions came, or the link ended,
+// while no Wait ran. It starts a service unless one is scheduled already.
+func (fd *FD) Kick() {
+	if fd.svc.CompareAndSwap(svcIdle, svcScheduled) {
+		go fd.service()
+	}
+}
+
+// service takes what came while nobody polled, and leaves the link armed.
+// A kick from the moment it holds the lock starts another service, which
+// waits for this one: a completion after this one's Arm is not lost.
+func (fd *FD) service() {
+	if !fd.Incref() {
+		return
+	}
+	defer fd.Decref()
+	fd.mu.Lock()
+	defer fd.mu.Unlock()
+	fd.svc.CompareAndSwap(svcScheduled, svcIdle)
+	fd.SettleLocked()
+}
+
+// SettleLocked makes the link report its next completion while nobody
+// polls: unless a poller runs, or nothing more can come, it arms the link
+// and polls once more, until a poll after the Arm finds nothing.
+func (fd *FD) SettleLocked() {
+	for !fd.polling && !isClosed(fd.closed) && !fd.drv.QuietLocked() {
+		if !fd.drv.ArmLocked() || !fd.drv.SweepLocked(PollerBatch) {
+			return
+		}
+	}
+}
+
+// handOffLocked gives a free poller's role to a waiter that wants it, or
+// else leaves the link armed for Kick.
+func (fd *FD) handOffLocked() {
+	if fd.polling {
+		return
+	}
+	if fd.wanting > 0 {
+		notify(fd.free)
+	} else {
+		fd.SettleLocked()
+	}
+}
+
+// deadlinePassed wakes a Read or Write that polls, when its deadline passes.
+func (fd *FD) deadlinePassed() {
+	fd.mu.Lock()
+	if fd.polling && !isClosed(fd.closed) {
+		fd.drv.WakeLocked()
+	}
+	fd.mu.Unlock()
+}
+
+// sweepLocked sweeps unless Close has begun: then the link's completions
+// are Linger's.
+func (fd *FD) sweepLocked(b Batch) bool {
+	return !isClosed(fd.closed) && fd.drv.SweepLocked(b)
+}
+
+// sleepLocked arms the link, polls once more, and sleeps in the link's
+// Wait until a completion, a wake-up or the link's end. Completion events
+// are edge-like: arming after the link was found empty and polling once
+// more before sleeping is what keeps a completion that landed in between
+// from going unannounced.
+func (fd *FD) sleepLocked() {
+	if isClosed(fd.closed) || !fd.drv.ArmLocked() || fd.sweepLocked(PollerBatch) || fd.drv.FailedLocked() {
+		return
+	}
+	slept := time.Now()
+	completion, _ := fd.drv.WaitLocked()
+	if completion && fd.busyPoll > 0 {
+		fd.busy = time.Since(slept) < 10*fd.busyPoll
+	}
+}
+
+// WaitLocked releases the connection's lock until a Read (or a Write) may
+// go on (ReadyLocked), its deadline passes or the connection closes; it
+// returns os.ErrDeadlineExceeded or net.ErrClosed for the last two. The
+// lock is held on entry and on return. The waiter becomes the poller if it
+// can, and otherwise waits for the poller to say it may go on or to hand it
+// the role.
+func (fd *FD) WaitLocked(write bool) error {
+	ready, dl := fd.readable, &fd.readDeadline
+	if write {
+		ready, dl = fd.writable, &fd.writeDeadline
+	}
+	for {
+		if !fd.polling && !fd.drv.FailedLocked() {
+			return fd.pollForLocked(ready, dl)
+		}
+		// Another Read or Write polls (or the connection failed and nobody
+		// needs to): wait for it to tell or to hand the role on; with a
+		// busy-poll time, sweep meanwhile, so that a completion does not
+		// have to wait for the netpoller, which busy CPUs look at seldom.
+		if fd.busyPoll > 0 && fd.busy && fd.polling {
+			b := ReadSpinBatch
+			if write {
+				b = WriteSpinBatch
+			}
+			if err, ok := fd.spinForLocked(ready, dl, b); ok {
+				return err
+			}
+			if !fd.polling {
+				continue
+			}
+		}
+		fd.wanting++
+		expired := dl.Expired()
+		fd.mu.Unlock()
+		var err error
+		free := false
+		select {
+		case <-ready:
+		case <-expired:
+			err = os.ErrDeadlineExceeded
+		case <-fd.closed:
+			err = net.ErrClosed
+		case <-fd.free:
+			free = true
+		}
+		fd.mu.Lock()
+		fd.wanting--
+		if !free {
+			fd.handOffLocked()
+			return err
+		}
+	}
+}
+
+// spinForLocked sweeps into b for up to the busy-poll time while another
+// goroutine is the poller; ok reports that the wait ended (with err).
+func (fd *FD) spinForLocked(ready chan struct{}, dl *Deadline, b Batch) (err error, ok bool) {
+	for end := time.Now().Add(fd.busyPoll); fd.polling && time.Now().Before(end); {
+		select {
+		case <-ready:
+			return nil, true
+		case <-dl.Expired():
+			return os.ErrDeadlineExceeded, true
+		case <-fd.closed:
+			return net.ErrClosed, true
+		default:
+		}
+		if !fd.sweepLocked(b) {
+			fd.mu.Unlock()
+			runtime.Gosched()
+			fd.mu.Lock()
+		}
+	}
+	return nil, false
+}
+
+// pollForLocked is WaitLocked as the poller: it polls the link (first for
+// up to the busy-poll time, when the connection is busy) and sleeps in its
+// Wait until ready fires, the deadline passes or the connection closes;
+// then it hands the role on.
+func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
+	fd.polling = true
+	var spinUntil time.Time
+	if fd.busyPoll > 0 && fd.busy {
+		spinUntil = time.Now().Add(fd.busyPoll)
+	}
+	var err error
+	for {
+		done := true
+		select {
+		case <-ready:
+		case <-dl.Expired():
+			err = os.ErrDeadlineExceeded
+		case <-fd.closed:
+			err = net.ErrClosed
+		default:
+			done = false
+		}
+		if done || fd.drv.FailedLocked() {
+			break
+		}
+		switch {
+		case fd.sweepLocked(PollerBatch):
+		case !spinUntil.IsZero() && time.Now().Before(spinUntil):
+			// One spinner per connection, and it yields between polls:
+			// the peer, the device and the engine may need this CPU.
+			fd.mu.Unlock()
+			runtime.Gosched()
+			fd.mu.Lock()
+		default:
+			spinUntil = time.Time{}
+			fd.sleepLocked()
+		}
+	}
+	fd.polling = false
+	fd.handOffLocked()
+	return err
+}
+
+// Linger drives the link alone after Close, until what was written before
+// it is delivered (Driver.DrainedLocked) or timeout passes, running the
+// engine's checks as they fall due; it reports whether it drained. It
+// must run after Close returned: no call is in flight and kicks start
+// nothing, so it is the link's only user.
+func (fd *FD) Linger(timeout time.Duration) (drained bool) {
+	end := time.Now().Add(timeout)
+	timer := time.AfterFunc(timeout, func() {
+		fd.mu.Lock()
+		fd.drv.WakeLocked()
+		fd.mu.Unlock()
+	})
+	defer timer.Stop()
+	fd.mu.Lock()
+	defer fd.mu.Unlock()
+	for {
+		wake := end
+		if next := fd.drv.TickLocked(); !next.IsZero() && next.Before(wake) {
+			wake = next
+		}
+		timer.Reset(time.Until(wake))
+		if fd.drv.DrainedLocked() {
+			return true
+		}
+		if !time.Now().Before(end) {
+			return false
+		}
+		if fd.drv.SweepLocked(PollerBatch) {
+			continue
+		}
+		if !fd.drv.ArmLocked() {
+			return fd.drv.DrainedLocked()
+		}
+		if fd.drv.SweepLocked(PollerBatch) {
+			continue
+		}
+		if _, err := fd.drv.WaitLocked(); err != nil {
+			return fd.drv.DrainedLocked()
+		}
+	}
+}
