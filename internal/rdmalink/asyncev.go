@@ -28,7 +28,7 @@ import (
 // only if the port is still not active when it is read.
 //
 // Dispatch: a queue pair event goes to the link with that queue pair (by
-// number and handle); CQ_ERR to the link with that CQ; PORT_ERR to every
+// number and handle); CQ_ERR to every link on that (shared) CQ; PORT_ERR to every
 // link on that port of the device, DEVICE_FATAL to every link on the
 // device. The link fails (Fail) as on a device removal: its end matches
 // link.ErrDown when another path may cure it, so a resumable session moves.
@@ -127,6 +127,7 @@ type asyncMember struct {
 	qpNum uint32
 	qp    rdmacore.QP
 	cq    rdmacore.CQ
+	queue *sharedCQ // cq, shared with other links (nil in tests)
 }
 
 // asyncDevice is one context's reader and links.
@@ -233,8 +234,13 @@ func (r *asyncRegistry) dispatchLocked(d *asyncDevice, ev verbs.AsyncEvent) {
 			fail(m)
 		}
 	case verbs.EventCQErr:
+		// A shared queue: every link on it fails, and no link joins it
+		// any more.
 		for m := range d.members {
 			if m.cq != nil && m.cq == ev.CQ {
+				if m.queue != nil {
+					m.queue.setFailed(&AsyncEventError{Device: d.name, Port: m.port, Event: ev.Type})
+				}
 				fail(m)
 			}
 		}
@@ -295,7 +301,7 @@ func (l *Link) watchAsync() error {
 	if ctx == nil {
 		return nil
 	}
-	m := &asyncMember{t: l, port: l.res.port, qpNum: l.res.qpNum, qp: l.res.qp.Raw(), cq: l.res.cq.Raw()}
+	m := &asyncMember{t: l, port: l.res.port, qpNum: l.res.qpNum, qp: l.res.qp.Raw(), cq: l.res.cq.vcq.Raw(), queue: l.res.cq}
 	key := ctx.Raw()
 	err := asyncEvents.add(key, ctx.Name(), func() (asyncSource, error) {
 		ev, err := ctx.NewAsyncEvents()

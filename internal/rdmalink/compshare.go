@@ -13,15 +13,18 @@ import (
 
 // Completion events: one completion channel per device context, shared by
 // every link on it (one descriptor and its netpoller duplicate, not two a
-// connection). Each link keeps its own completion queue on the channel.
+// connection), and the device's completion queues on it, each shared by
+// many links (cqshare.go).
 //
 // Reading the channel is a role, passed as a token: a link's Wait that
-// finds it free reads the channel, parked in the netpoller, until an event
-// for its own queue comes (it returns at once, with no hand-off: the common
-// case of one busy connection) or it is woken. An event for another link
-// wakes that link, and the reader gives the role up, so the role moves to
-// where completions are wanted: the woken link takes it with its next
-// Wait, and meanwhile any other link waiting takes it.
+// finds it free reads the channel, parked in the netpoller, until its own
+// completions come (it returns at once, with no hand-off: the common case
+// of one busy connection) or it is woken. The reader of a queue's event
+// polls the queue and moves each completion to its link, telling those
+// that armed; when it told others and has nothing of its own, it gives the
+// role up, so the role moves to where completions are wanted: a told link
+// takes it with its next Wait, and meanwhile any other link waiting takes
+// it.
 //
 // While no link waits, the device's one dispatcher goroutine holds the
 // role (dispatch): an event for a link that nobody waits on calls the
@@ -36,9 +39,13 @@ type compShare struct {
 	role chan struct{}      // holds the token while nobody reads ch (capacity 1)
 
 	mu     sync.Mutex
-	reader *Link               // the link whose Wait reads ch now, or nil
-	links  map[*verbs.CQ]*Link // the links on the channel, by queue
-	refs   int                 // queues on the channel (resources)
+	reader *Link                   // the link whose Wait reads ch now, or nil
+	cqs    map[*verbs.CQ]*sharedCQ // the queues on the channel
+	refs   int                     // links on the channel (resources)
+
+	// qmu: a link joins or leaves a queue (cqshare.go); guards queues.
+	qmu    sync.Mutex
+	queues []*sharedCQ
 
 	// The dispatcher (dispatch), when started: it reads ch while waits
 	// is zero. dispatching: it reads now; idle: waits fell to zero; stop
@@ -60,7 +67,7 @@ type compChannel interface {
 
 // newCompShare makes the share of ch, with the role free.
 func newCompShare(key any, ch compChannel) *compShare {
-	s := &compShare{key: key, ch: ch, role: make(chan struct{}, 1), links: make(map[*verbs.CQ]*Link)}
+	s := &compShare{key: key, ch: ch, role: make(chan struct{}, 1), cqs: make(map[*verbs.CQ]*sharedCQ)}
 	s.role <- struct{}{}
 	return s
 }
@@ -92,7 +99,7 @@ func acquireCompShare(ctx *verbs.Context) (*compShare, error) {
 	return s, nil
 }
 
-// release drops a reference, after its queue is destroyed; the last one
+// release drops a reference, after its link left its queue; the last one
 // destroys the channel (which needs every queue on it gone).
 func (s *compShare) release() {
 	compShares.mu.Lock()
@@ -105,21 +112,7 @@ func (s *compShare) release() {
 	}
 }
 
-// add makes l the link of cq's events.
-func (s *compShare) add(cq *verbs.CQ, l *Link) {
-	s.mu.Lock()
-	s.links[cq] = l
-	s.mu.Unlock()
-}
-
-// remove forgets cq's link: its events concern nobody from now on.
-func (s *compShare) remove(cq *verbs.CQ) {
-	s.mu.Lock()
-	delete(s.links, cq)
-	s.mu.Unlock()
-}
-
-// wait is the Wait of l: it returns nil once an event for l's queue came,
+// wait is the Wait of l: it returns nil once completions of l's came,
 // link.ErrWoken once l was woken (Wake, or the link's end), or the error
 // of a channel that failed.
 func (s *compShare) wait(l *Link) error {
@@ -168,9 +161,9 @@ func (s *compShare) wait(l *Link) error {
 }
 
 // read reads the channel as l's Wait, holding the role, and gives the role
-// back when it returns: done with nil when an event for l came, done with
-// an error when the channel failed, not done when l was woken (wait then
-// says so) or another link's event was handed on.
+// back when it returns: done with nil when completions of l's came, done
+// with an error when the channel or a queue failed, not done when l was
+// woken (wait then says so) or other links were told of theirs.
 func (s *compShare) read(l *Link) (done bool, err error) {
 	s.mu.Lock()
 	s.reader = l
@@ -195,16 +188,18 @@ func (s *compShare) read(l *Link) (done bool, err error) {
 			return true, err
 		}
 		s.mu.Lock()
-		t := s.links[cq]
+		q := s.cqs[cq]
 		s.mu.Unlock()
+		if q == nil {
+			continue // the queue is gone: its event concerns nobody
+		}
+		mine, told, err := q.event(l)
 		switch {
-		case t == l:
-			return true, nil
-		case t != nil:
-			t.arrived()
+		case err != nil || mine:
+			return true, err
+		case told:
 			return false, nil
 		}
-		// The queue's link has closed: its event concerns nobody.
 	}
 	return false, nil
 }
@@ -297,10 +292,10 @@ func (s *compShare) dispatchRead() bool {
 			return false
 		}
 		s.mu.Lock()
-		t := s.links[cq]
+		q := s.cqs[cq]
 		s.mu.Unlock()
-		if t != nil {
-			t.arrived()
+		if q != nil {
+			q.event(nil) // a queue that fails tells its links
 		}
 	}
 }
@@ -310,11 +305,13 @@ func (s *compShare) dispatchRead() bool {
 func (s *compShare) failed(err error) {
 	s.mu.Lock()
 	s.err, s.dispatching = err, false
-	links := make([]*Link, 0, len(s.links))
-	for _, l := range s.links {
-		links = append(links, l)
-	}
 	s.mu.Unlock()
+	s.qmu.Lock()
+	var links []*Link
+	for _, q := range s.queues {
+		links = append(links, q.links()...)
+	}
+	s.qmu.Unlock()
 	for _, l := range links {
 		l.Wake()
 		l.tell()

@@ -32,14 +32,14 @@ var deviceAttrs sync.Map // device name -> verbs.DeviceAttr
 // of cqSize entries. Devices differ (siw allows 32768 requests a queue,
 // rxe more), and an error that names the limit beats an EINVAL from
 // ibv_create_qp.
-func checkLimits(ctx *verbs.Context, sendWRs, recvWRs, cqSize int) error {
+func checkLimits(ctx *verbs.Context, sendWRs, recvWRs, cqSize int) (verbs.DeviceAttr, error) {
 	var attr verbs.DeviceAttr
 	if v, ok := deviceAttrs.Load(ctx.Name()); ok {
 		attr = v.(verbs.DeviceAttr)
 	} else {
 		var err error
 		if attr, err = ctx.QueryDevice(); err != nil {
-			return err
+			return attr, err
 		}
 		deviceAttrs.Store(ctx.Name(), attr)
 	}
@@ -52,8 +52,8 @@ func checkLimits(ctx *verbs.Context, sendWRs, recvWRs, cqSize int) error {
 		{"max_sge", attr.MaxSGE, 1},
 	} {
 		if c.have < c.need {
-			return &LimitError{Device: ctx.Name(), Limit: c.limit, Have: c.have, Need: c.need}
+			return attr, &LimitError{Device: ctx.Name(), Limit: c.limit, Have: c.have, Need: c.need}
 		}
 	}
-	return nil
+	return attr, nil
 }

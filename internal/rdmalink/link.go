@@ -1,6 +1,6 @@
 // Package rdmalink is the RDMA edge of rdmanet: one reliable connection
-// (an rdma_cm ID, its queue pair, a completion queue and channel, and the
-// registered rings) as a link.Link, which rdmanet's connection engine
+// (an rdma_cm ID, its queue pair on a completion queue shared with other
+// links, and the registered rings) as a link.Link, which rdmanet's connection engine
 // drives. It is tested in the lab, on real queue pairs (Soft-RoCE); the
 // engine above it is tested on any machine over link.Pipe.
 package rdmalink
@@ -22,8 +22,8 @@ import (
 )
 
 // Link is a link.Link over one RDMA reliable connection: an rdma_cm ID,
-// its queue pair, a completion queue with its channel, and the registered
-// rings (resources). Data goes as RDMA_WRITE_WITH_IMM (the immediate is the
+// its queue pair, a slot on a completion queue that it shares with other
+// links of the device (cqshare.go), and the registered rings (resources). Data goes as RDMA_WRITE_WITH_IMM (the immediate is the
 // byte count), or, with write notices (an iWARP device has no immediate
 // data), as an RDMA_WRITE followed by a SEND of a Written message from a
 // notice slot; control messages go as SENDs from a slot of the control
@@ -48,6 +48,21 @@ type Link struct {
 	recvWRs  []verbs.RecvWR
 	sendWRs  []verbs.SendWR
 	wcs      [pollBatch]verbs.WorkCompletion
+	// tag is the slot and generation every work request's id carries
+	// (wrTag); sendIDs are the engine's ids of the sends posted, by their
+	// place in the send queue (sendNext is the next's), so that a send's
+	// id is the index.
+	tag      uint64
+	sendIDs  []uint64
+	sendNext int
+
+	// pend: completions taken from the shared queue for this link, not
+	// yet Polled (pend[pendHead:]); armed: Arm was called and the link
+	// was not told of a completion since.
+	pmu      sync.Mutex
+	pend     []verbs.WorkCompletion
+	pendHead int
+	armed    atomic.Bool
 	ctlNext  uint64 // control messages posted, ever: the next one's slot is ctlNext % ControlDepth
 
 	// needs are the link features this end's device cannot do without;
@@ -85,10 +100,6 @@ type Link struct {
 }
 
 var _ link.Link = (*Link)(nil)
-
-// wr_id layout: receives carry recvTag and their slot; sends carry the
-// engine's ids.
-const recvTag = 1 << 63
 
 // pollBatch is how many work completions one Poll takes at most.
 const pollBatch = 32
@@ -141,10 +152,12 @@ func New(id *cm.ID, cfg Config) (*Link, error) {
 		wakes:    make(chan struct{}, 1),
 		recvWRs:  make([]verbs.RecvWR, cfg.RecvDepth),
 		sendWRs:  make([]verbs.SendWR, 0, res.sendWRs),
+		sendIDs:  make([]uint64, res.sendWRs),
+		tag:      wrTag(res.slot, res.gen),
 	}
-	res.share.add(res.cq, l)
+	res.cq.attach(res.slot, l)
 	for i := range l.recvWRs {
-		l.recvWRs[i] = verbs.RecvWR{ID: recvTag | uint64(i), Local: res.recvSlot(i)}
+		l.recvWRs[i] = verbs.RecvWR{ID: l.recvID(i), Local: res.recvSlot(i)}
 	}
 	if err := res.qp.PostRecv(l.recvWRs); err != nil {
 		res.close()
@@ -232,7 +245,7 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 	out := l.sendWRs[:0]
 	for i := range wrs {
 		wr := &wrs[i]
-		v := verbs.SendWR{ID: wr.ID}
+		v := verbs.SendWR{ID: l.sendID(wr.ID)}
 		if wr.Signaled {
 			v.Flags |= verbs.SendSignaled
 		}
@@ -248,10 +261,10 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 				// engine's id and signal and consumes the peer's receive:
 				// a reliable connection places the write before the
 				// notice's receive completes.
-				v.Opcode, v.Imm, v.ID = verbs.OpRDMAWrite, 0, 0
+				v.Opcode, v.Imm = verbs.OpRDMAWrite, 0
 				v.Flags &^= verbs.SendSignaled
 				out = append(out, v)
-				v = verbs.SendWR{ID: wr.ID}
+				v = verbs.SendWR{ID: l.sendID(wr.ID)}
 				if wr.Signaled {
 					v.Flags |= verbs.SendSignaled
 				}
@@ -283,6 +296,23 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 	clear(out)
 	return l.postFailed(err)
 }
+
+// sendID is the work request id of the next send, whose completion
+// stands for the engine's id: its place in the send queue names it in
+// sendIDs (a queue pair never has more sends outstanding than places).
+// A write that its notice follows gets one too, unsignaled: only a flush
+// completes it, and a flushed completion carries nothing.
+func (l *Link) sendID(engineID uint64) uint64 {
+	i := l.sendNext
+	l.sendIDs[i] = engineID
+	if l.sendNext++; l.sendNext == len(l.sendIDs) {
+		l.sendNext = 0
+	}
+	return l.tag | uint64(i)
+}
+
+// recvID is the work request id of a receive into slot.
+func (l *Link) recvID(slot int) uint64 { return wrRecv | l.tag | uint64(slot) }
 
 // postFailed takes a post the provider refused as the queue pair's flush.
 // A queue pair that leaves RTS takes requests and flushes them on rxe and
@@ -319,7 +349,7 @@ func (l *Link) PostRecv(n int) error {
 	}
 	wrs := l.recvWRs[:0]
 	for _, slot := range l.consumed[:n] {
-		wrs = append(wrs, verbs.RecvWR{ID: recvTag | uint64(slot), Local: l.res.recvSlot(slot)})
+		wrs = append(wrs, verbs.RecvWR{ID: l.recvID(slot), Local: l.res.recvSlot(slot)})
 	}
 	l.consumed = l.consumed[:copy(l.consumed, l.consumed[n:])]
 	return l.postFailed(l.res.qp.PostRecv(wrs))
@@ -331,11 +361,11 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 	if l.reported {
 		return 0, nil
 	}
-	wcs := l.wcs[:min(len(cs), len(l.wcs))]
-	got, err := l.res.cq.Poll(wcs)
-	if err != nil {
+	if err := l.res.cq.drain(l); err != nil {
 		return 0, err
 	}
+	wcs := l.wcs[:min(len(cs), len(l.wcs))]
+	got := l.takePending(wcs)
 	n := 0
 	for i := range wcs[:got] {
 		wc := &wcs[i]
@@ -355,12 +385,12 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 			return n + 1, nil
 		}
 		c := &cs[n]
-		if wc.ID&recvTag == 0 {
-			*c = link.Completion{Kind: link.SendDone, ID: wc.ID}
+		if wc.ID&wrRecv == 0 {
+			*c = link.Completion{Kind: link.SendDone, ID: l.sendIDs[wc.ID&wrIndexMask]}
 			n++
 			continue
 		}
-		slot := int(wc.ID &^ recvTag)
+		slot := int(wc.ID & wrIndexMask)
 		l.consumed = append(l.consumed, slot)
 		switch wc.Opcode {
 		case verbs.WCRecvRDMAWithImm:
@@ -392,7 +422,9 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 		n++
 	}
 	if n < len(cs) && got < len(wcs) {
-		// The queue is empty: the link's end, if it came, is next.
+		// Nothing of the link's is left: its completions are taken, and
+		// the shared queue was polled empty after its end, if it came,
+		// was recorded; the end is next.
 		if end, ok := l.end(); ok {
 			cs[n] = end
 			l.reported = true
@@ -425,13 +457,62 @@ func (l *Link) end() (link.Completion, bool) {
 // the peer and no device event. It matches link.ErrDown: a path failure.
 var errQueuePairDown = fmt.Errorf("rdmanet: the connection's queue pair failed: %w", link.ErrDown)
 
-func (l *Link) Arm() error { return l.res.cq.RequestNotify(false) }
+// Arm asks for the next completion's event: the link is told when one of
+// its completions reaches it (cqshare.go), and the shared queue raises an
+// event for its next completion unless it will already.
+func (l *Link) Arm() error {
+	if l.armed.CompareAndSwap(false, true) {
+		l.res.cq.armedLinks.Add(1)
+	}
+	return l.res.cq.arm()
+}
+
+// disarm: the link was told, or its Wait returned; it wants no event
+// until it arms again.
+func (l *Link) disarm() {
+	if l.armed.CompareAndSwap(true, false) {
+		l.res.cq.armedLinks.Add(-1)
+	}
+}
+
+// deliver adds a completion the shared queue had for the link.
+func (l *Link) deliver(wc *verbs.WorkCompletion) {
+	l.pmu.Lock()
+	if l.pendHead > 0 && len(l.pend) == cap(l.pend) {
+		// Room at the front: move down before the slice grows, so it
+		// stays as long as the most completions pending at once (at most
+		// the link's reservation).
+		l.pend = l.pend[:copy(l.pend, l.pend[l.pendHead:])]
+		l.pendHead = 0
+	}
+	l.pend = append(l.pend, *wc)
+	l.pmu.Unlock()
+}
+
+// takePending moves the oldest pending completions into wcs.
+func (l *Link) takePending(wcs []verbs.WorkCompletion) int {
+	l.pmu.Lock()
+	defer l.pmu.Unlock()
+	n := copy(wcs, l.pend[l.pendHead:])
+	if l.pendHead += n; l.pendHead == len(l.pend) {
+		l.pend, l.pendHead = l.pend[:0], 0
+	}
+	return n
+}
+
+// hasPending reports whether completions wait for the link's Poll.
+func (l *Link) hasPending() bool {
+	l.pmu.Lock()
+	defer l.pmu.Unlock()
+	return l.pendHead < len(l.pend)
+}
 
 // Wait sleeps until the link's queue has a completion event, the link is
 // woken, or it ends (compshare.go: the device's channel is shared).
 func (l *Link) Wait() error {
 	l.waits.Add(1)
 	defer l.waits.Add(-1)
+	defer l.disarm()
 	return l.res.share.wait(l)
 }
 

@@ -13,8 +13,11 @@ import (
 // cm ID and goes with it.
 type resources struct {
 	pd    *verbs.PD
-	share *compShare // the device's completion channel
-	cq    *verbs.CQ
+	share *compShare // the device's completion channel and queues
+	cq    *sharedCQ  // the queue the queue pair completes on (cqshare.go)
+	slot  uint32     // the link's slot on cq, and the slot's generation
+	gen   uint32
+	need  int // the entries reserved on cq: every request the queue pair may hold
 	qp    *verbs.QP
 	rx    *verbs.Buffer // the peer writes here
 	tx    *verbs.Buffer // the transmit ring
@@ -55,10 +58,10 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 		r.sendWRs, noticeSlots = 2*cfg.SendDepth, cfg.SendDepth
 	}
 	// A queue pair that fails may flush every request it holds, signaled
-	// or not: the completion queue has room for all of them. It is never
-	// resized (iWARP devices cannot, and no device needs to).
-	cqSize := r.sendWRs + cfg.RecvDepth
-	if err := checkLimits(ctx, r.sendWRs, cfg.RecvDepth, cqSize); err != nil {
+	// or not: its shared completion queue keeps room for all of them.
+	need := r.sendWRs + cfg.RecvDepth
+	attr, err := checkLimits(ctx, r.sendWRs, cfg.RecvDepth, need)
+	if err != nil {
 		return nil, err
 	}
 	if r.pd, err = ctx.AllocPD(); err != nil {
@@ -67,9 +70,20 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 	if r.share, err = acquireCompShare(ctx); err != nil {
 		return nil, err
 	}
-	if r.cq, err = ctx.NewCQ(cqSize, r.share.vch, 0); err != nil {
+	share := r.share
+	r.cq, r.slot, r.gen, err = share.joinCQ(need, attr.MaxCQE, func(size int) (*sharedCQ, error) {
+		cq, err := ctx.NewCQ(size, share.vch, 0)
+		if err != nil {
+			return nil, err
+		}
+		q := newSharedCQ(cq, cq.Size())
+		q.vcq = cq
+		return q, nil
+	})
+	if err != nil {
 		return nil, err
 	}
+	r.need = need
 	if cfg.SendMem != nil && cfg.RecvMem != nil {
 		r.borrowed, r.rx, r.tx = true, cfg.RecvMem, cfg.SendMem
 		if r.rxMR, err = r.pd.Register(r.rx, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
@@ -89,7 +103,7 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 	if r.ctl, r.ctlMR, err = r.register((cfg.RecvDepth+cfg.ControlDepth+noticeSlots)*wire.MessageSize, verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
-	qpc := cm.QPConfig{SendCQ: r.cq, RecvCQ: r.cq, Cap: verbs.QPCap{
+	qpc := cm.QPConfig{SendCQ: r.cq.vcq, RecvCQ: r.cq.vcq, Cap: verbs.QPCap{
 		MaxSendWR: uint32(r.sendWRs), MaxRecvWR: uint32(cfg.RecvDepth),
 		MaxSendSGE: 1, MaxRecvSGE: 1,
 	}}
@@ -152,8 +166,10 @@ func (r *resources) noticeSlotBytes(i int) *[wire.MessageSize]byte {
 	return (*[wire.MessageSize]byte)(r.recvSlotBytes(r.recvDepth + r.controlDepth + i))
 }
 
-// close releases everything but the queue pair (the cm ID's), in the order
-// rdma-core requires. It is called after the ID is closed.
+// close releases everything, in the order rdma-core requires. The queue
+// pair is the cm ID's, and goes first (a second Close, the ID's, does
+// nothing): none of its completions can come after, so its place on the
+// shared queue can be given back.
 func (r *resources) close() error {
 	var errs []error
 	add := func(err error) {
@@ -161,12 +177,16 @@ func (r *resources) close() error {
 			errs = append(errs, err)
 		}
 	}
+	if r.qp != nil {
+		add(r.qp.Close())
+	}
 	release := r.share != nil
 	if r.cq != nil {
-		r.share.remove(r.cq)
-		if err := r.cq.Close(); err != nil {
-			add(err)
-			release = false // the channel must outlive a queue still on it
+		if empty := r.share.leaveCQ(r.cq, r.slot, r.need); empty != nil {
+			if err := empty.vcq.Close(); err != nil {
+				add(err)
+				release = false // the channel must outlive a queue still on it
+			}
 		}
 	}
 	if release {

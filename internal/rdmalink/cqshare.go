@@ -1,0 +1,335 @@
+package rdmalink
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rdmanet/sdk/verbs"
+)
+
+// Shared completion queues: the queue pairs of many links on a device
+// complete on one queue (as nvmet-rdma's do), instead of one queue a link.
+//
+// A queue pair joins a queue only with its worst case reserved: every
+// request it may have outstanding, sends and receives, since a queue pair
+// in error flushes all of them, signaled or not, and an overrun kills
+// every queue pair on the queue. A device whose queues are full adds a
+// queue (iWARP devices cannot resize one); a queue goes with its last
+// link.
+//
+// A work request's id names its link's slot in the queue and the slot's
+// generation (wrID), so a completion reaches its link by index, and one of
+// a link that has left (an older generation) is dropped. Whoever polls the
+// queue (a link's Poll, or the reader of the device's channel) takes
+// everything on it and moves each completion to its link's own small
+// queue (pending), never under a connection's lock; a link that armed and
+// has not been told yet is told (arrived). A link's Poll then takes its own
+// completions from there.
+//
+// A leaving link's queue pair is destroyed first, so no completion of its
+// can come after; the queue is then polled empty (its completions left in
+// the queue are dropped with its generation), and only then is its
+// reservation given back. So the sum of the reservations bounds what the
+// queue may hold, and the end of a link is still "nothing of it is left":
+// its pending completions taken, and the queue polled empty since its end
+// was recorded.
+
+// completionQueue is what a sharedCQ polls and arms: a *verbs.CQ, or a
+// test's fake.
+type completionQueue interface {
+	Poll(wcs []verbs.WorkCompletion) (int, error)
+	RequestNotify(solicitedOnly bool) error
+}
+
+// sharedCQ is one completion queue that many links' queue pairs use.
+type sharedCQ struct {
+	vcq  *verbs.CQ // nil in tests
+	cq   completionQueue
+	size int
+
+	// mu: one poller at a time; guards members, free, reserved, err and wcs.
+	mu       sync.Mutex
+	members  []cqMember
+	free     []uint32 // free slots in members
+	reserved int      // what the members may have on the queue at worst
+	err      error    // polling failed: the queue is unusable
+	gone     bool     // its last link left: it is destroyed, and an event read late polls nothing
+	told     uint64   // links told of their completions, ever
+	wcs      [pollBatch]verbs.WorkCompletion
+
+	// armedLinks counts the links that armed (Link.Arm) and were not told
+	// of a completion since; notifying: the queue is armed, an event is on
+	// its way for the next completion.
+	armedLinks atomic.Int32
+	notifying  atomic.Bool
+}
+
+// cqMember is a slot of a shared queue: its link (nil while the link is
+// being made, and after it left) and the slot's generation.
+type cqMember struct {
+	link *Link
+	gen  uint32
+}
+
+// wr_id layout. Every work request's id carries its link's slot and the
+// slot's generation, and an index: a receive's slot in the control buffer,
+// or a send's place in the link's table of the engine's ids (Link.sendIDs).
+const (
+	wrRecv      = 1 << 63
+	wrSlotShift = 43
+	wrSlotBits  = 20 // a million links a queue
+	wrGenShift  = 32
+	wrGenBits   = 11
+	wrIndexMask = 1<<32 - 1
+)
+
+// wrTag is the part of every id of slot's link of generation gen.
+func wrTag(slot, gen uint32) uint64 {
+	return uint64(slot)<<wrSlotShift | uint64(gen&(1<<wrGenBits-1))<<wrGenShift
+}
+
+// wrSlot and wrGen read an id's slot and generation.
+func wrSlot(id uint64) uint32 { return uint32(id>>wrSlotShift) & (1<<wrSlotBits - 1) }
+func wrGen(id uint64) uint32  { return uint32(id>>wrGenShift) & (1<<wrGenBits - 1) }
+
+// errQueueFull: no slot is left in a queue (it has a million links).
+var errQueueFull = errors.New("rdmanet: the completion queue has no slot left")
+
+// newSharedCQ is a queue of size entries over cq.
+func newSharedCQ(cq completionQueue, size int) *sharedCQ {
+	return &sharedCQ{cq: cq, size: size}
+}
+
+// take reserves need entries and a slot, if the queue has room: the slot's
+// link is set by attach.
+func (q *sharedCQ) take(need int) (slot, gen uint32, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.err != nil || q.gone || q.size-q.reserved < need {
+		return 0, 0, false
+	}
+	if n := len(q.free); n > 0 {
+		slot, q.free = q.free[n-1], q.free[:n-1]
+	} else {
+		if len(q.members) >= 1<<wrSlotBits {
+			return 0, 0, false
+		}
+		slot = uint32(len(q.members))
+		q.members = append(q.members, cqMember{})
+	}
+	q.reserved += need
+	return slot, q.members[slot].gen, true
+}
+
+// attach makes l the link of slot: its completions reach it from now on.
+func (q *sharedCQ) attach(slot uint32, l *Link) {
+	q.mu.Lock()
+	q.members[slot].link = l
+	q.mu.Unlock()
+}
+
+// leave gives back slot and its reservation of need entries, once the
+// queue pair that used them is destroyed: the queue is polled empty first,
+// so that none of its completions is left on the queue. It reports how
+// many links remain.
+func (q *sharedCQ) leave(slot uint32, need int) (remain int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if l := q.members[slot].link; l != nil && l.armed.CompareAndSwap(true, false) {
+		q.armedLinks.Add(-1)
+	}
+	q.members[slot].link = nil
+	q.members[slot].gen++
+	if q.err == nil {
+		q.drainLocked(nil)
+	}
+	q.reserved -= need
+	q.free = append(q.free, slot)
+	remain = len(q.members) - len(q.free)
+	q.gone = remain == 0
+	return remain
+}
+
+// drain polls the queue empty, moving each completion to its link; it
+// returns the error of a queue that cannot be polled.
+func (q *sharedCQ) drain(caller *Link) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.err != nil {
+		return q.err
+	}
+	if q.gone {
+		return nil
+	}
+	return q.drainLocked(caller)
+}
+
+// drainLocked is drain with q.mu held. Links that armed are told, but for
+// the caller, which takes its own. It takes at most the queue's size: all
+// that was on it when it began (a queue is first in, first out), and no
+// more, so that completions that keep coming do not keep one poller.
+func (q *sharedCQ) drainLocked(caller *Link) error {
+	for taken := 0; ; {
+		n, err := q.cq.Poll(q.wcs[:])
+		if err != nil {
+			q.err = err
+			q.failLocked()
+			return err
+		}
+		for i := range q.wcs[:n] {
+			wc := &q.wcs[i]
+			slot := wrSlot(wc.ID)
+			if int(slot) >= len(q.members) {
+				continue
+			}
+			m := &q.members[slot]
+			if m.link == nil || m.gen&(1<<wrGenBits-1) != wrGen(wc.ID) {
+				continue // a link that left: its completions concern nobody
+			}
+			m.link.deliver(wc)
+			if m.link != caller && m.link.armed.CompareAndSwap(true, false) {
+				q.armedLinks.Add(-1)
+				q.told++
+				m.link.arrived()
+			}
+		}
+		if taken += n; n < len(q.wcs) || taken >= q.size {
+			return nil
+		}
+	}
+}
+
+// failLocked tells every link of a queue that cannot be polled: their
+// Polls return the error from now on.
+func (q *sharedCQ) failLocked() {
+	for _, m := range q.members {
+		if m.link != nil {
+			m.link.wakeForEnd()
+		}
+	}
+}
+
+// setFailed marks the queue unusable (the device reported it overran or
+// failed): no link joins it, and its links' Polls fail with err.
+func (q *sharedCQ) setFailed(err error) {
+	q.mu.Lock()
+	if q.err == nil {
+		q.err = err
+	}
+	q.mu.Unlock()
+}
+
+// arm makes the queue raise an event for its next completion, unless it
+// is armed already.
+func (q *sharedCQ) arm() error {
+	if !q.notifying.CompareAndSwap(false, true) {
+		return nil
+	}
+	if err := q.cq.RequestNotify(false); err != nil {
+		q.notifying.Store(false)
+		return err
+	}
+	return nil
+}
+
+// event handles an event of the queue, read from the device's channel by
+// reader's Wait (nil: the dispatcher): the queue is armed again while a
+// link wants to be told, then polled empty. It reports whether reader has
+// completions to take, and whether other links were told of theirs.
+func (q *sharedCQ) event(reader *Link) (mine, told bool, err error) {
+	q.notifying.Store(false)
+	if q.armedLinks.Load() > 0 { // not a gone queue's: it has no link
+		if err := q.arm(); err != nil {
+			return false, false, err
+		}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.err != nil {
+		return false, false, q.err
+	}
+	if q.gone {
+		return false, false, nil
+	}
+	before := q.told
+	if err := q.drainLocked(reader); err != nil {
+		return false, false, err
+	}
+	return reader != nil && reader.hasPending(), q.told != before, nil
+}
+
+// links returns the queue's links.
+func (q *sharedCQ) links() []*Link {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var ls []*Link
+	for _, m := range q.members {
+		if m.link != nil {
+			ls = append(ls, m.link)
+		}
+	}
+	return ls
+}
+
+// sharedCQSize is the size of a device's next queue, when it has n: queues
+// grow by adding, each twice the last, from a size that costs the first
+// connection little (a provider may pin a queue's memory) to one that
+// holds hundreds of connections.
+func sharedCQSize(n, need, maxCQE int) int {
+	size := minSharedCQ << min(n, 6)
+	return min(max(size, need), maxCQE)
+}
+
+// minSharedCQ is a device's first queue's size: room for several small
+// connections' worst cases.
+const minSharedCQ = 256
+
+// joinCQ reserves need entries on one of s's queues, adding a queue when
+// none has room; newCQ makes a queue of the size asked.
+func (s *compShare) joinCQ(need, maxCQE int, newCQ func(size int) (*sharedCQ, error)) (q *sharedCQ, slot, gen uint32, err error) {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	for _, q := range s.queues {
+		if slot, gen, ok := q.take(need); ok {
+			return q, slot, gen, nil
+		}
+	}
+	q, err = newCQ(sharedCQSize(len(s.queues), need, maxCQE))
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	slot, gen, ok := q.take(need)
+	if !ok {
+		return nil, 0, 0, errQueueFull
+	}
+	s.queues = append(s.queues, q)
+	s.mu.Lock()
+	if q.vcq != nil {
+		s.cqs[q.vcq] = q
+	}
+	s.mu.Unlock()
+	return q, slot, gen, nil
+}
+
+// leaveCQ gives back a link's slot on q (leave); a queue left with no
+// link is removed from s and returned, to be destroyed.
+func (s *compShare) leaveCQ(q *sharedCQ, slot uint32, need int) (empty *sharedCQ) {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if q.leave(slot, need) > 0 {
+		return nil
+	}
+	for i, o := range s.queues {
+		if o == q {
+			s.queues = append(s.queues[:i], s.queues[i+1:]...)
+			break
+		}
+	}
+	s.mu.Lock()
+	if q.vcq != nil {
+		delete(s.cqs, q.vcq)
+	}
+	s.mu.Unlock()
+	return q
+}
