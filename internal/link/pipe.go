@@ -129,6 +129,10 @@ type PipeConfig struct {
 	// then, and a Disconnect delivers what was posted before it, as TCP
 	// delivers what it took before its FIN.
 	EarlyCompletion bool
+	// Device, when set, is the in-memory device the end is on: its
+	// completions count against the device's one completion queue, and
+	// its notify function is called from the device's goroutine (device.go).
+	Device *Device
 }
 
 // ErrRNR is matched by the Err of a Failed completion when a message found no
@@ -190,6 +194,9 @@ func newEnd(p *pair, cfg PipeConfig) *Pipe {
 		e.recv = make([]byte, cfg.RecvRing)
 	}
 	e.cond.L = &p.mu
+	if cfg.Device != nil {
+		cfg.Device.add(e)
+	}
 	return e
 }
 
@@ -333,6 +340,9 @@ func (e *Pipe) Poll(cs []Completion) (int, error) {
 	// stream of completions allocates nothing (benchmarks count allocations).
 	clear(e.cq[copy(e.cq, e.cq[n:]):])
 	e.cq = e.cq[:len(e.cq)-n]
+	if d := e.cfg.Device; d != nil {
+		d.taken(n)
+	}
 	return n, nil
 }
 
@@ -392,7 +402,11 @@ func (e *Pipe) SetNotify(f func()) {
 func (e *Pipe) signal() {
 	e.cond.Broadcast()
 	if e.waits == 0 && e.notify != nil {
-		e.notify()
+		if d := e.cfg.Device; d != nil {
+			d.call(e.notify)
+		} else {
+			e.notify()
+		}
 	}
 }
 
@@ -448,6 +462,9 @@ func (e *Pipe) Close() error {
 	e.closed = true
 	e.flight = nil
 	e.stopTimer()
+	if d := e.cfg.Device; d != nil {
+		d.remove(e, len(e.cq))
+	}
 	if !e.pair.over && !e.pair.silent {
 		e.pair.shut(e, Completion{}, Completion{Kind: Disconnected})
 	}
@@ -554,6 +571,9 @@ func (e *Pipe) failRequest(r *request, cause error) {
 // push queues a completion and ends a Wait if the end is armed.
 func (e *Pipe) push(c Completion, seq uint64) {
 	e.cq = append(e.cq, entry{c: c, seq: seq})
+	if d := e.cfg.Device; d != nil {
+		d.queued()
+	}
 	if e.armed {
 		e.armed, e.event = false, true
 		e.signal()
@@ -581,6 +601,9 @@ func (e *Pipe) terminate(c Completion) {
 	}
 	e.down = true
 	e.cq = append(e.cq, entry{c: c})
+	if d := e.cfg.Device; d != nil {
+		d.queued()
+	}
 	e.signal()
 }
 
