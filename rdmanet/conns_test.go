@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/wire"
 )
 
 // findConn returns the listed connection from local to remote.
@@ -183,5 +185,31 @@ func TestConnectionsIdleNotNegative(t *testing.T) {
 				t.Fatalf("%s -> %s idle for %v", c.Local, c.Remote, c.Idle)
 			}
 		}
+	}
+}
+
+// endpointLink is a pipe that says where it runs, as an RDMA link does.
+type endpointLink struct{ *link.Pipe }
+
+func (endpointLink) Endpoint() (string, uint8, uint32) { return "rxe7", 2, 0x1234 }
+func (endpointLink) DataPath() string                  { return "write-and-notice" }
+
+// TestConnInfoNamesTheDevice: a connection over a link on a device reports
+// the device, its port, the queue pair and the data path, and one over a
+// link that has none reports none.
+func TestConnInfoNamesTheDevice(t *testing.T) {
+	cfg, err := Config{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, pb := link.NewPipe(pipeConfig(cfg), pipeConfig(cfg))
+	a, b, _, _ := memConns(t, cfg, wire.FeatureRing|wire.FeatureShutdown, endpointLink{pa}, pb)
+	defer closeAndWait(t, b)
+	defer closeAndWait(t, a)
+	if i := a.Info(); i.Device != "rxe7" || i.Port != 2 || i.QP != 0x1234 || i.DataPath != "write-and-notice" {
+		t.Errorf("over a device: %+v", i)
+	}
+	if i := b.Info(); i.Device != "" || i.Port != 0 || i.QP != 0 || i.DataPath != "" {
+		t.Errorf("over a link with no device: %+v", i)
 	}
 }

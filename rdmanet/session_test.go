@@ -614,3 +614,38 @@ func TestSessionCloseDuringFailback(t *testing.T) {
 	closeAndWait(t, p.client)
 	closeAndWait(t, p.server)
 }
+
+// TestSessionServerResumeAbandoned: a resume the server began and could
+// not finish (its answer to the dialer could not be written) leaves the
+// session as it was, on its link, and a later resume is not refused as
+// busy.
+func TestSessionServerResumeAbandoned(t *testing.T) {
+	goroutineCheck(t)
+	p := newSessionPair(t, Config{KeepAlive: time.Second})
+	roundTrip(t, p.client, p.server)
+	p.server.mu.Lock()
+	gen := p.server.sess.gen
+	p.server.mu.Unlock()
+	if _, _, _, err := p.server.resumeBegin(gen); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := p.server.resumeBegin(gen); !errors.Is(err, errResumeBusy) {
+		t.Fatalf("a second resume while one is under way: %v, want busy", err)
+	}
+	if err := p.server.resumeEnd(nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	p.server.mu.Lock()
+	state := p.server.sess.state
+	p.server.mu.Unlock()
+	if state != sessionActive {
+		t.Fatalf("after an abandoned resume the server's session is %v, want active", state)
+	}
+	roundTrip(t, p.client, p.server)
+	if _, _, _, err := p.server.resumeBegin(gen); err != nil {
+		t.Fatalf("a resume after the abandoned one: %v", err)
+	}
+	p.server.resumeEnd(nil, "")
+	closeAndWait(t, p.client)
+	closeAndWait(t, p.server)
+}
