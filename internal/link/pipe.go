@@ -166,6 +166,13 @@ func NewPipe(a, b PipeConfig) (*Pipe, *Pipe) {
 	ea, eb := newEnd(p, a), newEnd(p, b)
 	ea.peer, eb.peer = eb, ea
 	ea.remote, eb.remote = eb.local, ea.local
+	// On a device once whole: a device whose queue overran fails an end
+	// at once, from another goroutine, and that reaches the peer.
+	for _, e := range [2]*Pipe{ea, eb} {
+		if d := e.cfg.Device; d != nil {
+			d.add(e)
+		}
+	}
 	return ea, eb
 }
 
@@ -194,9 +201,6 @@ func newEnd(p *pair, cfg PipeConfig) *Pipe {
 		e.recv = make([]byte, cfg.RecvRing)
 	}
 	e.cond.L = &p.mu
-	if cfg.Device != nil {
-		cfg.Device.add(e)
-	}
 	return e
 }
 
