@@ -74,6 +74,7 @@ type fakeCQ struct {
 	mu      sync.Mutex
 	wcs     []verbs.WorkCompletion
 	arms    atomic.Int32
+	polls   atomic.Int32
 	pollErr error
 	refill  func() []verbs.WorkCompletion // completions that keep coming
 }
@@ -85,6 +86,7 @@ func (f *fakeCQ) add(wcs ...verbs.WorkCompletion) {
 }
 
 func (f *fakeCQ) Poll(wcs []verbs.WorkCompletion) (int, error) {
+	f.polls.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.pollErr != nil {

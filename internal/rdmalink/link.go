@@ -361,8 +361,15 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 	if l.reported {
 		return 0, nil
 	}
-	if err := l.res.cq.drain(l); err != nil {
-		return 0, err
+	// With completions of its own pending (its Wait's reader or another
+	// link's poll moved them), the link takes those first and polls the
+	// queue on its next Poll: a round trip pays one poll of the queue, as
+	// with a queue of its own.
+	drained := !l.hasPending()
+	if drained {
+		if err := l.res.cq.drain(l); err != nil {
+			return 0, err
+		}
 	}
 	wcs := l.wcs[:min(len(cs), len(l.wcs))]
 	got := l.takePending(wcs)
@@ -421,7 +428,7 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 		}
 		n++
 	}
-	if n < len(cs) && got < len(wcs) {
+	if n < len(cs) && got < len(wcs) && drained {
 		// Nothing of the link's is left: its completions are taken, and
 		// the shared queue was polled empty after its end, if it came,
 		// was recorded; the end is next.
