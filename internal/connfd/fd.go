@@ -166,26 +166,18 @@ func notify(ch chan struct{}) {
 	}
 }
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // Close refuses later calls, wakes the calls in flight (wake must wake
 // those asleep in the link's Wait), and returns once they have all
 // returned, a service among them; from then on kicks start nothing, and
 // the link's completions are Linger's. It reports false if Close had
 // begun already.
 func (fd *FD) Close(wake func()) bool {
-	if fd.Mutex.Closed() {
-		return false
-	}
-	close(fd.closed)
-	ok := fd.Mutex.Close(wake)
+	// The state word decides who closes: only the first Close wakes, so
+	// closed is closed once, however many Closes race.
+	ok := fd.Mutex.Close(func() {
+		close(fd.closed)
+		wake()
+	})
 	fd.svc.Store(svcClosed)
 	return ok
 }
@@ -216,7 +208,7 @@ func (fd *FD) service() {
 // polls: unless a poller runs, or nothing more can come, it arms the link
 // and polls once more, until a poll after the Arm finds nothing.
 func (fd *FD) SettleLocked() {
-	for !fd.polling && !isClosed(fd.closed) && !fd.drv.QuietLocked() {
+	for !fd.polling && !fd.Mutex.Closed() && !fd.drv.QuietLocked() {
 		if !fd.drv.ArmLocked() || !fd.drv.SweepLocked(PollerBatch) {
 			return
 		}
@@ -239,7 +231,7 @@ func (fd *FD) handOffLocked() {
 // deadlinePassed wakes a Read or Write that polls, when its deadline passes.
 func (fd *FD) deadlinePassed() {
 	fd.mu.Lock()
-	if fd.polling && !isClosed(fd.closed) {
+	if fd.polling && !fd.Mutex.Closed() {
 		fd.drv.WakeLocked()
 	}
 	fd.mu.Unlock()
@@ -248,7 +240,7 @@ func (fd *FD) deadlinePassed() {
 // sweepLocked sweeps unless Close has begun: then the link's completions
 // are Linger's.
 func (fd *FD) sweepLocked(b Batch) bool {
-	return !isClosed(fd.closed) && fd.drv.SweepLocked(b)
+	return !fd.Mutex.Closed() && fd.drv.SweepLocked(b)
 }
 
 // sleepLocked arms the link, polls once more, and sleeps in the link's
@@ -257,7 +249,7 @@ func (fd *FD) sweepLocked(b Batch) bool {
 // more before sleeping is what keeps a completion that landed in between
 // from going unannounced.
 func (fd *FD) sleepLocked() {
-	if isClosed(fd.closed) || !fd.drv.ArmLocked() || fd.sweepLocked(PollerBatch) || fd.drv.FailedLocked() {
+	if fd.Mutex.Closed() || !fd.drv.ArmLocked() || fd.sweepLocked(PollerBatch) || fd.drv.FailedLocked() {
 		return
 	}
 	slept := time.Now()

@@ -380,3 +380,26 @@ func TestFDLinger(t *testing.T) {
 		t.Fatalf("%d checks in 50ms with one due every 5ms", c.ticks)
 	}
 }
+
+// TestFDConcurrentClose: Closes that race each other close the FD once:
+// one reports true, the others false, and none panics.
+func TestFDConcurrentClose(t *testing.T) {
+	for range 100 {
+		c := newFakeConn(0)
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if c.fd.Close(func() {}) {
+					wins.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Fatalf("%d Closes reported true, want 1", wins.Load())
+		}
+	}
+}
