@@ -150,11 +150,3 @@ func (c *Conn) handleLocked(cs []link.Completion) {
 		s.gen, s.next, s.unconfirmed = s.next, 0, false
 	}
 }
-
-// notify wakes one waiter without blocking.
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}

@@ -218,6 +218,14 @@ func (l *lostLink) Wait() error {
 }
 func (l *lostLink) Addrs() (local, remote netip.AddrPort) { return l.local, l.remote }
 
+// notify wakes one waiter without blocking.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
 // suspendLocked runs once the engine lost its link: the session's lost
 // link takes its place, the old one is woken (a poller asleep on it moves
 // to the lost link) and closed in the background, and the session starts

@@ -574,10 +574,7 @@ func (e *Pipe) failRequest(r *request, cause error) {
 
 // push queues a completion and ends a Wait if the end is armed.
 func (e *Pipe) push(c Completion, seq uint64) {
-	e.cq = append(e.cq, entry{c: c, seq: seq})
-	if d := e.cfg.Device; d != nil {
-		d.queued()
-	}
+	e.enqueue(entry{c: c, seq: seq})
 	if e.armed {
 		e.armed, e.event = false, true
 		e.signal()
@@ -604,11 +601,16 @@ func (e *Pipe) terminate(c Completion) {
 		return
 	}
 	e.down = true
-	e.cq = append(e.cq, entry{c: c})
+	e.enqueue(entry{c: c})
+	e.signal()
+}
+
+// enqueue adds a completion to the end's queue, and to its device's count.
+func (e *Pipe) enqueue(en entry) {
+	e.cq = append(e.cq, en)
 	if d := e.cfg.Device; d != nil {
 		d.queued()
 	}
-	e.signal()
 }
 
 // armTimer makes the timer pump this end when due arrives. One timer per end

@@ -156,13 +156,20 @@ func (q *sharedCQ) leave(slot uint32, need int) (remain int) {
 func (q *sharedCQ) drain(caller *Link) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.err != nil {
-		return q.err
-	}
-	if q.gone {
-		return nil
+	if ok, err := q.pollableLocked(); !ok {
+		return err
 	}
 	return q.drainLocked(caller)
+}
+
+// pollableLocked reports whether the queue may be polled, and the error of
+// one that failed. One that is gone (destroyed with its last link) is not
+// polled, and is no error: an event read late concerns nobody.
+func (q *sharedCQ) pollableLocked() (bool, error) {
+	if q.err != nil {
+		return false, q.err
+	}
+	return !q.gone, nil
 }
 
 // drainLocked is drain with q.mu held. Links that armed are told, but for
@@ -247,11 +254,8 @@ func (q *sharedCQ) event(reader *Link) (mine, told bool, err error) {
 	q.notifying.Store(false)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.err != nil {
-		return false, false, q.err
-	}
-	if q.gone {
-		return false, false, nil
+	if ok, err := q.pollableLocked(); !ok {
+		return false, false, err
 	}
 	before := q.told
 	if err := q.drainLocked(reader); err != nil {
