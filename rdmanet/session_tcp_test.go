@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,6 +133,13 @@ func (ts *tcpSession) dialFromReservedPort(t *testing.T) *net.TCPConn {
 	t.Helper()
 	d := net.Dialer{Control: reuseAddr, LocalAddr: &net.TCPAddr{IP: loopback.AsSlice(), Port: int(ts.port)}}
 	c, err := d.Dial("tcp", ts.rig.l.Addr().String())
+	// The last connection between the same two ports, which the listener
+	// closed first, holds them until our end has the ACK of its FIN: on a
+	// busy machine the kernel's softirq may take a while to send it.
+	for end := time.Now().Add(hangGuard); errors.Is(err, syscall.EADDRNOTAVAIL) && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
+		c, err = d.Dial("tcp", ts.rig.l.Addr().String())
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
