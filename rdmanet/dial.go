@@ -252,7 +252,7 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []netip.
 	if err != nil {
 		if cause := context.Cause(connectCtx); ctx.Err() == nil && (cause == errNoAnswer || cause == errNoBusyAnswer) {
 			err = cause
-			if watchLateAnswer(dst, id, c) {
+			if watchLateAnswer(dst, id, c.discard) {
 				id = nil // the watch owns it, and c, now
 			}
 		}

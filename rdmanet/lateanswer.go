@@ -134,11 +134,20 @@ func lateAnswer(dst netip.AddrPort, ev cm.EventType) {
 	}
 }
 
+// pendingRequest is a connection request's cm ID (*cm.ID) as a watch
+// uses it.
+type pendingRequest interface {
+	WaitEvent(ctx context.Context) (cm.Event, error)
+	Disconnect() error
+	Close() error
+}
+
 // watchLateAnswer takes over a connection request to dst whose answer the
-// dial no longer waits for (id, and c made for it), waits for the answer in
-// the background, and then releases both. It reports false, keeping
-// nothing, when too many requests are watched already.
-func watchLateAnswer(dst netip.AddrPort, id *cm.ID, c *Conn) bool {
+// dial no longer waits for (id, and what release frees: the connection
+// made for it), waits for the answer in the background, and then releases
+// both. It reports false, keeping nothing, when too many requests are
+// watched already.
+func watchLateAnswer(dst netip.AddrPort, id pendingRequest, release func()) bool {
 	late.Lock()
 	defer late.Unlock()
 	if late.n >= maxLateWatches {
@@ -165,7 +174,7 @@ func watchLateAnswer(dst netip.AddrPort, id *cm.ID, c *Conn) bool {
 			id.Disconnect()
 		}
 		id.Close()
-		c.discard()
+		release()
 		if err == nil {
 			lateAnswer(dst, ev.Type)
 		}

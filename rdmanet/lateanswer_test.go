@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,5 +138,89 @@ func TestFallbackRoom(t *testing.T) {
 	}
 	if got := fallbackRoom(ctx, time.Second); got != time.Second {
 		t.Errorf("a short wait with an hour left: %v, want it whole", got)
+	}
+}
+
+// fakeRequest is a connection request whose answer the test gives.
+type fakeRequest struct {
+	answer               chan cm.Event
+	disconnected, closed atomic.Int32
+}
+
+func (r *fakeRequest) WaitEvent(ctx context.Context) (cm.Event, error) {
+	select {
+	case ev := <-r.answer:
+		return ev, nil
+	case <-ctx.Done():
+		return cm.Event{}, ctx.Err()
+	}
+}
+func (r *fakeRequest) Disconnect() error { r.disconnected.Add(1); return nil }
+func (r *fakeRequest) Close() error      { r.closed.Add(1); return nil }
+
+// TestLateAnswerWatches: a request the dial gave up on is watched until it
+// is answered: an accept is disconnected at once, and either answer
+// forgets the timeout remembered for the peer; at most maxLateWatches are
+// watched at once (beyond, nothing is kept); endLateWatches ends the rest,
+// and every request is closed and its connection released.
+func TestLateAnswerWatches(t *testing.T) {
+	ForgetFailures()
+	t.Cleanup(ForgetFailures)
+	defer endLateWatches()
+	dst := netip.MustParseAddrPort("198.18.0.9:7471")
+	var released atomic.Int32
+	release := func() { released.Add(1) }
+	newReq := func() *fakeRequest { return &fakeRequest{answer: make(chan cm.Event, 1)} }
+
+	attemptFailed(dst, errNoAnswer)
+	accepted := newReq()
+	if !watchLateAnswer(dst, accepted, release) {
+		t.Fatal("the first watch was refused")
+	}
+	accepted.answer <- cm.Event{Type: cm.EventEstablished}
+	for end := time.Now().Add(hangGuard); accepted.closed.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the answered request was not closed")
+		}
+	}
+	if accepted.disconnected.Load() != 1 || released.Load() != 1 || failures.Recall(dst) != nil || !failures.Answers(dst) {
+		t.Errorf("an accept after the dial gave up: disconnected %d, released %d, remembered %v",
+			accepted.disconnected.Load(), released.Load(), failures.Recall(dst))
+	}
+
+	// Fill the watches; one more is refused.
+	var held []*fakeRequest
+	for end := time.Now().Add(hangGuard); ; time.Sleep(time.Millisecond) {
+		late.Lock()
+		n := late.n
+		late.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d watches left", n)
+		}
+	}
+	for range maxLateWatches {
+		r := newReq()
+		if !watchLateAnswer(dst, r, release) {
+			t.Fatalf("watch %d refused", len(held))
+		}
+		held = append(held, r)
+	}
+	extra := newReq()
+	if watchLateAnswer(dst, extra, release) || extra.closed.Load() != 0 {
+		t.Errorf("watch %d taken", maxLateWatches+1)
+	}
+	rejected := held[0]
+	rejected.answer <- cm.Event{Type: cm.EventRejected}
+	endLateWatches()
+	for _, r := range held {
+		if r.closed.Load() != 1 || r.disconnected.Load() != 0 {
+			t.Errorf("a watched request: closed %d, disconnected %d", r.closed.Load(), r.disconnected.Load())
+		}
+	}
+	if n := released.Load(); n != 1+maxLateWatches {
+		t.Errorf("%d connections released, want %d", n, 1+maxLateWatches)
 	}
 }
