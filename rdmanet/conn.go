@@ -10,6 +10,7 @@ import (
 	"github.com/rdmanet/sdk/internal/connfd"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
+	"github.com/rdmanet/sdk/internal/session"
 	"github.com/rdmanet/sdk/internal/stream"
 	"github.com/rdmanet/sdk/internal/wire"
 )
@@ -34,7 +35,7 @@ import (
 type Conn struct {
 	link          link.Link
 	rdma          *rdmalink.Link // the first link, when it is RDMA, while it is set up (nil over link.Pipe)
-	sess          *session       // a resumable session's state (session.go), or nil
+	sess          *session.Link  // c.link when the connection is a resumable session (session.go), or nil
 	mem           *ringMem       // the rings, when the connection owns them (a session's)
 	cfg           Config
 	server        bool // answers GetServerFeature
@@ -48,13 +49,9 @@ type Conn struct {
 	mu      sync.Mutex     // guards eng, the FD's poller role and closing
 	eng     *stream.Engine // nil until start
 	closing bool           // Close has begun
-	// lingering: Close returned and the link drains in the background
-	// (linger.go); a session may still resume meanwhile.
-	lingering bool
 	// disconnected: the link was disconnected because the connection
 	// failed (failedLocked).
 	disconnected bool
-	waitLink     link.Link         // the link the poller sleeps on in Wait, if it does
 	buffers      completionBuffers // what the FD's batches are polled into
 
 	ticker   *time.Timer   // keepalive and dead-path checks (tick.go)
@@ -99,12 +96,6 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 	local, remote := c.link.Addrs()
 	c.local, c.remote = &Addr{local}, &Addr{remote}
 	c.eng = eng
-	if c.sess != nil {
-		c.sess.tx, c.sess.rx = c.link.SendRing(), c.link.RecvRing()
-		c.sess.lost = newLostLink(c.sess.tx, c.sess.rx)
-		c.sess.path = linkPathName(c.link, c.link.Caps().Name)
-		c.sess.cancel = func() {}
-	}
 	c.released = make(chan struct{})
 	c.fd.Init(&c.mu, c.driver(), c.cfg.BusyPoll)
 
@@ -130,9 +121,7 @@ func (c *Conn) flushLocked() {
 // room, the end of the stream or an error); c.mu is held.
 func (c *Conn) wakeReadyLocked() {
 	c.fd.ReadyLocked(c.eng.Readable(), c.eng.Writable())
-	if c.eng.Lost() != nil && c.sess != nil {
-		c.suspendLocked()
-	}
+	c.lostLocked()
 	if c.eng.Err() != nil {
 		c.failedLocked()
 	}
@@ -241,8 +230,8 @@ func (c *Conn) Close() error {
 	}
 	c.closing = true
 	c.ticker.Stop()
-	if c.sess != nil && c.sess.failbackTimer != nil {
-		c.sess.failbackTimer.Stop()
+	if c.sess != nil {
+		c.sess.StopFailback()
 	}
 	l := c.link
 	c.mu.Unlock()

@@ -52,8 +52,8 @@ func (c *Conn) discard() {
 // discardSession is discard for a connection that may have been given a
 // session id: the listener forgets it.
 func (c *Conn) discardSession() {
-	if c.sess != nil && c.sess.table != nil {
-		c.sess.table.remove(c.sess.id, c)
+	if c.sess != nil {
+		c.sess.Discard()
 	}
 	c.discard()
 }

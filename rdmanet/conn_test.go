@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -749,5 +750,27 @@ func TestLinkCallFails(t *testing.T) {
 				t.Fatalf("the peer's Read = %v, want the link's end", err)
 			}
 		})
+	}
+}
+
+// TestConnRefusesABadHello: a peer's Hello the engine cannot work with (a
+// ring of no bytes) fails the connection's start with a protocol error,
+// and leaves nothing running.
+func TestConnRefusesABadHello(t *testing.T) {
+	goroutineCheck(t)
+	cfg, err := Config{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := link.NewPipe(pipeConfig(cfg), pipeConfig(cfg))
+	defer a.Close()
+	defer b.Close()
+	features := wire.FeatureRing | wire.FeatureShutdown
+	bad := helloOf(cfg, features)
+	bad.RingSize = 0
+	c, err := newLinkConn(a, cfg, false, features, bad)
+	var pe *wire.ProtocolError
+	if c != nil || !errors.As(err, &pe) || !strings.Contains(err.Error(), "ring of 0 bytes") {
+		t.Fatalf("newLinkConn with a ring of 0 bytes: %v, %v", c, err)
 	}
 }

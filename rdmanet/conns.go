@@ -189,7 +189,11 @@ func (c *Conn) info() ConnInfo {
 	if c.server {
 		i.Side = sideAccepted
 	}
-	if l, ok := c.link.(deviceLink); ok {
+	l := c.link
+	if c.sess != nil {
+		l = c.sess.Path()
+	}
+	if l, ok := l.(deviceLink); ok {
 		i.Device, i.Port, i.QP = l.Endpoint()
 		i.DataPath = l.DataPath()
 	}

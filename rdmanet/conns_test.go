@@ -11,6 +11,7 @@ import (
 
 	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
@@ -161,6 +162,28 @@ func TestConnsHandler(t *testing.T) {
 	}
 	if found != 2 {
 		t.Errorf("table has %d lines for the pair, want 2:\n%s", found, body)
+	}
+	if s := client.Session(); s.Resumable || s != (SessionState{}) {
+		t.Errorf("a plain connection's Session: %+v", s)
+	}
+}
+
+// TestWriteConnTableColumns: a session over an iWARP device shows its
+// transport with both marks, its device and port, and its queue pair.
+func TestWriteConnTableColumns(t *testing.T) {
+	var b strings.Builder
+	err := WriteConnTable(&b, []ConnInfo{{Local: "a", Remote: "b", Transport: fallback.RDMA, Protocol: ProtocolRdmanet, Side: sideDialed,
+		Session: true, DataPath: rdmalink.DataPathNotice, Device: "siw0", Port: 1, QP: 17}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("table:\n%s", b.String())
+	}
+	f := strings.Fields(lines[1])
+	if len(f) < 6 || f[3] != "rdma/rdmanet+session+notices" || f[4] != "siw0/1" || f[5] != "17" {
+		t.Errorf("row %q", lines[1])
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/session"
 	"github.com/rdmanet/sdk/internal/wire"
 	"github.com/rdmanet/sdk/verbs"
 )
@@ -275,14 +276,17 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []netip.
 		if h.Session.IsZero() {
 			return nil, &wire.ProtocolError{Reason: "the server agreed on sessions and named none"}
 		}
-		c.sess = &session{id: h.Session, gen: h.Generation, timeout: cfg.ResumeTimeout, port: port}
-		// The paths are given before the engine starts: once it runs, a
-		// lost link starts recoverSession, which reads them to tell the
-		// dialer (which redials) from the server (which waits).
-		c.sess.paths = rdmaResumePaths(c, src, append([]netip.AddrPort{dst}, alts...), cfg)
+		// The paths are the session's before the engine starts: once it
+		// runs, a lost link starts the session's recovery, which reads
+		// them to tell the dialer (which redials) from the server (which
+		// waits).
+		paths := rdmaResumePaths(mem, src, append([]netip.AddrPort{dst}, alts...), cfg)
+		resume := cfg.helloOf(agreed &^ wire.LinkFeatures)
 		if port != nil {
-			c.sess.paths = append(c.sess.paths, tcpResumePath(c, id.LocalAddr().Addr(), dst, cfg))
+			paths = append(paths, tcpResumePath(mem, port.port, id.LocalAddr().Addr(), dst, cfg))
+			resume.TCPPort = port.port
 		}
+		c.becomeSession(session.Config{ID: h.Session, Gen: h.Generation, Hello: resume, Paths: paths, Closed: port.close})
 	}
 	if err := c.start(agreed, h); err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/wire"
 	"github.com/rdmanet/sdk/verbs"
@@ -104,12 +105,12 @@ func TestRDMAResumePaths(t *testing.T) {
 		{netip.MustParseAddr("198.18.0.1"), []string{"rdma 198.18.0.1 -> 198.18.0.2:7471", "rdma -> 198.19.0.2:7471"}},
 		{netip.Addr{}, []string{"rdma -> 198.18.0.2:7471", "rdma -> 198.19.0.2:7471"}},
 	} {
-		paths := rdmaResumePaths(&Conn{}, tc.src, dsts, Config{})
+		paths := rdmaResumePaths(nil, tc.src, dsts, Config{})
 		var names []string
 		for _, p := range paths {
-			names = append(names, p.name)
-			if p.tcp || p.dial == nil {
-				t.Errorf("path %q: tcp %v, dial %v", p.name, p.tcp, p.dial != nil)
+			names = append(names, p.Name)
+			if p.TCP || p.Dial == nil {
+				t.Errorf("path %q: tcp %v, dial %v", p.Name, p.TCP, p.Dial != nil)
 			}
 		}
 		if !slices.Equal(names, tc.want) {
@@ -267,27 +268,25 @@ func TestSuspendedSessionDescribesItself(t *testing.T) {
 	if ci := p.client.Info(); !strings.Contains(ci.LastError, "test: cable pulled") || !ci.Session {
 		t.Errorf("Info of the suspended session: %+v, want the link's failure", ci)
 	}
-	p.client.mu.Lock()
+	// The connection's link is the session's, with no path under it.
 	l := p.client.link
-	p.client.mu.Unlock()
-	lost, ok := l.(*lostLink)
-	if !ok {
-		t.Fatalf("the suspended session runs on a %T", l)
+	if l != link.Link(p.client.sess) || p.client.sess.Path() != nil {
+		t.Fatalf("the suspended session runs on %T, over the path %v", l, p.client.sess.Path())
 	}
-	if lost.Caps().Name != "none" || &lost.SendRing()[0] != &p.client.sess.tx[0] || &lost.RecvRing()[0] != &p.client.sess.rx[0] {
-		t.Errorf("the lost link: %+v, not over the session's rings", lost.Caps())
+	if l.Caps().Name != "none" || &l.SendRing()[0] != &a.SendRing()[0] || &l.RecvRing()[0] != &a.RecvRing()[0] {
+		t.Errorf("the session's link: %+v, not over the session's rings", l.Caps())
 	}
-	if addr, key := lost.RecvRingKey(); addr != 0 || key != 0 {
-		t.Errorf("the lost link's ring key %#x/%#x", addr, key)
+	if addr, key := l.RecvRingKey(); addr != 0 || key != 0 {
+		t.Errorf("the pathless link's ring key %#x/%#x", addr, key)
 	}
-	if err := lost.PostSend(nil); err != errLinkLost {
-		t.Errorf("PostSend on the lost link: %v", err)
+	if err := l.PostSend(nil); err == nil {
+		t.Errorf("PostSend without a path succeeded")
 	}
-	if err := lost.PostRecv(1); err != errLinkLost {
-		t.Errorf("PostRecv on the lost link: %v", err)
+	if err := l.PostRecv(1); err == nil {
+		t.Errorf("PostRecv without a path succeeded")
 	}
-	if l, r := lost.Addrs(); l != local || r != remote {
-		t.Errorf("the lost link's addresses %v -> %v, want the last link's %v -> %v", l, r, local, remote)
+	if l, r := l.Addrs(); l != local || r != remote {
+		t.Errorf("the pathless link's addresses %v -> %v, want the last path's %v -> %v", l, r, local, remote)
 	}
 	close(hold)
 	roundTrip(t, p.client, p.server)

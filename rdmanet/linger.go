@@ -12,28 +12,17 @@ const lingerTimeout = 5 * time.Second
 // them) and made kicks start none, so it is the link's only user: what it
 // polls cannot race with anyone, and nobody touches the memory it frees.
 //
-// A resumable session's link may fail while it lingers: the session then
-// resumes, within the same bound, and delivers the rest over the new link
-// (session.go); so the link is read under c.mu at each turn.
+// A resumable session's path may fail while it lingers: the session then
+// resumes, within the same bound, and delivers the rest over the new path
+// (internal/session).
 func (c *Conn) linger() {
 	defer close(c.released)
 	c.mu.Lock()
-	c.lingering = true
 	c.eng.Drain()
 	c.eng.Flush(c.link)
 	c.mu.Unlock()
 	c.fd.Linger(lingerTimeout)
-	c.mu.Lock()
-	c.lingering = false // a resume that comes now is refused
-	if c.sess != nil {
-		c.sess.cancel()
-	}
-	l := c.link
-	c.mu.Unlock()
-	l.Disconnect()
-	l.Close()
-	if c.sess != nil {
-		c.sess.end(c)
-	}
+	c.link.Disconnect() // a session's: a resume that comes now is refused
+	c.link.Close()
 	c.mem.close()
 }

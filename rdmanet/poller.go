@@ -6,6 +6,7 @@ import (
 
 	"github.com/rdmanet/sdk/internal/connfd"
 	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/stream"
 )
 
 // Who takes completions, and when, is the FD's (internal/connfd.FD): a
@@ -70,22 +71,16 @@ func (d *linkDriver) ArmLocked() bool {
 	return true
 }
 
-// WaitLocked sleeps in the link's Wait. The link may change while the
-// poller sleeps on it (a session's link fails over): the one it waits on
-// is the one it woke from, and a session retiring it waits until nobody
-// does (session.go).
+// WaitLocked sleeps in the link's Wait.
 func (d *linkDriver) WaitLocked() (completion bool, err error) {
 	c := (*Conn)(d)
-	l := c.link
-	c.waitLink = l
 	c.mu.Unlock()
-	err = l.Wait()
+	err = c.link.Wait()
 	c.mu.Lock()
-	c.waitLink = nil
 	if err == nil {
 		return true, nil
 	}
-	if errors.Is(err, link.ErrWoken) || l != c.link {
+	if errors.Is(err, link.ErrWoken) {
 		return false, nil
 	}
 	if !c.closing {
@@ -111,9 +106,7 @@ func (d *linkDriver) TickLocked() time.Time {
 	if next := c.eng.NextTick(); !next.IsZero() && !time.Now().Before(next) {
 		c.eng.Tick()
 		c.eng.Flush(c.link)
-		if c.eng.Lost() != nil && c.sess != nil {
-			c.suspendLocked()
-		}
+		c.lostLocked()
 	}
 	return c.eng.NextTick()
 }
@@ -124,29 +117,33 @@ func (d *linkDriver) DrainedLocked() bool { return d.eng.Drained() }
 // it answers with; c.mu is held.
 func (c *Conn) handleLocked(cs []link.Completion) {
 	for i := range cs {
-		if cs[i].Kind == link.Disconnected && c.sess != nil {
-			switch {
-			case c.sess.state == sessionMoving:
-				// The server let go of the link this side is moving from.
-				cs[i] = link.Completion{Kind: link.Failed, Err: errFailback}
-			case c.sess.state == sessionAttaching:
-				// The dialer let go of the link it is moving from: its
-				// new link is established, and resumeEnd may not have
-				// run yet.
-				cs[i] = link.Completion{Kind: link.Failed, Err: errResumedElsewhere}
+		switch cs[i].Kind {
+		case link.Resumed: // a session's new path (internal/session)
+			addr, key := c.link.RecvRingKey()
+			if err := c.eng.Relink(c.link.Caps(), addr, key); err != nil {
+				c.eng.End(err)
 			}
-			// Any other end of the link is the peer closing only if its
-			// Close came first (wire.FeatureClose): the engine takes it
-			// for a lost link otherwise, and the session resumes.
+			c.rdma = nil // the first link's, for its set-up only
+			c.rearmLocked()
+		case link.Ended: // a session that will have no path
+			if cs[i].Err == stream.ErrPeerLeftLink {
+				c.eng.PeerLeft()
+			} else {
+				c.eng.End(cs[i].Err)
+			}
+		default:
+			c.eng.Handle(&cs[i])
 		}
-		c.eng.Handle(&cs[i])
 	}
 	c.eng.AfterCompletions()
 	c.eng.Flush(c.link)
 	clear(cs) // drop references to errors
-	if s := c.sess; s != nil && s.unconfirmed && !c.eng.Resuming() && c.eng.Lost() == nil {
-		// The dialer's first message on the new link came: it has the
-		// generation this side gave out, and names it from now on.
-		s.gen, s.next, s.unconfirmed = s.next, 0, false
+}
+
+// lostLocked hands a link the engine lost to the session, which resumes
+// it; c.mu is held.
+func (c *Conn) lostLocked() {
+	if cause := c.eng.Lost(); cause != nil && c.sess != nil && c.sess.Lost(cause) {
+		countConnError(cause)
 	}
 }

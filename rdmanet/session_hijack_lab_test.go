@@ -56,14 +56,12 @@ func TestLabSessionHijack(t *testing.T) {
 
 	forge := func(id wire.SessionID, gen uint32) wire.Hello {
 		h := full.helloOf(client.eng.Features())
-		h.Resume, h.Session, h.Generation, h.TCPPort = true, id, gen, client.sess.port.port
+		h.Resume, h.Session, h.Generation, h.TCPPort = true, id, gen, client.sess.Hello().TCPPort
 		return h
 	}
 	var guessed wire.SessionID
 	rand.Read(guessed[:])
-	client.mu.Lock()
-	real, gen := client.sess.id, client.sess.gen
-	client.mu.Unlock()
+	real, gen := client.sess.ID(), client.sess.Snapshot().Generation
 	tries := map[string]wire.Hello{
 		"guessed id":       forge(guessed, 0),
 		"stale generation": forge(real, gen+1),
@@ -79,7 +77,7 @@ func TestLabSessionHijack(t *testing.T) {
 			t.Errorf("rdma, %s: %v; want refused", name, err)
 		}
 		refused++
-		if l, _, err := dialTCPResume(ctx, client, env.AddrA, dst, full, h); !errors.Is(err, ErrSessionRefused) {
+		if l, _, err := dialTCPResume(ctx, mem, int(client.sess.Hello().TCPPort), env.AddrA, dst, full, h); !errors.Is(err, ErrSessionRefused) {
 			if l != nil {
 				l.Close()
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
+	"github.com/rdmanet/sdk/internal/session"
 	"github.com/rdmanet/sdk/internal/wire"
 	"github.com/rdmanet/sdk/verbs"
 )
@@ -56,11 +57,7 @@ func (t *sessionTable) fromReservedPort(remote netip.AddrPort) bool {
 	conns := slices.Clone(t.byPort[remote.Port()])
 	t.mu.Unlock()
 	for _, c := range conns {
-		c.mu.Lock()
-		s := c.sess
-		match := slices.Contains(s.clientIPs, remote.Addr()) || c.link == link.Link(s.lost)
-		c.mu.Unlock()
-		if match {
+		if c.sess.MayResumeFrom(remote.Addr()) {
 			return true
 		}
 	}
@@ -77,14 +74,16 @@ func (t *sessionTable) reservePort(c *Conn, port uint16) {
 	t.byPort[port] = append(t.byPort[port], c)
 }
 
-// add gives c a new session id, unguessable (128 bits from crypto/rand).
-func (t *sessionTable) add(c *Conn) wire.SessionID {
+// add gives c a new session id, unguessable (128 bits from crypto/rand),
+// with which start makes c a session before the table holds it.
+func (t *sessionTable) add(c *Conn, start func(wire.SessionID)) wire.SessionID {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for {
 		var id wire.SessionID
 		rand.Read(id[:]) // never fails (crypto/rand's contract since Go 1.24)
 		if _, taken := t.m[id]; !taken && !id.IsZero() {
+			start(id)
 			t.m[id] = c
 			return id
 		}
@@ -97,13 +96,12 @@ func (t *sessionTable) lookup(id wire.SessionID) *Conn {
 	return t.m[id]
 }
 
-func (t *sessionTable) remove(id wire.SessionID, c *Conn) {
+func (t *sessionTable) remove(id wire.SessionID, c *Conn, port uint16) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m[id] == c {
 		delete(t.m, id)
 	}
-	port := c.sess.tcpPort
 	t.byPort[port] = slices.DeleteFunc(t.byPort[port], func(o *Conn) bool { return o == c })
 	if len(t.byPort[port]) == 0 {
 		delete(t.byPort, port)
@@ -124,13 +122,31 @@ const refusedPrefix = "session refused: "
 // sessions: the connection's rings are its own (every link of the session
 // registers them), and it gets an id. It returns the Hello to accept with.
 func (s *rdmaSide) acceptNewSession(c *Conn, agreed wire.Features, offer wire.Hello, from netip.Addr) wire.Hello {
-	c.sess = &session{table: s.sessions, timeout: s.cfg.ResumeTimeout, tcpPort: offer.TCPPort}
-	c.sess.knowLocked(from) // c is not shared yet
-	c.sess.id = s.sessions.add(c)
+	id := s.sessions.add(c, func(id wire.SessionID) {
+		c.becomeSession(session.Config{ID: id, ClientIP: from,
+			Closed: func() { s.sessions.remove(id, c, offer.TCPPort) }})
+	})
 	s.sessions.reservePort(c, offer.TCPPort)
 	h := s.cfg.helloOf(agreed)
-	h.Session = c.sess.id
+	h.Session = id
 	return h
+}
+
+// beginResume starts to resume h's session for its dialer (RDMA or TCP):
+// it returns the session's connection and the generation to give the
+// dialer, or why not (errResumeBusy: try again; any other: a refusal,
+// which it counts).
+func (s *rdmaSide) beginResume(h wire.Hello) (*Conn, uint32, error) {
+	c := s.sessions.lookup(h.Session)
+	var next uint32
+	err := fmt.Errorf("%w: unknown session %v", ErrSessionRefused, h.Session)
+	if c != nil {
+		next, err = c.sess.BeginResume(h.Generation)
+	}
+	if err != nil && err != errResumeBusy {
+		s.refusedResumes.Add(1)
+	}
+	return c, next, err
 }
 
 // acceptResume serves a request to resume a session on a new RDMA link.
@@ -142,27 +158,21 @@ func (s *rdmaSide) acceptResume(ctx context.Context, req *cm.Request, h wire.Hel
 		req.ID.Close()
 		return err
 	}
-	c := s.sessions.lookup(h.Session)
-	if c == nil {
-		s.refusedResumes.Add(1)
-		return reject(fmt.Errorf("%w: unknown session %v", ErrSessionRefused, h.Session))
-	}
-	if _, _, next, err := c.resumeBegin(h.Generation); err == errResumeBusy {
+	c, next, err := s.beginResume(h)
+	if err == errResumeBusy {
 		req.ID.Reject([]byte(rejectPrefix + err.Error()))
 		req.ID.Close()
 		return err
 	} else if err != nil {
-		s.refusedResumes.Add(1)
 		return reject(err)
-	} else {
-		h.Generation = next
 	}
+	h.Generation = next
 	abort := func(err error) error {
-		c.resumeEnd(nil, "")
+		c.sess.EndResume(nil, "")
 		return err
 	}
 	lc := s.cfg.linkConfig()
-	err := c.mem.lendTo(&lc)
+	err = c.mem.lendTo(&lc)
 	var l *rdmalink.Link
 	if err == nil {
 		l, err = rdmalink.New(req.ID, lc)
@@ -194,8 +204,8 @@ func (s *rdmaSide) acceptResume(ctx context.Context, req *cm.Request, h wire.Hel
 		l.Discard()
 		return abort(err)
 	}
-	if err := c.resumeEnd(l, rdmaPathName(l)); err != nil {
-		return err // resumeEnd closed l
+	if err := c.sess.EndResume(l, rdmaPathName(l)); err != nil {
+		return err // EndResume closed l
 	}
 	l.StartEvents()
 	s.resumes.Add(1)
@@ -213,8 +223,8 @@ func rdmaPathName(l link.Link) string {
 // was dialed from (src, if the Dialer had a LocalAddr), the others from a
 // local RDMA address on the same subnet (another port), else from where
 // routing picks.
-func rdmaResumePaths(c *Conn, src netip.Addr, dsts []netip.AddrPort, cfg Config) []resumePath {
-	var paths []resumePath
+func rdmaResumePaths(mem *ringMem, src netip.Addr, dsts []netip.AddrPort, cfg Config) []session.Path {
+	var paths []session.Path
 	for i, dst := range dsts {
 		from := src
 		if i > 0 {
@@ -224,10 +234,10 @@ func rdmaResumePaths(c *Conn, src netip.Addr, dsts []netip.AddrPort, cfg Config)
 		if from.IsValid() {
 			name = "rdma " + from.String() + " -> " + dst.String()
 		}
-		paths = append(paths, resumePath{
-			name: name,
-			dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
-				return dialResume(ctx, from, dst, cfg, c.mem, h)
+		paths = append(paths, session.Path{
+			Name: name,
+			Dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
+				return dialResume(ctx, from, dst, cfg, mem, h)
 			},
 		})
 	}

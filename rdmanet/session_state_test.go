@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rdmanet/sdk/internal/session"
 )
 
 // Every session in this package's tests reports its changes of state
@@ -13,28 +15,28 @@ import (
 // fail, whichever they are.
 var sessionStateLog = struct {
 	sync.Mutex
-	moves map[*session][]sessionState // the states each session went through, its first one included
-}{moves: make(map[*session][]sessionState)}
+	moves map[*session.Link][]session.State // the states each session went through, its first one included
+}{moves: make(map[*session.Link][]session.State)}
 
 func init() {
-	sessionStateChanged = func(s *session, from, to sessionState) {
-		if !sessionTransitions[from][to] {
-			panic(fmt.Sprintf("session %v: state %v to %v, which the table does not allow", s.id, from, to))
+	session.StateChanged = func(s *session.Link, from, to session.State) {
+		if !session.Transitions[from][to] {
+			panic(fmt.Sprintf("session %v: state %v to %v, which the table does not allow", s.ID(), from, to))
 		}
 		sessionStateLog.Lock()
 		defer sessionStateLog.Unlock()
 		if len(sessionStateLog.moves[s]) == 0 {
-			sessionStateLog.moves[s] = []sessionState{from}
+			sessionStateLog.moves[s] = []session.State{from}
 		}
 		sessionStateLog.moves[s] = append(sessionStateLog.moves[s], to)
 	}
 }
 
 // statesOf returns the states c's session went through.
-func statesOf(c *Conn) []sessionState {
+func statesOf(c *Conn) []session.State {
 	sessionStateLog.Lock()
 	defer sessionStateLog.Unlock()
-	return append([]sessionState(nil), sessionStateLog.moves[c.sess]...)
+	return append([]session.State(nil), sessionStateLog.moves[c.sess]...)
 }
 
 func eventuallySession(t *testing.T, c *Conn, what string, ok func(SessionState) bool) {
@@ -50,8 +52,8 @@ func eventuallySession(t *testing.T, c *Conn, what string, ok func(SessionState)
 // with faults: a cut link (active, suspended, the server attaching, active
 // again), a failback (moving), and a resume that never comes (ended).
 func TestSessionStateMachine(t *testing.T) {
-	seen := map[sessionState]bool{}
-	note := func(who string, c *Conn) []sessionState {
+	seen := map[session.State]bool{}
+	note := func(who string, c *Conn) []session.State {
 		states := statesOf(c)
 		t.Logf("%s: %v", who, states)
 		for _, s := range states {
@@ -68,22 +70,21 @@ func TestSessionStateMachine(t *testing.T) {
 		eventuallySession(t, p.client, "resume", func(s SessionState) bool { return s.Failovers == 1 && !s.Suspended })
 		eventuallySession(t, p.server, "resume", func(s SessionState) bool { return s.Failovers == 1 && !s.Suspended })
 		roundTrip(t, p.client, p.server)
-		if got := note("client", p.client); !sameStates(got, sessionActive, sessionSuspended, sessionActive) {
+		if got := note("client", p.client); !sameStates(got, session.Active, session.Suspended, session.Active) {
 			t.Errorf("the dialer went through %v, want active, suspended, active", got)
 		}
 		// The server's loss and the dialer's resume race: it attaches from
 		// suspended, or, if the resume comes first, from active.
-		if got := note("server", p.server); !sameStates(got, sessionActive, sessionSuspended, sessionAttaching, sessionActive) &&
-			!sameStates(got, sessionActive, sessionAttaching, sessionSuspended, sessionActive) &&
-			!sameStates(got, sessionActive, sessionAttaching, sessionActive) {
+		if got := note("server", p.server); !sameStates(got, session.Active, session.Suspended, session.Attaching, session.Active) &&
+			!sameStates(got, session.Active, session.Attaching, session.Suspended, session.Active) &&
+			!sameStates(got, session.Active, session.Attaching, session.Active) {
 			t.Errorf("the server went through %v", got)
 		}
 	})
 	t.Run("failback", func(t *testing.T) {
-		p := newSessionPair(t, Config{KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
+		p, broken := newTwoPathSessionPair(t, Config{KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
 		defer closeAndWait(t, p.server)
 		defer closeAndWait(t, p.client)
-		broken := p.twoPaths()
 		broken.Store(true)
 		a, _ := p.pipes()
 		a.Cut(nil)
@@ -95,7 +96,7 @@ func TestSessionStateMachine(t *testing.T) {
 		// Tries that failed while the first path was down moved it and
 		// back; the last one stays moving while the old link is retired,
 		// and becomes active on the new one.
-		if n := len(got); n < 4 || got[n-2] != sessionMoving || got[n-1] != sessionActive {
+		if n := len(got); n < 4 || got[n-2] != session.Moving || got[n-1] != session.Active {
 			t.Errorf("the dialer went through %v, want a move to the first path at the end", got)
 		}
 		note("server", p.server)
@@ -118,19 +119,19 @@ func TestSessionStateMachine(t *testing.T) {
 			t.Fatalf("server Read: %v, want a *ResumeError", err)
 		}
 		for who, c := range map[string]*Conn{"client": p.client, "server": p.server} {
-			if got := note(who, c); !sameStates(got, sessionActive, sessionSuspended, sessionEnded) {
+			if got := note(who, c); !sameStates(got, session.Active, session.Suspended, session.Ended) {
 				t.Errorf("the %s went through %v, want active, suspended, ended", who, got)
 			}
 		}
 	})
-	for s := range sessionStates {
+	for s := range session.NumStates {
 		if !seen[s] {
 			t.Errorf("no session went through state %v", s)
 		}
 	}
 }
 
-func sameStates(got []sessionState, want ...sessionState) bool {
+func sameStates(got []session.State, want ...session.State) bool {
 	if len(got) != len(want) {
 		return false
 	}
@@ -140,21 +141,4 @@ func sameStates(got []sessionState, want ...sessionState) bool {
 		}
 	}
 	return true
-}
-
-// The table: ended is final, and nothing comes back to it or leaves it.
-func TestSessionTransitions(t *testing.T) {
-	for to := range sessionStates {
-		if sessionTransitions[sessionEnded][to] {
-			t.Errorf("ended may move to %v", to)
-		}
-	}
-	for from := range sessionStates {
-		if sessionTransitions[from][from] {
-			t.Errorf("%v moves to itself", from)
-		}
-	}
-	if sessionStates.String() != "sessionState(?)" || sessionMoving.String() != "moving" {
-		t.Errorf("names: %v, %v", sessionStates, sessionMoving)
-	}
 }

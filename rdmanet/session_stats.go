@@ -1,13 +1,11 @@
 package rdmanet
 
 import (
-	"errors"
 	"maps"
 	"sync"
 
 	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/link"
-	"github.com/rdmanet/sdk/internal/stream"
 )
 
 // SessionMove is one kind of move of a session from a link to the next:
@@ -51,22 +49,6 @@ func countMove(m SessionMove) {
 		sessionMoves.m = make(map[SessionMove]uint64)
 	}
 	sessionMoves.m[m]++
-}
-
-// moveReason classifies why a session left a link.
-func moveReason(cause error) string {
-	var dead *stream.PathDeadError
-	switch {
-	case cause == errFailback:
-		return "failback"
-	case cause == errResumedElsewhere:
-		return "peer-resumed"
-	case errors.As(cause, &dead):
-		return "dead-path"
-	case errors.Is(cause, stream.ErrPeerLeftLink):
-		return "peer-left"
-	}
-	return "link-down"
 }
 
 // transportOfLink names a link's transport ("memory" for the tests' pipes).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/session"
 	"github.com/rdmanet/sdk/internal/tcplink"
 	"github.com/rdmanet/sdk/internal/wire"
 )
@@ -42,18 +43,17 @@ const (
 // tcpResumePath is the dialer's last resort: TCP to the server's port,
 // from the session's reserved port, from the address the session was
 // dialed from if it still can, else from where routing picks.
-func tcpResumePath(c *Conn, src netip.Addr, dst netip.AddrPort, cfg Config) resumePath {
-	return resumePath{
-		name: "tcp -> " + dst.String(),
-		tcp:  true,
-		dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
-			return dialTCPResume(ctx, c, src, dst, cfg, h)
+func tcpResumePath(mem *ringMem, port uint16, src netip.Addr, dst netip.AddrPort, cfg Config) session.Path {
+	return session.Path{
+		Name: "tcp -> " + dst.String(),
+		TCP:  true,
+		Dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
+			return dialTCPResume(ctx, mem, int(port), src, dst, cfg, h)
 		},
 	}
 }
 
-func dialTCPResume(ctx context.Context, c *Conn, src netip.Addr, dst netip.AddrPort, cfg Config, h wire.Hello) (link.Link, wire.Hello, error) {
-	port := int(c.sess.port.port)
+func dialTCPResume(ctx context.Context, mem *ringMem, port int, src netip.Addr, dst netip.AddrPort, cfg Config, h wire.Hello) (link.Link, wire.Hello, error) {
 	d := net.Dialer{Control: reuseAddr, LocalAddr: &net.TCPAddr{IP: src.AsSlice(), Port: port}}
 	conn, err := d.DialContext(ctx, "tcp", dst.String())
 	if err != nil && src.IsValid() {
@@ -75,7 +75,7 @@ func dialTCPResume(ctx context.Context, c *Conn, src netip.Addr, dst netip.AddrP
 		tc.Close()
 		return nil, wire.Hello{}, err
 	}
-	l, err := newTCPLink(c, cfg, tc)
+	l, err := newTCPLink(mem, cfg, tc)
 	if err != nil {
 		tc.Close()
 		return nil, wire.Hello{}, err
@@ -120,12 +120,12 @@ func tcpResumeExchange(tc *net.TCPConn, h wire.Hello) (wire.Hello, error) {
 
 // newTCPLink makes a session's TCP link over tc: over its rings, with the
 // depths its RDMA links have, which the peer's Hello announced.
-func newTCPLink(c *Conn, cfg Config, tc *net.TCPConn) (*tcplink.Link, error) {
+func newTCPLink(mem *ringMem, cfg Config, tc *net.TCPConn) (*tcplink.Link, error) {
 	lc := tcplink.Config{
 		SendDepth: cfg.sendDepth(), RecvDepth: cfg.RecvDepth, ControlDepth: controlSlots,
 		Name: fmt.Sprintf("tcp %v -> %v", tc.LocalAddr(), tc.RemoteAddr()),
 	}
-	if err := c.mem.lendToTCP(&lc); err != nil {
+	if err := mem.lendToTCP(&lc); err != nil {
 		return nil, err
 	}
 	return tcplink.New(tc, lc)
@@ -186,7 +186,6 @@ func (l *Listener) serveTCPResume(tc *net.TCPConn) {
 		status := byte(tcpBusy)
 		if err != errResumeBusy {
 			status = tcpRefused
-			s.refusedResumes.Add(1)
 		}
 		msg := refusalReason(err)
 		if len(msg) > 255 {
@@ -206,15 +205,11 @@ func (l *Listener) serveTCPResume(tc *net.TCPConn) {
 		err = errors.New("not a resume")
 	}
 	if err != nil {
+		s.refusedResumes.Add(1)
 		refuse(err)
 		return
 	}
-	c := s.sessions.lookup(h.Session)
-	if c == nil {
-		refuse(fmt.Errorf("%w: unknown session %v", ErrSessionRefused, h.Session))
-		return
-	}
-	_, _, next, err := c.resumeBegin(h.Generation)
+	c, next, err := s.beginResume(h)
 	if err != nil {
 		refuse(err)
 		return
@@ -223,16 +218,16 @@ func (l *Listener) serveTCPResume(tc *net.TCPConn) {
 	accept.Session, accept.Generation = h.Session, next
 	if _, err := tc.Write(append([]byte{tcpResumed}, accept.Encode()...)); err != nil {
 		tc.Close()
-		c.resumeEnd(nil, "")
+		c.sess.EndResume(nil, "")
 		return
 	}
-	lk, err := newTCPLink(c, s.cfg, tc)
+	lk, err := newTCPLink(c.mem, s.cfg, tc)
 	if err != nil {
 		tc.Close()
-		c.resumeEnd(nil, "")
+		c.sess.EndResume(nil, "")
 		return
 	}
-	if err := c.resumeEnd(lk, lk.Caps().Name); err == nil {
+	if err := c.sess.EndResume(lk, lk.Caps().Name); err == nil {
 		s.resumes.Add(1)
 	}
 }

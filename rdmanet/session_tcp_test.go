@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/session"
 	"github.com/rdmanet/sdk/internal/wire"
 	"github.com/rdmanet/sdk/verbs"
 )
@@ -47,6 +50,18 @@ type tcpSession struct {
 
 func newTCPSession(t *testing.T, cfg Config) *tcpSession {
 	t.Helper()
+	return newTCPSessionWith(t, cfg, tcpSessionOptions{})
+}
+
+// tcpSessionOptions change a tcpSession from the start.
+type tcpSessionOptions struct {
+	tcpFrom       netip.Addr    // the TCP path's source address (loopback if unset)
+	staleBy       uint32        // the dialer asks for generations this far ahead
+	serverTimeout time.Duration // the server's ResumeTimeout, if set
+}
+
+func newTCPSessionWith(t *testing.T, cfg Config, o tcpSessionOptions) *tcpSession {
+	t.Helper()
 	cfg = sessionTestConfig(t, cfg)
 	r := newRigWith(t, cfg, true, 4, netip.MustParseAddrPort("198.18.0.2:7471"), nil)
 	dst := r.l.Addr().(*net.TCPAddr).AddrPort()
@@ -68,23 +83,33 @@ func newTCPSession(t *testing.T, cfg Config) *tcpSession {
 	features := cfg.extensions()
 	offer := cfg.helloOf(features)
 	offer.TCPPort = port.port
-	server := &Conn{link: b, cfg: cfg, server: true, mem: smem}
+	scfg := cfg
+	if o.serverTimeout != 0 {
+		scfg.ResumeTimeout = o.serverTimeout
+	}
+	server := &Conn{link: b, cfg: scfg, server: true, mem: smem}
 	accept := r.l.rdma.acceptNewSession(server, features, offer, loopback)
 	if err := server.begin(features, offer); err != nil {
 		t.Fatal(err)
 	}
 	client := &Conn{link: a, cfg: cfg, mem: cmem}
-	client.sess = &session{id: accept.Session, gen: accept.Generation, timeout: cfg.ResumeTimeout, port: port}
-	client.sess.paths = []resumePath{
-		{name: "first", dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
+	from := o.tcpFrom
+	if !from.IsValid() {
+		from = loopback
+	}
+	paths := []session.Path{
+		{Name: "first", Dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
 			if ts.broken.Load() {
 				ts.failedTries.Add(1)
 				return nil, wire.Hello{}, errors.New("test: the first path is down")
 			}
 			return ts.dial(ctx, h)
 		}},
-		tcpResumePath(client, loopback, dst, cfg),
+		tcpResumePath(cmem, port.port, from, dst, cfg),
 	}
+	resume := cfg.helloOf(features &^ wire.LinkFeatures)
+	resume.TCPPort = port.port
+	client.becomeSession(session.Config{ID: accept.Session, Gen: accept.Generation + o.staleBy, Hello: resume, Paths: paths, Closed: port.close})
 	if err := client.begin(features, accept); err != nil {
 		t.Fatal(err)
 	}
@@ -149,11 +174,7 @@ func (ts *tcpSession) dialFromReservedPort(t *testing.T) *net.TCPConn {
 }
 
 // resumeHello is the dialer's resume request now.
-func (ts *tcpSession) resumeHello() wire.Hello {
-	ts.client.mu.Lock()
-	defer ts.client.mu.Unlock()
-	return ts.client.resumeHelloLocked()
-}
+func (ts *tcpSession) resumeHello() wire.Hello { return ts.client.sess.Hello() }
 
 // closeAll closes both sides and checks that the session left the
 // listener's table and that the rings were unmapped, once every link
@@ -331,14 +352,12 @@ func checkExpvarCountsMove(t *testing.T, move SessionMove) {
 func TestSessionFailsBackFromTCP(t *testing.T) {
 	goroutineCheck(t)
 	buffers := verbs.Resources().Buffers
-	ts := newTCPSession(t, Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
-	done := streamBothWays(t, ts.client, ts.server, 4<<20)
-	ts.waitReceived(t, 128<<10)
 	// The address the session was dialed from is gone: the TCP resume
 	// comes from another, with the same reserved port.
-	ts.client.mu.Lock()
-	ts.client.sess.paths[1] = tcpResumePath(ts.client, netip.MustParseAddr("192.0.2.1"), ts.rig.l.Addr().(*net.TCPAddr).AddrPort(), ts.cfg)
-	ts.client.mu.Unlock()
+	ts := newTCPSessionWith(t, Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond},
+		tcpSessionOptions{tcpFrom: netip.MustParseAddr("192.0.2.1")})
+	done := streamBothWays(t, ts.client, ts.server, 4<<20)
+	ts.waitReceived(t, 128<<10)
 	ts.cut()
 	if cs := waitSession(t, ts.client, "resume over TCP", onTCP); !strings.HasPrefix(cs.Path, "tcp "+netip.AddrPortFrom(loopback, ts.port).String()) {
 		t.Errorf("resumed on %q, not from the reserved port %d", cs.Path, ts.port)
@@ -388,14 +407,9 @@ func TestSessionFailsBackFromTCP(t *testing.T) {
 func TestTCPResumeOfStaleGenerationRefused(t *testing.T) {
 	goroutineCheck(t)
 	buffers := verbs.Resources().Buffers
-	ts := newTCPSession(t, Config{KeepAlive: time.Second, ResumeTimeout: time.Minute})
+	ts := newTCPSessionWith(t, Config{KeepAlive: time.Second, ResumeTimeout: time.Minute},
+		tcpSessionOptions{staleBy: 5, serverTimeout: 500 * time.Millisecond})
 	roundTrip(t, ts.client, ts.server)
-	ts.client.mu.Lock()
-	ts.client.sess.gen += 5
-	ts.client.mu.Unlock()
-	ts.server.mu.Lock()
-	ts.server.sess.timeout = 500 * time.Millisecond
-	ts.server.mu.Unlock()
 	ts.cut()
 	var b [1]byte
 	ts.client.SetReadDeadline(time.Now().Add(hangGuard))
@@ -444,13 +458,11 @@ func TestTCPResumeHostileHellos(t *testing.T) {
 		{"version 0", func() []byte { b := good.Encode(); b[8] = 0; return b }, tcpRefused, "version 0", true, nil},
 		{"no receives", func() []byte { h := good; h.RecvDepth = 0; return h.Encode() }, tcpRefused, "no receives", true, nil},
 		{"resume under way", good.Encode, tcpBusy, "under way", false, func(on bool) {
-			ts.server.mu.Lock()
-			if on {
-				ts.server.sess.setStateLocked(sessionAttaching)
-			} else {
-				ts.server.sess.setStateLocked(sessionActive)
+			if !on {
+				ts.server.sess.EndResume(nil, "")
+			} else if _, err := ts.server.sess.BeginResume(good.Generation); err != nil {
+				t.Fatal(err)
 			}
-			ts.server.mu.Unlock()
 		}},
 		// Last: the client closes first, and its end of the connection
 		// stays in TIME_WAIT.
@@ -784,4 +796,120 @@ func TestListenerCloseRacesAccept(t *testing.T) {
 	}
 	roundTrip(t, ts.client, ts.server)
 	ts.closeAll(t, buffers)
+}
+
+// TestResumePathsFail: a resume's dial ends with the error that says what
+// happened: nothing listens at the server's port any more (which tells
+// the dialer its server is gone), a server that never answers (bounded by
+// the dial's context), or, on a host without RDMA, an RDMA path at once.
+func TestResumePathsFail(t *testing.T) {
+	cfg := sessionTestConfig(t, Config{})
+	mem, err := newRingMem(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.close()
+	h := cfg.helloOf(cfg.extensions())
+	h.Resume = true
+
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := closed.Addr().(*net.TCPAddr).AddrPort()
+	closed.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if l, _, err := dialTCPResume(ctx, mem, 0, loopback, gone, cfg, h); l != nil || !nothingListens(err) {
+		t.Errorf("a resume to a closed port: %v, want nothing listening", err)
+	}
+
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		if c, err := silent.Accept(); err == nil {
+			defer c.Close()
+			io.Copy(io.Discard, c)
+		}
+	}()
+	sctx, scancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer scancel()
+	start := time.Now()
+	_, _, err = dialTCPResume(sctx, mem, 0, loopback, silent.Addr().(*net.TCPAddr).AddrPort(), cfg, h)
+	if !errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) > tcpHandshakeTimeout {
+		t.Errorf("a resume to a silent server: %v after %v, want its context's deadline", err, time.Since(start))
+	}
+
+	// A server that takes the resume, for a session whose rings were
+	// freed meanwhile (it closed): the link is not made, and the
+	// connection is closed.
+	answering, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer answering.Close()
+	peerClosed := make(chan bool, 1)
+	go func() {
+		c, err := answering.Accept()
+		if err != nil {
+			peerClosed <- false
+			return
+		}
+		defer c.Close()
+		b := make([]byte, wire.SessionHelloSize)
+		if _, err := io.ReadFull(c, b); err != nil {
+			peerClosed <- false
+			return
+		}
+		accept := h
+		accept.Resume = false
+		c.Write(append([]byte{tcpResumed}, accept.Encode()...))
+		n, _ := c.Read(b)
+		peerClosed <- n == 0
+	}()
+	freed, err := newRingMem(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	freed.close()
+	if l, _, err := dialTCPResume(ctx, freed, 0, loopback, answering.Addr().(*net.TCPAddr).AddrPort(), cfg, h); l != nil || !errors.Is(err, net.ErrClosed) {
+		t.Errorf("a resume over freed rings: %v", err)
+	}
+	if !<-peerClosed {
+		t.Errorf("the resume's connection was not closed")
+	}
+
+	if cm.Available() == nil {
+		return // this host has RDMA: the lab tests its paths
+	}
+	if l, _, err := dialResume(ctx, netip.Addr{}, gone, cfg, mem, h); l != nil || err == nil {
+		t.Errorf("an RDMA resume without RDMA: %v", err)
+	}
+}
+
+// rdmaNamed is a link that says it is RDMA, on a named device.
+type rdmaNamed struct{ *link.Pipe }
+
+func (r rdmaNamed) Caps() link.Caps {
+	c := r.Pipe.Caps()
+	c.Transport, c.Name = string(fallback.RDMA), "rxe0 port 1"
+	return c
+}
+
+// TestLinkPathName: RDMA paths are named by their addresses and device,
+// TCP ones by the name their link has, others by the name given.
+func TestLinkPathName(t *testing.T) {
+	a, b := link.NewPipe(link.PipeConfig{SendRing: 64, RecvRing: 64, SendDepth: 1, RecvDepth: 1, ControlDepth: 1}, link.PipeConfig{SendRing: 64, RecvRing: 64, SendDepth: 1, RecvDepth: 1, ControlDepth: 1})
+	defer a.Close()
+	defer b.Close()
+	local, remote := a.Addrs()
+	if got, want := linkPathName(rdmaNamed{a}, "first"), fmt.Sprintf("rdma %s (rxe0 port 1) -> %s", local.Addr(), remote); got != want {
+		t.Errorf("an RDMA path: %q, want %q", got, want)
+	}
+	if got := linkPathName(a, "first"); got != "first" {
+		t.Errorf("a pipe: %q", got)
+	}
 }

@@ -1,6 +1,7 @@
 package rdmanet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/net/nettest"
 
 	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/session"
 	"github.com/rdmanet/sdk/internal/stream"
 	"github.com/rdmanet/sdk/internal/wire"
 )
@@ -33,12 +35,15 @@ type sessionPair struct {
 	client, server *Conn
 	cfg            Config
 
-	mu      sync.Mutex
-	a, b    *link.Pipe // the current pipe: the client's end, the server's
-	dials   int
-	refuse  error                            // the next dials fail with it
-	hold    chan struct{}                    // dials wait for it while not nil
-	tamper  func(h *wire.Hello) (gen uint32) // changes what the dialer asks for
+	mu     sync.Mutex
+	a, b   *link.Pipe // the current pipe: the client's end, the server's
+	dials  int
+	refuse error                            // the next dials fail with it
+	hold   chan struct{}                    // dials wait for it while not nil
+	tamper func(h *wire.Hello) (gen uint32) // changes what the dialer asks for
+	// noSlots: the dialer's next paths have no control slots (a link the
+	// engine cannot run on).
+	noSlots bool
 	resumed atomic.Int32
 }
 
@@ -70,10 +75,49 @@ func sessionTestConfig(t testing.TB, cfg Config) Config {
 	return cfg
 }
 
+// newSessionConn makes a resumable connection over l, which is
+// established with the session extension agreed: the session id, and on
+// the dialing side the paths to make a new link on.
+func newSessionConn(l link.Link, cfg Config, server bool, features wire.Features, peer wire.Hello, id wire.SessionID, paths []session.Path) (*Conn, error) {
+	c := &Conn{link: l, cfg: cfg, server: server}
+	c.becomeSession(session.Config{ID: id, Hello: cfg.helloOf(features &^ wire.LinkFeatures), Paths: paths})
+	if err := c.begin(features, peer); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 func newSessionPair(t testing.TB, cfg Config) *sessionPair {
+	t.Helper()
+	p, _ := newSessionPairPaths(t, cfg, false)
+	return p
+}
+
+// newTwoPathSessionPair is a session pair whose dialer has two paths to
+// the server, "primary" and "secondary", with the switch that breaks the
+// first.
+func newTwoPathSessionPair(t testing.TB, cfg Config) (*sessionPair, *atomic.Bool) {
+	t.Helper()
+	return newSessionPairPaths(t, cfg, true)
+}
+
+func newSessionPairPaths(t testing.TB, cfg Config, two bool) (*sessionPair, *atomic.Bool) {
 	t.Helper()
 	cfg = sessionTestConfig(t, cfg)
 	p := &sessionPair{cfg: cfg}
+	broken := new(atomic.Bool)
+	paths := []session.Path{{Name: "memory", Dial: p.dial}}
+	if two {
+		paths = []session.Path{
+			{Name: "primary", Dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
+				if broken.Load() {
+					return nil, wire.Hello{}, errors.New("test: the first path is down")
+				}
+				return p.dial(ctx, h)
+			}},
+			{Name: "secondary", Dial: p.dial},
+		}
+	}
 	p.a, p.b = sessionPipe(cfg, make([]byte, cfg.SendBuffer), make([]byte, cfg.RecvBuffer), make([]byte, cfg.SendBuffer), make([]byte, cfg.RecvBuffer))
 	var id wire.SessionID
 	var err error
@@ -81,7 +125,7 @@ func newSessionPair(t testing.TB, cfg Config) *sessionPair {
 		id[i] = byte(rand.Uint32())
 	}
 	hello := cfg.helloOf(sessionFeatures)
-	p.client, err = newSessionConn(p.a, cfg, false, sessionFeatures, hello, id, []resumePath{{name: "memory", dial: p.dial}})
+	p.client, err = newSessionConn(p.a, cfg, false, sessionFeatures, hello, id, paths)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +133,7 @@ func newSessionPair(t testing.TB, cfg Config) *sessionPair {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return p, broken
 }
 
 // dial is the client's resume path: the server's side of a resume, then a
@@ -98,8 +142,8 @@ func (p *sessionPair) dial(ctx context.Context, h wire.Hello) (link.Link, wire.H
 	p.mu.Lock()
 	p.dials++
 	path := fmt.Sprintf("memory#%d", p.dials)
-	tx, rx := p.client.sess.tx, p.client.sess.rx
-	hold, refuse, tamper := p.hold, p.refuse, p.tamper
+	tx, rx := p.client.link.SendRing(), p.client.link.RecvRing()
+	hold, refuse, tamper, narrow := p.hold, p.refuse, p.tamper, p.noSlots
 	p.mu.Unlock()
 	if hold != nil {
 		select {
@@ -111,19 +155,23 @@ func (p *sessionPair) dial(ctx context.Context, h wire.Hello) (link.Link, wire.H
 	if refuse != nil {
 		return nil, wire.Hello{}, refuse
 	}
-	if !h.Resume || h.Session != p.server.sess.id {
+	if !h.Resume || h.Session != p.server.sess.ID() {
 		return nil, wire.Hello{}, fmt.Errorf("the dialer asked for %+v", h)
 	}
 	gen := h.Generation
 	if tamper != nil {
 		gen = tamper(&h)
 	}
-	stx, srx, next, err := p.server.resumeBegin(gen)
+	next, err := p.server.sess.BeginResume(gen)
 	if err != nil {
 		return nil, wire.Hello{}, err
 	}
-	a, b := sessionPipe(p.cfg, tx, rx, stx, srx)
-	if err := p.server.resumeEnd(b, path); err != nil {
+	a, b := sessionPipe(p.cfg, tx, rx, p.server.link.SendRing(), p.server.link.RecvRing())
+	var ca link.Link = a
+	if narrow {
+		ca = noSlots{a}
+	}
+	if err := p.server.sess.EndResume(b, path); err != nil {
 		a.Close()
 		return nil, wire.Hello{}, err
 	}
@@ -133,25 +181,7 @@ func (p *sessionPair) dial(ctx context.Context, h wire.Hello) (link.Link, wire.H
 	p.resumed.Add(1)
 	peer := p.cfg.helloOf(sessionFeatures)
 	peer.Generation = next
-	return a, peer, nil
-}
-
-// twoPaths gives the dialer two paths to the server, "primary" and
-// "secondary", and returns the switch that breaks the first.
-func (p *sessionPair) twoPaths() *atomic.Bool {
-	broken := new(atomic.Bool)
-	p.client.mu.Lock()
-	defer p.client.mu.Unlock()
-	p.client.sess.paths = []resumePath{
-		{name: "primary", dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
-			if broken.Load() {
-				return nil, wire.Hello{}, errors.New("test: the first path is down")
-			}
-			return p.dial(ctx, h)
-		}},
-		{name: "secondary", dial: p.dial},
-	}
-	return broken
+	return ca, peer, nil
 }
 
 // pipes returns the current pipe's ends.
@@ -483,8 +513,7 @@ func roundTrip(t *testing.T, a, b *Conn) {
 func TestSessionFailsBack(t *testing.T) {
 	goroutineCheck(t)
 	before := ReadMetrics().Sessions
-	p := newSessionPair(t, Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
-	broken := p.twoPaths()
+	p, broken := newTwoPathSessionPair(t, Config{RecvBuffer: 32 << 10, SendBuffer: 16 << 10, KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
 	const size = 16 << 20
 	done := streamBothWays(t, p.client, p.server, size)
 	for round := 1; round <= 3; round++ {
@@ -548,36 +577,12 @@ func TestSessionStatsCountMoves(t *testing.T) {
 	closeAndWait(t, p.server)
 }
 
-func TestResumeOrder(t *testing.T) {
-	paths := []resumePath{{name: "rdma 1"}, {name: "rdma 2"}, {name: "rdma 3"}, {name: "tcp", tcp: true}}
-	for _, tc := range []struct {
-		failed int
-		dead   bool
-		want   []int
-	}{
-		{0, false, []int{1, 2, 0, 3}}, // path 1 broke: the others first, TCP last
-		{1, false, []int{2, 0, 1, 3}},
-		{2, false, []int{0, 1, 2, 3}},
-		{0, true, []int{1, 2, 3, 0}},  // path 1 went silent: after TCP
-		{3, false, []int{0, 1, 2, 3}}, // off TCP: back to RDMA in order
-		{3, true, []int{0, 1, 2, 3}},
-	} {
-		if got := resumeOrder(paths, tc.failed, tc.dead); !slices.Equal(got, tc.want) {
-			t.Errorf("resumeOrder after path %d broke (dead %v): %v, want %v", tc.failed, tc.dead, got, tc.want)
-		}
-	}
-	if got := resumeOrder(paths[:1], 0, true); !slices.Equal(got, []int{0}) {
-		t.Errorf("one path: %v", got)
-	}
-}
-
 // TestSessionCloseDuringFailback: Close while a failback's dial is under
 // way returns at once, and the failback ends when its dial does, leaving
 // nothing behind.
 func TestSessionCloseDuringFailback(t *testing.T) {
 	goroutineCheck(t)
-	p := newSessionPair(t, Config{KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
-	broken := p.twoPaths()
+	p, broken := newTwoPathSessionPair(t, Config{KeepAlive: time.Second, FailbackInterval: 20 * time.Millisecond})
 	roundTrip(t, p.client, p.server)
 	broken.Store(true)
 	a, _ := p.pipes()
@@ -623,29 +628,87 @@ func TestSessionServerResumeAbandoned(t *testing.T) {
 	goroutineCheck(t)
 	p := newSessionPair(t, Config{KeepAlive: time.Second})
 	roundTrip(t, p.client, p.server)
-	p.server.mu.Lock()
-	gen := p.server.sess.gen
-	p.server.mu.Unlock()
-	if _, _, _, err := p.server.resumeBegin(gen); err != nil {
+	gen := p.server.sess.Snapshot().Generation
+	if _, err := p.server.sess.BeginResume(gen); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := p.server.resumeBegin(gen); !errors.Is(err, errResumeBusy) {
+	if _, err := p.server.sess.BeginResume(gen); !errors.Is(err, errResumeBusy) {
 		t.Fatalf("a second resume while one is under way: %v, want busy", err)
 	}
-	if err := p.server.resumeEnd(nil, ""); err != nil {
+	if err := p.server.sess.EndResume(nil, ""); err != nil {
 		t.Fatal(err)
 	}
-	p.server.mu.Lock()
-	state := p.server.sess.state
-	p.server.mu.Unlock()
-	if state != sessionActive {
+	if state := p.server.sess.Snapshot().State; state != session.Active {
 		t.Fatalf("after an abandoned resume the server's session is %v, want active", state)
 	}
 	roundTrip(t, p.client, p.server)
-	if _, _, _, err := p.server.resumeBegin(gen); err != nil {
+	if _, err := p.server.sess.BeginResume(gen); err != nil {
 		t.Fatalf("a resume after the abandoned one: %v", err)
 	}
-	p.server.resumeEnd(nil, "")
+	p.server.sess.EndResume(nil, "")
+	closeAndWait(t, p.client)
+	closeAndWait(t, p.server)
+}
+
+// TestSessionResumesWhileLingering: a session whose path goes silent
+// after Close, with bytes still undelivered, finds the dead path in the
+// linger's own checks, resumes, and delivers them before it releases its
+// link; the peer reads them all, then the end of the stream.
+func TestSessionResumesWhileLingering(t *testing.T) {
+	goroutineCheck(t)
+	p := newSessionPair(t, Config{KeepAlive: 250 * time.Millisecond})
+	roundTrip(t, p.client, p.server)
+	a, _ := p.pipes()
+	a.Silence()
+	data := make([]byte, 8<<10)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	if _, err := p.client.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	p.client.Close()
+	p.server.SetReadDeadline(time.Now().Add(hangGuard))
+	got, err := io.ReadAll(p.server)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the server read %d bytes (%v), want the %d written before Close", len(got), err, len(data))
+	}
+	select {
+	case <-p.client.released:
+	case <-time.After(2 * lingerTimeout):
+		t.Fatal("the client's link was not released")
+	}
+	if st := p.client.Session(); st.Failovers != 1 || st.LastMove.Reason != "dead-path" {
+		t.Errorf("the client's session after the linger: %+v", st)
+	}
+	closeAndWait(t, p.server)
+}
+
+// noSlots is a pipe end whose Caps say it has no control slots.
+type noSlots struct{ *link.Pipe }
+
+func (n noSlots) Caps() link.Caps {
+	c := n.Pipe.Caps()
+	c.ControlDepth = 0
+	return c
+}
+
+// TestSessionPathTheEngineCannotUse: a new path the engine cannot run on
+// (no control slots) ends the session with the engine's error, which a
+// blocked Read returns; nothing hangs.
+func TestSessionPathTheEngineCannotUse(t *testing.T) {
+	goroutineCheck(t)
+	p := newSessionPair(t, Config{KeepAlive: 250 * time.Millisecond, ResumeTimeout: 500 * time.Millisecond})
+	p.mu.Lock()
+	p.noSlots = true
+	p.mu.Unlock()
+	a, _ := p.pipes()
+	a.Cut(nil)
+	p.client.SetReadDeadline(time.Now().Add(hangGuard))
+	var b [1]byte
+	if _, err := p.client.Read(b[:]); err == nil || !strings.Contains(err.Error(), "without send or control slots") {
+		t.Fatalf("Read: %v, want the engine's refusal of the new path", err)
+	}
 	closeAndWait(t, p.client)
 	closeAndWait(t, p.server)
 }

@@ -65,7 +65,7 @@ func (c *Conn) FallbackReason() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.onTCPLocked() {
-		return c.sess.why
+		return c.sess.Why()
 	}
 	return nil
 }

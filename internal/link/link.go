@@ -199,6 +199,14 @@ const (
 	// Failed: the link failed (Err): a request failed, the device or the
 	// address went away, the path broke. Nothing more arrives.
 	Failed
+	// Resumed: a link that outlives its paths (a session's) runs on a new
+	// path, over the same rings, after the engine lost the last one: the
+	// engine relinks with the link's Caps and RecvRingKey now.
+	Resumed
+	// Ended: such a link has no path, and will have none (Err: why; the
+	// stream's ErrPeerLeftLink when the peer left its last path and did not
+	// come back).
+	Ended
 )
 
 func (k CompletionKind) String() string {
@@ -213,6 +221,10 @@ func (k CompletionKind) String() string {
 		return "disconnected"
 	case Failed:
 		return "failed"
+	case Resumed:
+		return "resumed"
+	case Ended:
+		return "ended"
 	}
 	return "CompletionKind(?)"
 }
@@ -224,7 +236,7 @@ type Completion struct {
 	ID   uint64 // SendDone
 	N    uint32 // DataArrived
 	Msg  [wire.MessageSize]byte
-	Err  error // Failed
+	Err  error // Failed, Ended
 }
 
 // ErrWoken is Wait's answer to Wake.

@@ -263,7 +263,7 @@ func (r *asyncRegistry) dispatchLocked(d *asyncDevice, ev verbs.AsyncEvent) {
 		}
 		slog.Error("rdmanet: RDMA device failed (DEVICE_FATAL); its connections fail or move", "device", d.name, "connections", len(d.members))
 	case verbs.EventPortActive:
-		// A session's failback (rdmanet/failback.go) keeps its own
+		// A session's failback (internal/session/failback.go) keeps its own
 		// schedule: it may find the port back sooner than this says.
 		slog.Info("rdmanet: RDMA port active", "device", d.name, "port", ev.Port)
 	default:
