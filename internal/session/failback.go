@@ -84,18 +84,11 @@ func (l *Link) failback() {
 		p.Close()
 		return
 	}
-	if l.path != nil {
-		left := l.leaveLocked(errFailback)
+	if l.path != nil && !l.letGoLocked(errFailback) {
+		l.stepEndedLocked(Moving)
 		l.mu.Unlock()
-		l.signal()
-		if !l.waitLeft(left) {
-			l.mu.Lock()
-			l.stepEndedLocked(Moving)
-			l.mu.Unlock()
-			p.Close()
-			return
-		}
-		l.mu.Lock()
+		p.Close()
+		return
 	}
 	retired := l.retired
 	l.failbackWait = 0

@@ -514,15 +514,27 @@ func (l *Link) retire(old link.Link) {
 	old.Close()
 }
 
-// leaveLocked fails the current path with err (a move): the connection
-// takes the completion and calls Lost. It returns a channel closed once
-// it did, or the session ended; l.mu is held, and the caller signals.
-func (l *Link) leaveLocked(err error) <-chan struct{} {
+// letGoLocked fails the current path with err (a move): the connection
+// takes the completion and calls Lost. It waits for that, or the
+// session's end, for at most leaveWait, and reports whether the path was
+// let go of and the session goes on. l.mu is held, and released while it
+// waits.
+func (l *Link) letGoLocked(err error) bool {
 	if l.left == nil {
 		l.left = make(chan struct{})
 	}
+	left := l.left
 	l.reportLocked(link.Completion{Kind: link.Failed, Err: err})
-	return l.left
+	l.mu.Unlock()
+	l.signal()
+	t := time.NewTimer(leaveWait)
+	select {
+	case <-left:
+	case <-t.C:
+	}
+	t.Stop()
+	l.mu.Lock()
+	return l.path == nil && !l.closed
 }
 
 func (l *Link) closeLeftLocked() {
@@ -535,20 +547,6 @@ func (l *Link) closeLeftLocked() {
 // leaveWait bounds the wait for the connection to take a move's
 // completion: it takes it at once, unless it ended meanwhile.
 const leaveWait = 5 * time.Second
-
-// waitLeft waits for leaveLocked's channel; it reports whether the path
-// was let go of (and the session goes on).
-func (l *Link) waitLeft(left <-chan struct{}) bool {
-	t := time.NewTimer(leaveWait)
-	defer t.Stop()
-	select {
-	case <-left:
-	case <-t.C:
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.path == nil && !l.closed
-}
 
 // knowLocked notes an address the dialer's paths came from; l.mu is held.
 func (l *Link) knowLocked(a netip.Addr) {

@@ -300,22 +300,9 @@ func (l *Link) EndResume(p link.Link, name string) error {
 		l.mu.Unlock()
 		return nil
 	}
-	if l.path != nil && !l.closed {
-		// The dialer let go of this path (it found it dead, or it moves
-		// back to its first path).
-		left := l.leaveLocked(errResumedElsewhere)
-		l.mu.Unlock()
-		l.signal()
-		if !l.waitLeft(left) {
-			l.mu.Lock()
-			l.stepEndedLocked(Attaching)
-			l.mu.Unlock()
-			p.Close()
-			return fmt.Errorf("%w: it has ended", ErrRefused)
-		}
-		l.mu.Lock()
-	}
-	if l.closed {
+	// The dialer let go of the path this side still has (it found it
+	// dead, or it moves back to its first path).
+	if l.closed || l.path != nil && !l.letGoLocked(errResumedElsewhere) {
 		l.stepEndedLocked(Attaching)
 		l.mu.Unlock()
 		p.Close()
