@@ -375,7 +375,8 @@ func runLimitedDial(args string) int {
 
 // TestLabFallbackResources: a process whose locked memory is limited (and
 // which lacks CAP_IPC_LOCK, which would lift the limit) cannot register a
-// connection's buffers, and falls back to TCP for "resources".
+// connection's buffers, and falls back to TCP for "resources", with an
+// error that names the limit.
 func TestLabFallbackResources(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	ln := listenBoth(t, env)
@@ -401,6 +402,13 @@ func TestLabFallbackResources(t *testing.T) {
 	}
 	if !strings.HasPrefix(string(out), "tcp resources ") {
 		t.Fatalf("the limited process printed %q, want a fallback to TCP for resources", out)
+	}
+	// The registration's error says which limit, what was asked, and how
+	// to lift it.
+	for _, want := range []string{"ibv_reg_mr", "asked to pin", "of the 64 KiB RLIMIT_MEMLOCK allows", "no CAP_IPC_LOCK"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the fallback's reason %q does not say %q", out, want)
+		}
 	}
 	if k := <-<-accepted; k != fallback.TCP {
 		t.Errorf("the server accepted %q, want tcp", k)

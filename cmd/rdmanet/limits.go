@@ -20,7 +20,9 @@ type limitsJSON struct {
 	MemlockSoft int64 `json:"memlock_soft"`
 	MemlockHard int64 `json:"memlock_hard"`
 	// CapIPCLock: the process may lock memory beyond RLIMIT_MEMLOCK.
-	CapIPCLock bool  `json:"cap_ipc_lock"`
+	CapIPCLock bool `json:"cap_ipc_lock"`
+	// PinnedNow is what this process has pinned now (-1: unknown).
+	PinnedNow  int64 `json:"pinned_bytes"`
 	NofileSoft int64 `json:"nofile_soft"`
 	NofileHard int64 `json:"nofile_hard"`
 	// NofileOpen is how many descriptors this process has open (-1: unknown).
@@ -40,7 +42,7 @@ func readLimits() limitsJSON {
 	fp := defaultFootprint()
 	l := limitsJSON{LockedPerConn: uint64(fp.RegisteredBytes), FDsPerConn: fp.FileDescriptors}
 	if !platformLimits(&l) {
-		l.MemlockSoft, l.MemlockHard, l.NofileSoft, l.NofileHard, l.NofileOpen = -1, -1, -1, -1, -1
+		l.MemlockSoft, l.MemlockHard, l.NofileSoft, l.NofileHard, l.NofileOpen, l.PinnedNow = -1, -1, -1, -1, -1, -1
 		l.ConnsByMemlock, l.ConnsByNofile, l.Connections = -1, -1, -1
 		return l
 	}
@@ -72,7 +74,8 @@ func printLimits(w io.Writer, l limitsJSON) {
 		capText = "yes (registration is not bounded by RLIMIT_MEMLOCK)"
 	}
 	fmt.Fprintln(w, "limits of this process:")
-	fmt.Fprintf(w, "  RLIMIT_MEMLOCK  soft %s, hard %s (rdmanet raises the soft limit to the hard one)\n", limitBytes(l.MemlockSoft), limitBytes(l.MemlockHard))
+	fmt.Fprintf(w, "  RLIMIT_MEMLOCK  soft %s, hard %s, %s pinned now (rdmanet raises the soft limit to the hard\n", limitBytes(l.MemlockSoft), limitBytes(l.MemlockHard), pinnedText(l.PinnedNow))
+	fmt.Fprintln(w, "                  one; a registration the limit stops fails with an error that names it)")
 	fmt.Fprintf(w, "  CAP_IPC_LOCK    %s\n", capText)
 	fmt.Fprintf(w, "  RLIMIT_NOFILE   soft %s, hard %s, %s open now (a process at its limit gets errors\n", limitCount(l.NofileSoft), limitCount(l.NofileHard), limitCount(l.NofileOpen))
 	fmt.Fprintln(w, "                  from rdma-core, some as ENOENT; rdmanet's errors then name this limit)")
@@ -84,6 +87,13 @@ func printLimits(w io.Writer, l limitsJSON) {
 func limitBytes(n int64) string {
 	if n < 0 {
 		return "unlimited"
+	}
+	return iec(uint64(n))
+}
+
+func pinnedText(n int64) string {
+	if n < 0 {
+		return "unknown"
 	}
 	return iec(uint64(n))
 }

@@ -1,11 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"os"
-	"strconv"
-	"strings"
-
 	"github.com/rdmanet/sdk/internal/rdmacore"
 	"golang.org/x/sys/unix"
 )
@@ -22,7 +17,10 @@ func platformLimits(l *limitsJSON) bool {
 	if open, _, ok := rdmacore.DescriptorUse(); ok {
 		l.NofileOpen = int64(open)
 	}
-	l.CapIPCLock = hasCapability(unix.CAP_IPC_LOCK)
+	l.PinnedNow = -1
+	if pinned, _, capIPCLock, ok := rdmacore.PinnedMemory(); ok {
+		l.PinnedNow, l.CapIPCLock = pinned, capIPCLock
+	}
 	return true
 }
 
@@ -31,22 +29,4 @@ func rlim(v uint64) int64 {
 		return -1
 	}
 	return int64(v)
-}
-
-// hasCapability reports whether capability c is in the process's effective
-// set (/proc/self/status, CapEff).
-func hasCapability(c int) bool {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "CapEff:"); ok {
-			bits, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return err == nil && bits&(1<<uint(c)) != 0
-		}
-	}
-	return false
 }

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 )
@@ -41,6 +43,9 @@ type CallError struct {
 	// its device node, which fails too). Such an error matches
 	// syscall.EMFILE as well as Errno.
 	Descriptors *DescriptorLimit
+	// Memory is set when a registration failed (ENOMEM or EPERM) where
+	// RLIMIT_MEMLOCK is the likely cause.
+	Memory *MemoryLimit
 }
 
 // DescriptorLimit is the process's file descriptors when a call failed.
@@ -49,12 +54,75 @@ type DescriptorLimit struct {
 	Limit int // RLIMIT_NOFILE's soft limit
 }
 
+// MemoryLimit is the process's pinned memory when a registration failed
+// for RLIMIT_MEMLOCK: pinning Asked more bytes would have passed the limit,
+// and the process has no CAP_IPC_LOCK to lift it.
+type MemoryLimit struct {
+	Asked  int64 // bytes the call would have pinned
+	Pinned int64 // bytes pinned then (VmPin)
+	Limit  int64 // RLIMIT_MEMLOCK's soft limit
+}
+
 func (e *CallError) Error() string {
 	s := e.Func + ": " + e.Errno.Error()
 	if d := e.Descriptors; d != nil {
 		s += fmt.Sprintf(" (the process had %d of the %d file descriptors its RLIMIT_NOFILE allows open)", d.Open, d.Limit)
 	}
+	if m := e.Memory; m != nil {
+		s += fmt.Sprintf(" (asked to pin %s with %s pinned of the %s RLIMIT_MEMLOCK allows, %s left, and no CAP_IPC_LOCK: "+
+			"raise RLIMIT_MEMLOCK (ulimit -l, LimitMEMLOCK= in systemd, --ulimit memlock= in docker) or grant CAP_IPC_LOCK, or use smaller buffers)",
+			iec(m.Asked), iec(m.Pinned), iec(m.Limit), iec(max(m.Limit-m.Pinned, 0)))
+	}
 	return s
+}
+
+// iec writes n bytes in binary units, exact where it can be.
+func iec(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// memoryLimitFor is the MemoryLimit to report for a registration of asked
+// bytes that failed, if RLIMIT_MEMLOCK is the likely cause: the process
+// has no CAP_IPC_LOCK and the bytes would not have fitted under it.
+func memoryLimitFor(asked int64) *MemoryLimit {
+	pinned, limit, capIPCLock, ok := PinnedMemory()
+	if !ok || capIPCLock || limit < 0 || pinned+asked <= limit {
+		return nil
+	}
+	return &MemoryLimit{Asked: asked, Pinned: pinned, Limit: limit}
+}
+
+// parseStatus reads VmPin (in bytes) and CAP_IPC_LOCK in the effective
+// set from the text of /proc/self/status.
+func parseStatus(status string) (pinned int64, capIPCLock, ok bool) {
+	var havePin, haveCap bool
+	for _, line := range strings.Split(status, "\n") {
+		key, value, found := strings.Cut(line, ":")
+		if !found {
+			continue
+		}
+		value = strings.TrimSpace(value)
+		switch key {
+		case "VmPin":
+			kb, err := strconv.ParseInt(strings.TrimSuffix(value, " kB"), 10, 64)
+			pinned, havePin = kb<<10, err == nil
+		case "CapEff":
+			bits, err := strconv.ParseUint(value, 16, 64)
+			const capIPCLockBit = 14
+			capIPCLock, haveCap = bits&(1<<capIPCLockBit) != 0, err == nil
+		}
+	}
+	return pinned, capIPCLock, havePin && haveCap
 }
 
 func (e *CallError) Unwrap() error { return e.Errno }

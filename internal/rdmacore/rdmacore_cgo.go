@@ -178,7 +178,11 @@ func DeallocPD(pd PD) error {
 func RegMR(pd PD, addr unsafe.Pointer, length int, access int) (mr MR, lkey, rkey uint32, err error) {
 	m, cerr := C.rn_reg_mr(unsafe.Pointer(pd), addr, C.size_t(length), C.int(access))
 	if m == nil {
-		return nil, 0, 0, callError("ibv_reg_mr", errnoOf(cerr))
+		err := callError("ibv_reg_mr", errnoOf(cerr))
+		if ce := err.(*CallError); ce.Errno == syscall.ENOMEM || ce.Errno == syscall.EPERM {
+			ce.Memory = memoryLimitFor(int64(length))
+		}
+		return nil, 0, 0, err
 	}
 	return MR(m), uint32(m.lkey), uint32(m.rkey), nil
 }
