@@ -56,7 +56,7 @@ func (l *Link) failback() {
 	first, from := l.cfg.Paths[0], l.pathNameLocked()
 	l.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), failbackAnswerWait)
+	ctx, cancel := context.WithTimeout(l.life, failbackAnswerWait)
 	p, peer, err := first.Dial(ctx, h)
 	cancel()
 

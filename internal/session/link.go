@@ -166,6 +166,10 @@ type Link struct {
 	unconfirmed bool // the server's new path has not heard the dialer yet
 	knocked     bool // the server heard from the dialer since the loss
 	closed      bool // Disconnect or Close: no more paths
+	// life ends with closed: what the session does in the background
+	// (a failback's dial) ends with it.
+	life context.Context
+	stop context.CancelFunc
 	retired     chan struct{}
 	cancel      context.CancelFunc
 	work        sync.WaitGroup // recovery and failback
@@ -191,6 +195,7 @@ type Link struct {
 func New(p link.Link, cfg Config) *Link {
 	l := &Link{cfg: cfg, tx: p.SendRing(), rx: p.RecvRing(), path: p, last: p, gen: cfg.Gen,
 		wake: make(chan struct{}, 1), cancel: func() {}}
+	l.life, l.stop = context.WithCancel(context.Background())
 	l.knowLocked(cfg.ClientIP)
 	return l
 }
@@ -408,6 +413,7 @@ func (l *Link) end() link.Link {
 	defer l.mu.Unlock()
 	if !l.closed {
 		l.closed = true
+		l.stop()
 		l.cancel()
 		if l.failbackTimer != nil {
 			l.failbackTimer.Stop()

@@ -618,3 +618,40 @@ func TestWakeBeforeWait(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseDuringFailback: Close ends a failback's dial under way and
+// returns once it has, not when the dial would have timed out.
+func TestCloseDuringFailback(t *testing.T) {
+	a1, b1 := pipeOver(nil, nil)
+	defer b1.Close()
+	dialing := make(chan struct{})
+	var once sync.Once
+	var others []*link.Pipe
+	defer func() {
+		for _, b := range others {
+			b.Close()
+		}
+	}()
+	paths := []Path{
+		{Name: "primary", Dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
+			// (The recovery tries the other path first.)
+			once.Do(func() { close(dialing) })
+			<-ctx.Done()
+			return nil, wire.Hello{}, ctx.Err()
+		}},
+		{Name: "secondary", Dial: func(context.Context, wire.Hello) (link.Link, wire.Hello, error) {
+			a, b := pipeOver(a1.SendRing(), a1.RecvRing())
+			others = append(others, b)
+			return a, wire.Hello{}, nil
+		}},
+	}
+	r := newRig(t, a1, Config{Paths: paths, FailbackInterval: time.Millisecond})
+	r.l.Lost(fmt.Errorf("test: %w", link.ErrDown))
+	pollFor(t, r.l, link.Resumed)
+	<-dialing
+	start := time.Now()
+	r.l.Close()
+	if d := time.Since(start); d > failbackAnswerWait/2 {
+		t.Errorf("Close took %v with a failback's dial under way", d)
+	}
+}

@@ -47,7 +47,7 @@ func resumeOrder(paths []Path, failed int, dead bool) []int {
 // startRecoveryLocked starts to resume the suspended session: the dialer
 // makes a new path, the server waits for one; l.mu is held.
 func (l *Link) startRecoveryLocked(cause error) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(l.life)
 	l.cancel = cancel
 	l.knocked = false
 	retired := l.retired
