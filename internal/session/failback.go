@@ -66,10 +66,11 @@ func (l *Link) failback() {
 		interval := cmp.Or(l.cfg.FailbackInterval, DefaultFailbackInterval)
 		l.failbackWait = min(2*l.failbackWait, 8*interval)
 		if l.path == nil {
-			// The server had begun to take the session over, and failed:
-			// its end of the old path is gone. Resume as after any loss.
+			// The old path went meanwhile (the server had begun to take
+			// the session over, and failed; or it broke): resume as after
+			// any loss, for what the engine was told of it.
 			if !l.closed {
-				l.startRecoveryLocked(l.why)
+				l.startRecoveryLocked(l.leftCause)
 			}
 		} else {
 			l.scheduleFailbackLocked()
@@ -78,7 +79,7 @@ func (l *Link) failback() {
 		slog.Debug("rdmanet: session could not move back to its first path", "session", l.cfg.ID, "path", first.Name, "err", err)
 		return
 	}
-	if l.closed {
+	if l.closed || l.noFailback {
 		l.stepEndedLocked(Moving)
 		l.mu.Unlock()
 		p.Close()
@@ -86,6 +87,7 @@ func (l *Link) failback() {
 	}
 	if l.path != nil && !l.letGoLocked(errFailback) {
 		l.stepEndedLocked(Moving)
+		l.scheduleFailbackLocked()
 		l.mu.Unlock()
 		p.Close()
 		return
@@ -99,7 +101,7 @@ func (l *Link) failback() {
 		l.mu.Lock()
 		l.stepEndedLocked(Moving)
 		if !l.closed && l.path == nil {
-			l.startRecoveryLocked(l.why)
+			l.startRecoveryLocked(l.leftCause)
 		}
 		l.mu.Unlock()
 		return

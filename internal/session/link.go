@@ -168,12 +168,12 @@ type Link struct {
 	closed      bool // Disconnect or Close: no more paths
 	// life ends with closed: what the session does in the background
 	// (a failback's dial) ends with it.
-	life context.Context
-	stop context.CancelFunc
-	retired     chan struct{}
-	cancel      context.CancelFunc
-	work        sync.WaitGroup // recovery and failback
-	closedOnce  sync.Once
+	life       context.Context
+	stop       context.CancelFunc
+	retired    chan struct{}
+	cancel     context.CancelFunc
+	work       sync.WaitGroup // recovery and failback
+	closedOnce sync.Once
 
 	failovers, failbacks int
 	pathName             string
@@ -351,12 +351,12 @@ func (l *Link) Wait() error {
 
 func (l *Link) Wake() {
 	l.mu.Lock()
-	p := l.waitingOn
+	// Under the lock: retire closes a path only once no Wait is on it.
+	if l.waitingOn != nil {
+		l.waitingOn.Wake()
+	}
 	l.woken = true
 	l.mu.Unlock()
-	if p != nil {
-		p.Wake()
-	}
 	select {
 	case l.wake <- struct{}{}:
 	default:
@@ -540,6 +540,10 @@ func (l *Link) letGoLocked(err error) bool {
 	}
 	t.Stop()
 	l.mu.Lock()
+	if l.path != nil {
+		// Not taken: it must not fail the path later.
+		l.events = slices.DeleteFunc(l.events, func(c link.Completion) bool { return c.Kind == link.Failed && c.Err == err })
+	}
 	return l.path == nil && !l.closed
 }
 
@@ -581,7 +585,7 @@ type Snapshot struct {
 	Failovers  int
 	Failbacks  int
 	Path       string // "" while there is none
-	Suspended  bool   // no path, and resuming
+	Suspended  bool   // no path the engine runs on, and resuming
 	LastMove   Move
 	State      State
 }
@@ -592,7 +596,8 @@ func (l *Link) Snapshot() Snapshot {
 	defer l.mu.Unlock()
 	s := Snapshot{ID: l.cfg.ID, Generation: l.gen, Failovers: l.failovers, Failbacks: l.failbacks,
 		Path: l.pathNameLocked(), LastMove: l.lastMove, State: l.state}
-	if l.path == nil {
+	if l.path == nil || l.resumed {
+		// (A new path counts once the engine took it.)
 		s.Path = ""
 		s.Suspended = l.state != Ended && !l.closed
 	}

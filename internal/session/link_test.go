@@ -655,3 +655,92 @@ func TestCloseDuringFailback(t *testing.T) {
 		t.Errorf("Close took %v with a failback's dial under way", d)
 	}
 }
+
+// TestServerGivesUpDuringAttach: the server's wait ends while a resume is
+// under way: the resume that then completes is refused, its path closed,
+// and the session stays ended.
+func TestServerGivesUpDuringAttach(t *testing.T) {
+	a1, b1 := pipeOver(nil, nil)
+	defer a1.Close()
+	r := newRig(t, b1, Config{Timeout: 50 * time.Millisecond})
+	r.l.Lost(fmt.Errorf("test: %w", link.ErrDown))
+	if _, err := r.l.BeginResume(0); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, r.l, link.Ended)
+	a2, b2 := pipeOver(b1.SendRing(), b1.RecvRing())
+	defer a2.Close()
+	late := &tracked{Link: b2}
+	if err := r.l.EndResume(late, "late"); !errors.Is(err, ErrRefused) || late.closes.Load() != 1 {
+		t.Errorf("a resume completed after the session ended: %v, its path closed %d times", err, late.closes.Load())
+	}
+	if s := r.l.Snapshot(); s.State != Ended || s.Path != "" {
+		t.Errorf("after the late resume: %+v", s)
+	}
+}
+
+// TestFailbackLosesItsPath: the path a failback moves from ends while it
+// dials (the server died: its end is taken for the move's), and the dial
+// fails: the session resumes for that loss, not for an older one (here
+// the peer's leaving, which would end it at once as the peer's close).
+func TestFailbackLosesItsPath(t *testing.T) {
+	a1, b1 := pipeOver(nil, nil)
+	defer b1.Close()
+	release := make(chan struct{})
+	var block, dialing atomic.Bool
+	var mu sync.Mutex
+	var servers []*link.Pipe
+	defer func() {
+		for _, b := range servers {
+			b.Close()
+		}
+	}()
+	var secondaryUp atomic.Bool
+	secondaryUp.Store(true)
+	paths := []Path{
+		{Name: "primary", Dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
+			if block.Load() && dialing.CompareAndSwap(false, true) {
+				select { // the failback's dial
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return nil, wire.Hello{}, errors.New("test: primary down")
+		}},
+		{Name: "secondary", Dial: func(context.Context, wire.Hello) (link.Link, wire.Hello, error) {
+			if !secondaryUp.Load() {
+				return nil, wire.Hello{}, errNothingListens
+			}
+			a, b := pipeOver(a1.SendRing(), a1.RecvRing())
+			mu.Lock()
+			servers = append(servers, b)
+			mu.Unlock()
+			return a, wire.Hello{}, nil
+		}},
+	}
+	r := newRig(t, a1, Config{Paths: paths, FailbackInterval: time.Millisecond, Timeout: 200 * time.Millisecond})
+	l := r.l
+	l.Lost(stream.ErrPeerLeftLink) // the older loss: the peer left and came back
+	pollFor(t, l, link.Resumed)
+	block.Store(true)
+	for end := time.Now().Add(hangGuard); !dialing.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("no failback")
+		}
+	}
+	secondaryUp.Store(false)
+	mu.Lock()
+	servers[len(servers)-1].Disconnect()
+	mu.Unlock()
+	c := pollFor(t, l, link.Failed, link.SendDone, link.DataArrived, link.ControlArrived)
+	if MoveReason(c.Err) != "failback" {
+		t.Fatalf("the end during the move: %v", c.Err)
+	}
+	l.Lost(c.Err)
+	close(release)
+	c = pollFor(t, l, link.Ended)
+	var ee *endError
+	if !errors.As(c.Err, &ee) || ee.Cause != errFailback {
+		t.Errorf("the session ended with %v, want a timeout for the move's loss", c.Err)
+	}
+}

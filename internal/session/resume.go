@@ -227,6 +227,8 @@ func (l *Link) attach(p link.Link, peer wire.Hello, name string, index int) (err
 	switch {
 	case l.closed:
 		return errClosed
+	case l.state == Ended: // it gave up meanwhile, and said so
+		return fmt.Errorf("%w: it has ended", ErrRefused)
 	case l.path != nil:
 		return errors.New("rdmanet: session already has a link")
 	}

@@ -256,12 +256,13 @@ func (e *Engine) End(err error) {
 	}
 }
 
-// PeerLeft ends a session suspended because the peer left its link
-// (ErrPeerLeftLink) and did not come back: as the peer's close, which is
-// what a plain connection sees when its peer's process dies. Reads return
-// what arrived, then io.EOF; Writes fail with ErrPeerClosed.
+// PeerLeft ends a suspended session whose peer left its link and did not
+// come back: as the peer's close, which is what a plain connection sees
+// when its peer's process dies. Reads return what arrived, then io.EOF;
+// Writes fail with ErrPeerClosed. The session decides it, whatever the
+// engine saw of the link's end (a move's end hides a peer's death).
 func (e *Engine) PeerLeft() {
-	if e.lost == ErrPeerLeftLink && e.err == nil {
+	if e.lost != nil && e.err == nil {
 		e.lost, e.peerGone = nil, true
 	}
 }
