@@ -221,31 +221,29 @@ func (l *Link) Caps() link.Caps {
 func (l *Link) SendRing() []byte { return l.tx }
 func (l *Link) RecvRing() []byte { return l.rx }
 
-func (l *Link) current() link.Link {
+// Path is the path the session runs on now, or nil.
+func (l *Link) Path() link.Link {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.path
 }
 
-// Path is the path the session runs on now, or nil.
-func (l *Link) Path() link.Link { return l.current() }
-
 func (l *Link) RecvRingKey() (uint64, uint32) {
-	if p := l.current(); p != nil {
+	if p := l.Path(); p != nil {
 		return p.RecvRingKey()
 	}
 	return 0, 0
 }
 
 func (l *Link) PostSend(wrs []link.SendWR) error {
-	if p := l.current(); p != nil {
+	if p := l.Path(); p != nil {
 		return p.PostSend(wrs)
 	}
 	return errNoPath
 }
 
 func (l *Link) PostRecv(n int) error {
-	if p := l.current(); p != nil {
+	if p := l.Path(); p != nil {
 		return p.PostRecv(n)
 	}
 	return errNoPath
@@ -309,7 +307,7 @@ func (l *Link) watchLocked(cs []link.Completion) {
 }
 
 func (l *Link) Arm() error {
-	if p := l.current(); p != nil {
+	if p := l.Path(); p != nil {
 		return p.Arm()
 	}
 	return nil
