@@ -101,6 +101,26 @@ type Link interface {
 	Close() error
 }
 
+// Rings is a link whose rings may be replaced while the connection runs,
+// so that a connection starts with small rings and grows them as it
+// streams (issue 24; docs/protocol.md, "Rings that follow traffic"). The
+// link owns every ring it made, and frees those still held when it closes.
+// Called under the same rule as PostSend.
+type Rings interface {
+	// NewRecvRing makes a receive ring of size bytes that the peer may
+	// write into, named to it by addr and rkey, for the engine to offer.
+	// An error (the pool is dry, a bound reached, pinning failed) leaves
+	// the connection on the rings it has.
+	NewRecvRing(size int) (mem []byte, addr uint64, rkey uint32, err error)
+	// ReleaseRecvRing takes back a ring from NewRecvRing, or the first one
+	// (RecvRing), that nothing lands in any more: the peer moved to
+	// another ring, and every byte it wrote before was read.
+	ReleaseRecvRing(mem []byte) error
+	// ReplaceSendRing replaces the transmit ring with one of size bytes and
+	// frees the old one. No data request is outstanding.
+	ReplaceSendRing(size int) ([]byte, error)
+}
+
 // Caps is what one end of a link has.
 type Caps struct {
 	// SendDepth is how many send requests may be outstanding.

@@ -30,6 +30,11 @@ type Pipe struct {
 	send, recv    []byte
 	addr          uint64
 	rkey          uint32
+	rings         []pipeRing // receive rings made by NewRecvRing (pipe_rings.go)
+	ringBytes     int        // bytes of rings made and not yet given back
+	ringCount     uint32     // rings made, for their addresses
+	recvGone      bool       // the first receive ring was given back
+	replacedSend  bool       // the transmit ring is one ReplaceSendRing made (it counts in ringBytes)
 	local, remote netip.AddrPort
 
 	// What this end sent and has not yet landed, in post order. The head
@@ -129,6 +134,10 @@ type PipeConfig struct {
 	// then, and a Disconnect delivers what was posted before it, as TCP
 	// delivers what it took before its FIN.
 	EarlyCompletion bool
+	// RingLimit bounds the bytes of rings NewRecvRing and ReplaceSendRing
+	// may hold beyond the first two (0: no bound): past it they fail with
+	// ErrRingsExhausted, as a registered pool that ran dry.
+	RingLimit int
 	// Device, when set, is the in-memory device the end is on: its
 	// completions count against the device's one completion queue, and
 	// its notify function is called from the device's goroutine (device.go).
@@ -499,15 +508,15 @@ func (e *Pipe) land(now bool) {
 			e.failRequest(r, ErrSpokeFirst)
 			return
 		}
-		off := 0
+		var dst []byte
 		if r.wr.Kind != SendControl {
 			n := r.wr.N
 			if r.wr.Kind == SendMarker {
 				n = 0 // a marker writes nothing, whatever N says
 			}
 			var ok bool
-			if off, ok = t.ringOffset(r.wr.Remote, r.wr.RKey, n); !ok {
-				e.failRequest(r, fmt.Errorf("%w: [%#x, +%d) with key %#x, the peer's ring is [%#x, +%d) with key %#x",
+			if dst, ok = t.ringAt(r.wr.Remote, r.wr.RKey, n); !ok {
+				e.failRequest(r, fmt.Errorf("%w: [%#x, +%d) with key %#x: in none of the peer's rings (the first is [%#x, +%d) with key %#x)",
 					ErrRemoteAccess, r.wr.Remote, n, r.wr.RKey, t.addr, len(t.recv), t.rkey))
 				return
 			}
@@ -528,9 +537,9 @@ func (e *Pipe) land(now bool) {
 		switch r.wr.Kind {
 		case SendData:
 			if r.data != nil {
-				copy(t.recv[off:], r.data)
+				copy(dst, r.data)
 			} else {
-				copy(t.recv[off:off+int(r.wr.N)], e.send[r.wr.Off:r.wr.Off+r.wr.N])
+				copy(dst, e.send[r.wr.Off:r.wr.Off+r.wr.N])
 			}
 			t.recvPosted--
 			t.push(Completion{Kind: DataArrived, N: r.wr.N}, 0)
@@ -548,17 +557,33 @@ func (e *Pipe) land(now bool) {
 	}
 }
 
-// ringOffset checks a write of n bytes at addr with rkey against this end's
-// announced ring and returns its offset in the ring.
-func (e *Pipe) ringOffset(addr uint64, rkey uint32, n uint32) (int, bool) {
-	if rkey != e.rkey || addr < e.addr {
-		return 0, false
+// ringAt checks a write of n bytes at addr with rkey against this end's
+// receive rings and returns where it lands.
+func (e *Pipe) ringAt(addr uint64, rkey uint32, n uint32) ([]byte, bool) {
+	if !e.recvGone {
+		if b, ok := within(e.recv, e.addr, e.rkey, addr, rkey, n); ok {
+			return b, true
+		}
 	}
-	off := addr - e.addr
-	if off > uint64(len(e.recv)) || uint64(n) > uint64(len(e.recv))-off {
-		return 0, false
+	for _, r := range e.rings {
+		if b, ok := within(r.mem, r.addr, r.rkey, addr, rkey, n); ok {
+			return b, true
+		}
 	}
-	return int(off), true
+	return nil, false
+}
+
+// within is [addr, addr+n) of mem, which is named base and key, if it is
+// inside.
+func within(mem []byte, base uint64, key uint32, addr uint64, rkey uint32, n uint32) ([]byte, bool) {
+	if rkey != key || addr < base {
+		return nil, false
+	}
+	off := addr - base
+	if off > uint64(len(mem)) || uint64(n) > uint64(len(mem))-off {
+		return nil, false
+	}
+	return mem[off : off+uint64(n)], true
 }
 
 // failRequest fails the connection because request r of this end failed:

@@ -22,6 +22,9 @@ type PipeStats struct {
 	// BytesLanded counts the bytes of this end's SendData requests that
 	// landed in the peer's ring.
 	BytesLanded uint64
+	// RingsMade, RingsReleased and RingsRefused count NewRecvRing's rings,
+	// the receive rings given back, and the rings refused past RingLimit.
+	RingsMade, RingsReleased, RingsRefused uint64
 }
 
 // Stats returns the end's counters.

@@ -14,6 +14,7 @@ type controlQueue struct {
 	credit         wire.Message // the newest Credit, when wantCredit
 	announce       wire.Message // this side's RegisterXferMemory
 	resume         wire.Message // this side's Resume, on a resumed link
+	ring           wire.Message // this side's Ring: a receive ring offered
 	featureReplies int          // GetServerFeature answers owed
 	slots          int          // the link's control slots
 	outstanding    int          // control messages posted and not completed
@@ -28,6 +29,8 @@ const (
 	wantShutdown
 	wantResume
 	wantClose
+	wantRing   // offer a receive ring (Ring)
+	wantRingAt // switch to the peer's offered ring (RingAt), once nothing is held
 )
 
 // wantEnd are the messages that end this side's stream: they follow every
@@ -76,6 +79,13 @@ func (q *controlQueue) next(draining, creditOnly, dataFirst bool) (wire.Message,
 	case q.want&wantAnnounce != 0:
 		q.want &^= wantAnnounce
 		return q.announce, true
+	case q.want&wantRingAt != 0 && !dataFirst:
+		// The engine fills in the position as it switches.
+		q.want &^= wantRingAt
+		return wire.Message{Op: wire.OpRingAt}, true
+	case q.want&wantRing != 0:
+		q.want &^= wantRing
+		return q.ring, true
 	case q.featureReplies > 0:
 		q.featureReplies--
 		// Valkey's answer: the same opcode, no features.
@@ -97,7 +107,7 @@ func (q *controlQueue) next(draining, creditOnly, dataFirst bool) (wire.Message,
 func (q *controlQueue) pending(draining, dataFirst bool) bool {
 	want := q.want
 	if dataFirst {
-		want &^= wantEnd
+		want &^= wantEnd | wantRingAt
 	}
 	if draining {
 		return want&(wantEnd|wantResume) != 0

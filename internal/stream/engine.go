@@ -28,6 +28,16 @@ type Config struct {
 	// RecvAddr and RecvKey name RecvRing to the peer (link.Link.RecvRingKey).
 	RecvAddr uint64
 	RecvKey  uint32
+	// MaxSendRing and MaxRecvRing are the largest rings the connection
+	// grows to (grow.go): SendRing and RecvRing are its first. They grow
+	// on a link that can replace its rings (link.Rings); the receive ring
+	// with wire.FeatureGrow, or in Valkey's protocol at a wrap. 0: the
+	// first sizes.
+	MaxSendRing, MaxRecvRing int
+	// ShrinkAfter is how long a connection may move no data before its
+	// rings go back to their first sizes (0: never; Valkey's buffer never
+	// shrinks). It is checked on Tick, so it needs KeepAlive.
+	ShrinkAfter time.Duration
 	// KeepAlive is how long this side may go without posting anything
 	// before it sends Keepalive; 0 disables keepalive and dead-path
 	// detection. A signaled request that has not completed deadFactor x
@@ -105,6 +115,7 @@ type Engine struct {
 	send Sender
 	sq   *SendQueue
 	ctl  controlQueue
+	grow growth // rings that follow traffic (grow.go)
 
 	out     []link.SendWR // requests to post (Flush)
 	reposts int           // receives the peer's messages consumed, to post again
@@ -205,10 +216,15 @@ func New(cfg Config) (*Engine, error) {
 			e.sq.Retain()
 			peerRetain = cfg.Peer.SendRing
 		}
-		e.recv, e.send = NewRecvRing(announce.Length, peerRetain), &SendRing{}
+		r := NewRecvRing(announce.Length, peerRetain)
+		r.mem = cfg.RecvRing
+		e.recv, e.send = r, &SendRing{}
 	} else {
-		e.recv, e.send = NewRecvWindow(announce), &SendWindow{}
+		w := NewRecvWindow(announce)
+		w.mem = cfg.RecvRing
+		e.recv, e.send = w, &SendWindow{}
 	}
+	e.grow = newGrowth(cfg)
 	e.ctl = controlQueue{announce: announce, slots: cfg.Caps.ControlDepth}
 	e.out = make([]link.SendWR, 0, e.sq.depth)
 	return e, nil
@@ -218,6 +234,7 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) Start() {
 	now := e.cfg.Clock()
 	e.lastPost, e.lastProgress, e.lastHeard = now, now, now
+	e.grow.markAt, e.grow.lastTraffic = now, now
 	e.ctl.want |= wantAnnounce
 	e.flushControl()
 }
@@ -341,7 +358,7 @@ func (e *Engine) Writable() bool {
 	if e.err != nil || e.peerGone || e.peerClosed || e.wrDone {
 		return true
 	}
-	if e.suspended() {
+	if e.suspended() || e.grow.wantSend > 0 {
 		return false
 	}
 	_, space := e.sq.RingSpace()
@@ -357,9 +374,15 @@ func (e *Engine) Read(b []byte) (int, error) {
 		return 0, nil
 	}
 	if off, n := e.recv.Readable(); n > 0 {
-		k := copy(b, e.cfg.RecvRing[off:off+n])
+		k := copy(b, e.recv.Mem()[off:off+n])
 		if reply, send := e.recv.Consume(uint32(k)); send {
-			e.queueReply(reply)
+			if reply.Op == wire.OpRegisterXferMemory && e.grow.wantRecv > 0 && !e.draining {
+				// Valkey's buffer was read whole: a larger one is
+				// announced in its place (Flush).
+				e.grow.wrapped = true
+			} else {
+				e.queueReply(reply)
+			}
 		}
 		return k, nil
 	}
@@ -414,13 +437,24 @@ func (e *Engine) Write(b []byte) (int, error) {
 			return written, nil
 		case e.suspended():
 			return written, ErrWouldBlock
+		case e.grow.wantSend > 0:
+			// The transmit ring is replaced once what it holds completed.
+			e.postHeld(true)
+			e.signalTail()
+			return written, ErrWouldBlock
 		}
 		room := e.send.Room()
 		off, space := e.sq.RingSpace()
 		if room == 0 || space == 0 || !e.rc.canData() {
+			if room > 0 && space == 0 && e.sq.SlotsFree() > 0 {
+				e.sendFull()
+			}
 			// Nothing held may wait with the writer.
 			e.postHeld(false)
 			return written, ErrWouldBlock
+		}
+		if e.grow.shrinkAfter > 0 {
+			e.grow.lastTraffic = e.cfg.Clock()
 		}
 		n := min(uint64(len(b)-written), uint64(room), space)
 		copy(e.cfg.SendRing[off:], b[written:written+int(n)])
@@ -530,6 +564,7 @@ func (e *Engine) Handle(c *link.Completion) {
 			return
 		}
 		e.arrived = true
+		e.dataArrived()
 	case link.ControlArrived:
 		e.reposts++
 		e.arrivedMsgs++
@@ -628,6 +663,10 @@ func (e *Engine) control(m wire.Message) {
 			// The peer learns from the answer that the path works.
 			e.ctl.want |= wantCredit
 		}
+	case wire.OpRing:
+		e.ringOffered(m)
+	case wire.OpRingAt:
+		e.ringAt(m)
 	case wire.OpSetClientFeature:
 	}
 }
@@ -673,6 +712,11 @@ func (e *Engine) flushControl() {
 			}
 			return
 		}
+		if m.Op == wire.OpRingAt {
+			// Every byte before it is posted (dataFirst): what follows goes
+			// to the new ring.
+			m = e.send.(*SendRing).Switch()
+		}
 		if m.Op == wire.OpCredit {
 			// The newest totals: what was read, and the receives posted
 			// again, which may have grown since the Credit was queued.
@@ -698,6 +742,9 @@ func (e *Engine) Flush(l Poster) error {
 		clear(e.out)
 		e.out, e.reposts = e.out[:0], 0
 		return nil
+	}
+	if e.growthDue() && e.err == nil {
+		e.applyGrowth(l)
 	}
 	// Receives first: a Credit due for them goes in this Flush.
 	if e.reposts > 0 && !e.draining && e.err == nil {
@@ -772,6 +819,7 @@ func (e *Engine) Tick() {
 			e.flushControl()
 		}
 	}
+	e.shrinkIdle(now)
 	if !e.draining && now.Sub(e.lastPost) >= e.cfg.KeepAlive {
 		e.ctl.want |= wantKeepalive
 		e.flushControl()
@@ -817,13 +865,19 @@ func (e *Engine) Drain() {
 		return
 	}
 	e.postHeld(true)
-	if addr, rkey, ok := e.send.Target(); ok && e.sq.Unsignaled() && e.sq.SlotsFree() > 0 {
-		e.out = append(e.out, link.SendWR{Kind: link.SendMarker, Signaled: true, ID: e.sq.PostMarker(), Remote: addr, RKey: rkey})
-		e.posted(true)
-	}
+	e.signalTail()
 	if e.cfg.Features&wire.FeatureClose != 0 {
 		e.ctl.want |= wantClose
 		e.flushControl()
+	}
+}
+
+// signalTail posts a signaled marker after requests posted unsignaled, so
+// that a completion comes for them: Idle and Empty then tell when all have.
+func (e *Engine) signalTail() {
+	if addr, rkey, ok := e.send.Target(); ok && e.sq.Unsignaled() && e.sq.SlotsFree() > 0 {
+		e.out = append(e.out, link.SendWR{Kind: link.SendMarker, Signaled: true, ID: e.sq.PostMarker(), Remote: addr, RKey: rkey})
+		e.posted(true)
 	}
 }
 

@@ -27,10 +27,17 @@ func FuzzEngine(f *testing.F) {
 	f.Add(byte(0x63), []byte{4, 10, 4, 10, 4, 10, 0, 0x81, 7, 3, 4, 10, 6, 30, 6, 30})
 	// A session that says when it closes: written, closed, lost, resumed.
 	f.Add(byte(0x87), []byte{4, 200, 5, 3, 7, 1, 7, 0x32, 0, 0x83, 0, 0x85, 7, 0})
+	// Rings that grow: data, a Ring offered, a RingAt.
+	f.Add(byte(0x0b), []byte{0, 3, 4, 200, 4, 200, 7, 3, 0, 0x86, 7, 3, 1, 10, 0, 0x87, 3, 200})
 	f.Fuzz(func(t *testing.T, mode byte, ops []byte) {
 		features := wire.Features(mode) & (wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume)
 		if mode&0x80 != 0 && features&wire.FeatureResume != 0 {
 			features |= wire.FeatureClose // a session whose sides say when they close
+		}
+		// Bit 3: rings that grow (not with sessions).
+		grows := mode&8 != 0 && features&wire.FeatureRing != 0 && features&wire.FeatureResume == 0
+		if grows {
+			features |= wire.FeatureGrow
 		}
 		const ring = 4096
 		peer := wire.Hello{}
@@ -48,13 +55,18 @@ func FuzzEngine(f *testing.F) {
 			Caps:     link.Caps{SendDepth: 16, RecvDepth: 16, ControlDepth: 4, RecvCredit: iwarp, SpeakSecond: iwarp && mode&0x20 != 0},
 			SendRing: make([]byte, ring), RecvRing: make([]byte, ring), RecvAddr: 1 << 20, RecvKey: 3,
 			KeepAlive: time.Second, Clock: clk.Now,
+			MaxSendRing: 4 * ring, MaxRecvRing: 4 * ring, ShrinkAfter: 3 * time.Second,
 		})
 		if err != nil {
 			return
 		}
 		r := &recorder{}
+		var poster Poster = r
+		if grows {
+			poster = ringRecorder{r}
+		}
 		e.Start()
-		e.Flush(r)
+		e.Flush(poster)
 		if e.muted && len(r.sent) > 0 {
 			t.Fatalf("the accepting side of an iWARP link posted %d requests before the peer spoke", len(r.sent))
 		}
@@ -64,7 +76,7 @@ func FuzzEngine(f *testing.F) {
 			switch op {
 			case 0: // a control message with an opcode and fields from the input
 				var m [wire.MessageSize]byte
-				m[1] = arg
+				m[1] = arg &^ 0x80
 				if arg&0x80 != 0 {
 					m[0] = 0x72
 				}
@@ -106,10 +118,10 @@ func FuzzEngine(f *testing.F) {
 				}
 			}
 			e.AfterCompletions()
-			e.Flush(r)
+			e.Flush(poster)
 			for _, wr := range r.sent {
-				if wr.Kind == link.SendData && uint64(wr.Off)+uint64(wr.N) > ring {
-					t.Fatalf("data request [%d,+%d) outside the %d-byte ring", wr.Off, wr.N, ring)
+				if wr.Kind == link.SendData && uint64(wr.Off)+uint64(wr.N) > uint64(len(e.cfg.SendRing)) {
+					t.Fatalf("data request [%d,+%d) outside the %d-byte ring", wr.Off, wr.N, len(e.cfg.SendRing))
 				}
 			}
 			// (r.sent cannot tell: a SendDone from the input may retire
@@ -120,8 +132,8 @@ func FuzzEngine(f *testing.F) {
 			if e.rc.on && e.rc.sent > e.rc.peerDepth+e.rc.peerAgain {
 				t.Fatalf("%d messages sent to a peer that posted %d receives and %d again", e.rc.sent, e.rc.peerDepth, e.rc.peerAgain)
 			}
-			if off, n := e.recv.Readable(); uint64(off)+uint64(n) > ring {
-				t.Fatalf("readable [%d,+%d) outside the ring", off, n)
+			if off, n := e.recv.Readable(); uint64(off)+uint64(n) > uint64(len(e.recv.Mem())) {
+				t.Fatalf("readable [%d,+%d) outside the %d-byte ring", off, n, len(e.recv.Mem()))
 			}
 			if err := e.Err(); err != nil {
 				if _, werr := e.Write([]byte("x")); werr != err && !errors.Is(werr, err) {

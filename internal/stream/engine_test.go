@@ -16,10 +16,21 @@ import (
 type recorder struct {
 	sent    []link.SendWR
 	reposts int
+	made    int // rings made, as a ringRecorder
 }
 
 func (r *recorder) PostSend(wrs []link.SendWR) error { r.sent = append(r.sent, wrs...); return nil }
 func (r *recorder) PostRecv(n int) error             { r.reposts += n; return nil }
+
+// ringRecorder is a recorder that makes rings.
+type ringRecorder struct{ *recorder }
+
+func (r ringRecorder) NewRecvRing(size int) ([]byte, uint64, uint32, error) {
+	r.made++
+	return make([]byte, size), uint64(r.made) << 32, uint32(r.made), nil
+}
+func (r ringRecorder) ReleaseRecvRing([]byte) error             { return nil }
+func (r ringRecorder) ReplaceSendRing(size int) ([]byte, error) { return make([]byte, size), nil }
 
 // clock is a test clock the engine reads.
 type clock struct{ now time.Time }

@@ -10,12 +10,29 @@ import "github.com/rdmanet/sdk/internal/wire"
 // running total of consumed bytes, a quarter of the ring at a time, so the
 // sender never stalls once per buffer as in Valkey's mode.
 
-// RecvRing is this side's receive ring.
+// RecvRing is this side's receive ring. With FeatureGrow it may be
+// replaced mid-stream (grow.go): this side offers a new ring (Ring), the
+// peer answers with the position where its bytes start going there
+// (RingAt), and the old ring is read up to that position and then given
+// back. Offsets in a ring count from base, the stream position at its
+// offset 0.
 type RecvRing struct {
-	size          uint64
+	mem           []byte // the ring being read
+	size, base    uint64
 	written, read uint64 // running totals
 	credited      uint64 // read, as last told to the peer
 	creditEvery   uint64
+	peerRetain    uint64
+
+	offered *ringSpan // a ring offered to the peer, which it has not yet switched to
+	next    *ringSpan // the ring the peer switched to, from next.base on
+	retired [][]byte  // rings nothing lands in and nothing reads any more
+}
+
+// ringSpan is a receive ring and the stream position at its offset 0.
+type ringSpan struct {
+	mem  []byte
+	base uint64
 }
 
 // NewRecvRing returns the state of a ring of size bytes. Credit goes back
@@ -23,12 +40,21 @@ type RecvRing struct {
 // until they are credited (a resumable session) in a smaller transmit ring:
 // a sender that fills what it can retain must see credit come back.
 func NewRecvRing(size, peerRetain uint32) *RecvRing {
-	every := uint64(size)
-	if peerRetain > 0 {
-		every = min(every, uint64(peerRetain))
-	}
-	return &RecvRing{size: uint64(size), creditEvery: max(every/4, 1)}
+	r := &RecvRing{size: uint64(size), peerRetain: uint64(peerRetain)}
+	r.setCreditEvery()
+	return r
 }
+
+func (r *RecvRing) setCreditEvery() {
+	every := r.size
+	if r.peerRetain > 0 {
+		every = min(every, r.peerRetain)
+	}
+	r.creditEvery = max(every/4, 1)
+}
+
+// Mem is the memory Readable's offsets are in.
+func (r *RecvRing) Mem() []byte { return r.mem }
 
 // Totals are the running totals of bytes that arrived and were read.
 func (r *RecvRing) Totals() (received, consumed uint64) { return r.written, r.read }
@@ -36,14 +62,18 @@ func (r *RecvRing) Totals() (received, consumed uint64) { return r.written, r.re
 // Relinked notes that the peer learns the consumed total from Resume.
 func (r *RecvRing) Relinked() { r.credited = r.read }
 
-// Arrived records n bytes written by the peer at the ring's write position.
-// A write that overruns the space the peer was given, or crosses the ring's
-// end, is a protocol error.
+// Arrived records n bytes written by the peer at the ring's write position
+// (in the ring it switched to, if it did). A write that overruns the space
+// the peer was given, or crosses the ring's end, is a protocol error.
 func (r *RecvRing) Arrived(n uint32) error {
-	if uint64(n) > r.size-(r.written-r.read) {
-		return protocolErrorf("peer wrote %d bytes into a ring with %d free", n, r.size-(r.written-r.read))
+	size, base := r.size, r.base
+	if r.next != nil {
+		size, base = uint64(len(r.next.mem)), r.next.base
 	}
-	if off := r.written % r.size; off+uint64(n) > r.size {
+	if unread := r.written - r.read; unread > size || uint64(n) > size-unread {
+		return protocolErrorf("peer wrote %d bytes into a ring with %d free", n, size-min(size, unread))
+	}
+	if off := (r.written - base) % size; off+uint64(n) > size {
 		return protocolErrorf("peer write of %d bytes at ring offset %d crosses the ring's end", n, off)
 	}
 	r.written += uint64(n)
@@ -52,8 +82,26 @@ func (r *RecvRing) Arrived(n uint32) error {
 
 // Readable returns the contiguous unread bytes: ring offset and length.
 func (r *RecvRing) Readable() (off, n uint32) {
-	o := r.read % r.size
-	return uint32(o), uint32(min(r.written-r.read, r.size-o))
+	r.advance()
+	limit := r.written
+	if r.next != nil {
+		limit = r.next.base
+	}
+	o := (r.read - r.base) % r.size
+	return uint32(o), uint32(min(limit-r.read, r.size-o))
+}
+
+// advance moves reading to the ring the peer switched to, once everything
+// before the switch was read; the old ring is retired.
+func (r *RecvRing) advance() {
+	if r.next == nil || r.read != r.next.base {
+		return
+	}
+	if r.mem != nil {
+		r.retired = append(r.retired, r.mem)
+	}
+	r.mem, r.size, r.base, r.next = r.next.mem, uint64(len(r.next.mem)), r.next.base, nil
+	r.setCreditEvery()
 }
 
 // Consume marks n readable bytes as read and returns the Credit message to
@@ -63,6 +111,7 @@ func (r *RecvRing) Consume(n uint32) (credit wire.Message, send bool) {
 		panic("stream: Consume beyond what arrived")
 	}
 	r.read += uint64(n)
+	r.advance()
 	if r.read-r.credited < r.creditEvery {
 		return wire.Message{}, false
 	}
@@ -70,13 +119,18 @@ func (r *RecvRing) Consume(n uint32) (credit wire.Message, send bool) {
 	return wire.Message{Op: wire.OpCredit, ConsumedBytes: r.read}, true
 }
 
-// SendRing is the peer's receive ring as this side writes into it.
+// SendRing is the peer's receive ring as this side writes into it. With
+// FeatureGrow the peer may offer another (Offer): this side writes no more
+// until it switched (Switch, when its RingAt is posted), and from then on
+// the stream's bytes go to the new ring, from its start.
 type SendRing struct {
 	addr           uint64
 	size           uint64
 	rkey           uint32
+	base           uint64 // the stream position at the ring's offset 0
 	announced      bool
 	sent, peerRead uint64 // running totals
+	offer          *wire.Message
 }
 
 // Announce takes the peer's RegisterXferMemory, which in ring mode comes
@@ -92,6 +146,31 @@ func (s *SendRing) Announce(m wire.Message) error {
 	return nil
 }
 
+// Offer takes the peer's Ring: a ring to switch to.
+func (s *SendRing) Offer(m wire.Message) error {
+	switch {
+	case !s.announced:
+		return protocolErrorf("ring offered before the first was announced")
+	case s.offer != nil:
+		return protocolErrorf("ring offered while an offer is pending")
+	case m.Length == 0 || m.Length > maxRing || m.Addr+uint64(m.Length) < m.Addr:
+		return protocolErrorf("peer offered an unusable ring (%d bytes at %#x)", m.Length, m.Addr)
+	}
+	s.offer = &m
+	return nil
+}
+
+// Offered reports whether an offered ring waits for Switch.
+func (s *SendRing) Offered() bool { return s.offer != nil }
+
+// Switch moves to the offered ring at the current position and returns the
+// RingAt that tells the peer so.
+func (s *SendRing) Switch() wire.Message {
+	m := s.offer
+	s.addr, s.size, s.rkey, s.base, s.offer = m.Addr, uint64(m.Length), m.RKey, s.sent, nil
+	return wire.Message{Op: wire.OpRingAt, At: s.sent}
+}
+
 // Credit takes the peer's running total of consumed bytes.
 func (s *SendRing) Credit(m wire.Message) error {
 	if !s.announced {
@@ -104,19 +183,21 @@ func (s *SendRing) Credit(m wire.Message) error {
 	return nil
 }
 
-// Room is how many bytes may be written now, contiguously up to the ring's end.
+// Room is how many bytes may be written now, contiguously up to the ring's
+// end. Bytes not yet credited count against the ring, whichever ring they
+// went to, as the peer counts them (RecvRing.Arrived).
 func (s *SendRing) Room() uint32 {
-	if !s.announced {
+	if !s.announced || s.offer != nil || s.sent-s.peerRead >= s.size {
 		return 0
 	}
-	off := s.sent % s.size
+	off := (s.sent - s.base) % s.size
 	return uint32(min(s.size-(s.sent-s.peerRead), s.size-off))
 }
 
 // Take reserves up to n bytes and returns where they go.
 func (s *SendRing) Take(n uint32) (remoteAddr uint64, rkey uint32, got uint32) {
 	got = min(n, s.Room())
-	remoteAddr = s.addr + s.sent%s.size
+	remoteAddr = s.addr + (s.sent-s.base)%s.size
 	s.sent += uint64(got)
 	return remoteAddr, s.rkey, got
 }

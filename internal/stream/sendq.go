@@ -192,6 +192,13 @@ func (q *SendQueue) PostMarker() (id uint64) {
 	return q.signal(false)
 }
 
+// Empty reports whether the ring holds nothing: every byte put in it was
+// posted and completed (and, retaining, acknowledged).
+func (q *SendQueue) Empty() bool { return q.held == 0 && q.put == q.released() }
+
+// Resize makes the ring size bytes: a new ring, taken while Empty.
+func (q *SendQueue) Resize(size uint64) { q.ring, q.chunk = size, max(size/4, 1) }
+
 // Idle reports whether every posted work request has completed.
 func (q *SendQueue) Idle() bool { return q.posted == q.retired }
 

@@ -12,6 +12,8 @@ type State struct {
 	// bytes are written and not yet released (in flight, held back to
 	// coalesce, or kept for a resumable session until the peer reads them).
 	SendRing, SendRingUsed uint64
+	// RecvRing is the size of the receive ring the peer writes into.
+	RecvRing uint64
 	// PeerRoom is how many bytes the peer's receive buffer takes now: its
 	// window (Valkey's protocol) or the credit it returned (the ring).
 	PeerRoom uint32
@@ -34,7 +36,7 @@ func (e *Engine) State() State {
 	return State{
 		SendSlots: q.depth, SendInFlight: int(q.posted - q.retired),
 		SendRing: q.ring, SendRingUsed: q.put + q.held - q.released(),
-		PeerRoom: e.send.Room(), RecvUnread: unread,
+		PeerRoom: e.send.Room(), RecvUnread: unread, RecvRing: uint64(e.recvSize()),
 		Posted: e.postedBefore + q.posted, Arrived: e.arrivedMsgs,
 		LastPost: e.lastPost, LastProgress: e.lastProgress,
 	}

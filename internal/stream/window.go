@@ -25,6 +25,8 @@ type Receiver interface {
 	// Consume marks n readable bytes read and returns the control message
 	// that gives the space back to the peer, when one is due.
 	Consume(n uint32) (reply wire.Message, send bool)
+	// Mem is the memory Readable's offsets are in.
+	Mem() []byte
 }
 
 // Sender is the send side of a wire mode: the peer's buffer as this side
@@ -54,7 +56,9 @@ var (
 // both positions go back to 0 and the buffer is announced again
 // (RegisterXferMemory).
 type RecvWindow struct {
+	mem                 []byte
 	size, written, read uint32
+	total               uint64 // bytes of the buffers read whole before
 	announce            wire.Message
 }
 
@@ -89,10 +93,20 @@ func (w *RecvWindow) Consume(n uint32) (reply wire.Message, send bool) {
 	}
 	w.read += n
 	if w.read == w.size {
+		w.total += uint64(w.size)
 		w.read, w.written = 0, 0
 		return w.announce, true
 	}
 	return wire.Message{}, false
+}
+
+// Mem is the buffer.
+func (w *RecvWindow) Mem() []byte { return w.mem }
+
+// replace makes mem, which announce names, the buffer: after a wrap, when
+// nothing is in the old one.
+func (w *RecvWindow) replace(mem []byte, announce wire.Message) {
+	w.mem, w.size, w.announce = mem, announce.Length, announce
 }
 
 // SendWindow is the peer's receive buffer as this side writes into it.

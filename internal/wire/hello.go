@@ -84,6 +84,12 @@ const (
 	// is a lost link, which the session resumes past, and not the peer
 	// closing. It needs FeatureResume.
 	FeatureClose
+	// FeatureGrow: a receive ring may be replaced while the stream runs
+	// (Ring, answered by RingAt), so a connection starts with small rings
+	// and grows them as it streams (docs/protocol.md, "Rings that follow
+	// traffic"). The Hello's RingSize is the first ring's size. It needs
+	// FeatureRing, and is not offered with FeatureResume yet.
+	FeatureGrow
 )
 
 // LinkFeatures are the features that belong to one link rather than to the
@@ -189,6 +195,9 @@ func DecodeHello(data []byte) (h Hello, ok bool, err error) {
 	}
 	if h.Features&FeatureRecvCredit != 0 && h.Features&FeatureRing == 0 {
 		return Hello{}, false, protocolErrorf("hello offering receive credit without the ring")
+	}
+	if h.Features&FeatureGrow != 0 && h.Features&FeatureRing == 0 {
+		return Hello{}, false, protocolErrorf("hello offering ring growth without the ring")
 	}
 	if h.Features&FeatureClose != 0 && h.Features&FeatureResume == 0 {
 		return Hello{}, false, protocolErrorf("hello offering Close without sessions")

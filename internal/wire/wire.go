@@ -49,6 +49,17 @@ const (
 	// end of the session. Without it, a session's link that ends was
 	// lost, not closed, and the session resumes.
 	OpClose Opcode = 0x7205
+	// OpRing, with FeatureGrow, offers the peer a new receive ring (Addr,
+	// Length, RKey) in place of the one it writes into: larger while the
+	// stream is busy, smaller once it is idle. The peer answers with
+	// OpRingAt; one offer at a time.
+	OpRing Opcode = 0x7206
+	// OpRingAt, with FeatureGrow, answers OpRing: the sender's stream bytes
+	// from position At on (a running total, as Credit's) go into the
+	// offered ring, from its start; those before At went into the old one.
+	// It follows every write before At and precedes every write after, so
+	// once it arrived nothing more lands in the old ring.
+	OpRingAt Opcode = 0x7207
 )
 
 func (o Opcode) String() string {
@@ -71,6 +82,10 @@ func (o Opcode) String() string {
 		return "Written"
 	case OpClose:
 		return "Close"
+	case OpRing:
+		return "Ring"
+	case OpRingAt:
+		return "RingAt"
 	}
 	return fmt.Sprintf("Opcode(%#x)", uint16(o))
 }
@@ -95,6 +110,8 @@ type Message struct {
 	Receives      uint32 // Credit
 	// Resume: the running total of bytes received (arrived, read or not).
 	ReceivedBytes uint64
+	// RingAt: the stream position where the offered ring starts.
+	At uint64
 }
 
 // ErrProtocol is matched (errors.Is) by every *ProtocolError.
@@ -122,10 +139,12 @@ func (m *Message) Encode(b *[MessageSize]byte) {
 	case OpGetServerFeature, OpSetClientFeature:
 		be.PutUint16(b[2:], m.Select)
 		be.PutUint64(b[24:], m.Features)
-	case OpRegisterXferMemory:
+	case OpRegisterXferMemory, OpRing:
 		be.PutUint64(b[16:], m.Addr)
 		be.PutUint32(b[24:], m.Length)
 		be.PutUint32(b[28:], m.RKey)
+	case OpRingAt:
+		be.PutUint64(b[8:], m.At)
 	case OpCredit:
 		be.PutUint64(b[16:], m.ConsumedBytes)
 		be.PutUint32(b[24:], m.Receives)
@@ -155,7 +174,7 @@ func Decode(b []byte, extended bool) (Message, error) {
 		m.Addr = be.Uint64(b[16:])
 		m.Length = be.Uint32(b[24:])
 		m.RKey = be.Uint32(b[28:])
-	case OpCredit, OpShutdown, OpResume, OpWritten, OpClose:
+	case OpCredit, OpShutdown, OpResume, OpWritten, OpClose, OpRing, OpRingAt:
 		if !extended {
 			return Message{}, protocolErrorf("opcode %v without the rdmanet extension", m.Op)
 		}
@@ -168,6 +187,12 @@ func Decode(b []byte, extended bool) (Message, error) {
 			m.ConsumedBytes = be.Uint64(b[16:])
 		case OpWritten:
 			m.Length = be.Uint32(b[24:])
+		case OpRing:
+			m.Addr = be.Uint64(b[16:])
+			m.Length = be.Uint32(b[24:])
+			m.RKey = be.Uint32(b[28:])
+		case OpRingAt:
+			m.At = be.Uint64(b[8:])
 		}
 	default:
 		return Message{}, protocolErrorf("unknown opcode %#x", uint16(m.Op))

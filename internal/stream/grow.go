@@ -1,0 +1,281 @@
+package stream
+
+import (
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// Rings that follow traffic (issue 24; docs/protocol.md, "Rings that
+// follow traffic"). A connection starts with the link's small rings and
+// grows them, doubling, up to Config's sizes while its stream is busy;
+// after ShrinkAfter without data they go back to their first sizes.
+//
+//   - The transmit ring is this side's alone: a Write that found it full
+//     asks for a larger one, Writes wait until every byte in it completed,
+//     and Flush replaces it (link.Rings.ReplaceSendRing).
+//   - The receive ring, between rdmanet peers (wire.FeatureGrow): when two
+//     rings' worth of bytes arrived within growPeriod, Flush makes a larger
+//     one and offers it (Ring). The peer posts what it holds, switches at
+//     its running total and says so (RingAt), in order with its writes; this
+//     side reads the old ring up to there, then gives it back.
+//   - The receive buffer in Valkey's protocol can only be announced again
+//     once the peer has filled it and this side read it whole: it grows
+//     then, if the buffer filled within growPeriod, and never shrinks.
+//
+// maxRing bounds what a peer may offer.
+const maxRing = 1 << 30
+
+// growPeriod: two rings' worth of bytes arriving within it is a stream
+// that a larger ring would carry faster.
+const growPeriod = time.Second
+
+// growth is the engine's state of its rings' sizes.
+type growth struct {
+	send, recv  bool // the rings may change (the link can, and the mode allows it)
+	firstSend   int
+	firstRecv   int
+	maxSend     int
+	maxRecv     int
+	shrinkAfter time.Duration
+
+	markBytes   uint64    // the received total when the rate's period began
+	markAt      time.Time // when it began
+	lastTraffic time.Time // when data last arrived or was written
+
+	wantSend int  // the size the transmit ring becomes once empty (Flush)
+	wantRecv int  // the size of a receive ring to make and offer (Flush)
+	wrapped  bool // Valkey's protocol: the buffer was read whole, its announcement waits for Flush
+	refused  int  // rings the link could not make
+}
+
+func newGrowth(cfg Config) growth {
+	g := growth{
+		firstSend: len(cfg.SendRing), firstRecv: len(cfg.RecvRing),
+		maxSend: max(cfg.MaxSendRing, len(cfg.SendRing)), maxRecv: max(cfg.MaxRecvRing, len(cfg.RecvRing)),
+		shrinkAfter: cfg.ShrinkAfter,
+	}
+	resumable := cfg.Features&wire.FeatureResume != 0
+	// A session's rings outlive its links (its bytes are sent again from
+	// them), so they keep their size.
+	g.send = !resumable && (g.maxSend > g.firstSend || g.shrinkAfter > 0)
+	ring := cfg.Features&wire.FeatureRing != 0
+	g.recv = !resumable && (!ring || cfg.Features&wire.FeatureGrow != 0) && (g.maxRecv > g.firstRecv || g.shrinkAfter > 0)
+	return g
+}
+
+// sendFull notes a Write that found the transmit ring full while the
+// peer had room: a larger ring would have taken more.
+func (e *Engine) sendFull() {
+	g := &e.grow
+	if g.send && g.wantSend == 0 && int(e.sq.ring) < g.maxSend {
+		g.wantSend = min(int(e.sq.ring)*2, g.maxSend)
+	}
+}
+
+// dataArrived counts n arrived bytes toward the receive ring's growth.
+func (e *Engine) dataArrived() {
+	g := &e.grow
+	if !g.recv {
+		return
+	}
+	now := e.cfg.Clock()
+	g.lastTraffic = now
+	received := e.received()
+	if now.Sub(g.markAt) > growPeriod {
+		g.markBytes, g.markAt = received, now
+		return
+	}
+	size := e.recvSize()
+	if received-g.markBytes < 2*uint64(size) {
+		return
+	}
+	g.markBytes, g.markAt = received, now
+	if size < g.maxRecv && g.wantRecv == 0 && !e.recvChanging() {
+		g.wantRecv = min(size*2, g.maxRecv)
+	}
+}
+
+// received is the running total of bytes that arrived (in Valkey's
+// protocol, since the buffer was last announced, plus those before).
+func (e *Engine) received() uint64 {
+	switch r := e.recv.(type) {
+	case *RecvRing:
+		return r.written
+	case *RecvWindow:
+		return r.total + uint64(r.written)
+	}
+	return 0
+}
+
+// recvSize is the size of the receive ring being written into.
+func (e *Engine) recvSize() int {
+	switch r := e.recv.(type) {
+	case *RecvRing:
+		if r.next != nil {
+			return len(r.next.mem)
+		}
+		return int(r.size)
+	case *RecvWindow:
+		return int(r.size)
+	}
+	return 0
+}
+
+// recvChanging reports whether a receive ring was offered and the peer has
+// not yet switched to it, or has and the old one is still read.
+func (e *Engine) recvChanging() bool {
+	r, ok := e.recv.(*RecvRing)
+	return ok && (r.offered != nil || r.next != nil)
+}
+
+// shrinkIdle asks for the first sizes again once no data moved for
+// ShrinkAfter (Tick).
+func (e *Engine) shrinkIdle(now time.Time) {
+	g := &e.grow
+	if g.shrinkAfter <= 0 || now.Sub(g.lastTraffic) < g.shrinkAfter || e.draining {
+		return
+	}
+	if g.send && int(e.sq.ring) > g.firstSend && g.wantSend == 0 {
+		g.wantSend = g.firstSend
+	}
+	// Valkey's buffer never shrinks: it would wait for a wrap that an idle
+	// peer never makes.
+	if _, ring := e.recv.(*RecvRing); ring && g.recv && e.recvSize() > g.firstRecv && g.wantRecv == 0 && !e.recvChanging() {
+		g.wantRecv = g.firstRecv
+	}
+}
+
+// growthDue reports whether Flush has rings to make, replace or give back.
+func (e *Engine) growthDue() bool {
+	g := &e.grow
+	if g.wantSend > 0 || g.wantRecv > 0 || g.wrapped {
+		return true
+	}
+	r, ok := e.recv.(*RecvRing)
+	return ok && len(r.retired) > 0
+}
+
+// applyGrowth makes, replaces and gives back rings on the link (Flush).
+// A link that cannot make rings keeps the ones it has; a ring it refuses
+// to make stops growth of that kind for the connection's life, as a
+// smaller ring is only slower.
+func (e *Engine) applyGrowth(l Poster) {
+	g := &e.grow
+	rl, ok := l.(link.Rings)
+	if !ok {
+		g.send, g.recv, g.wantSend, g.wantRecv = false, false, 0, 0
+		if g.wrapped {
+			g.wrapped = false
+			e.queueReply(e.ctl.announce)
+		}
+		return
+	}
+	if r, ok := e.recv.(*RecvRing); ok {
+		for _, mem := range r.retired {
+			if err := rl.ReleaseRecvRing(mem); err != nil {
+				e.Fail(err)
+				return
+			}
+		}
+		clear(r.retired)
+		r.retired = r.retired[:0]
+	}
+	if size := g.wantSend; size > 0 && e.sq.Empty() {
+		g.wantSend = 0
+		if mem, err := rl.ReplaceSendRing(size); err != nil {
+			g.refused++
+			g.maxSend = int(e.sq.ring)
+		} else {
+			e.cfg.SendRing = mem
+			e.sq.Resize(uint64(len(mem)))
+		}
+	}
+	switch r := e.recv.(type) {
+	case *RecvRing:
+		if size := g.wantRecv; size > 0 {
+			g.wantRecv = 0
+			mem, addr, rkey, err := rl.NewRecvRing(size)
+			if err != nil {
+				g.refused++
+				g.maxRecv = min(g.maxRecv, e.recvSize())
+				return
+			}
+			r.offered = &ringSpan{mem: mem}
+			e.ctl.ring = wire.Message{Op: wire.OpRing, Addr: addr, Length: uint32(len(mem)), RKey: rkey}
+			e.ctl.want |= wantRing
+			e.flushControl()
+		}
+	case *RecvWindow:
+		if !g.wrapped {
+			return
+		}
+		g.wrapped = false
+		if size := g.wantRecv; size > 0 {
+			g.wantRecv = 0
+			if mem, addr, rkey, err := rl.NewRecvRing(size); err != nil {
+				g.refused++
+				g.maxRecv = int(r.size)
+			} else {
+				// The peer filled the old buffer and waits for this
+				// announcement: nothing lands in the old one any more.
+				old := r.mem
+				r.replace(mem, wire.Message{Op: wire.OpRegisterXferMemory, Addr: addr, Length: uint32(len(mem)), RKey: rkey})
+				e.ctl.announce = r.announce
+				if old != nil {
+					if err := rl.ReleaseRecvRing(old); err != nil {
+						e.Fail(err)
+						return
+					}
+				}
+			}
+		}
+		e.queueReply(r.announce)
+	}
+}
+
+// ringOffered takes the peer's Ring: this side posts what it holds, then
+// switches and says where (RingAt, which flushControl sends once nothing
+// is held).
+func (e *Engine) ringOffered(m wire.Message) {
+	s, ok := e.send.(*SendRing)
+	if !ok || e.cfg.Features&wire.FeatureGrow == 0 {
+		e.Fail(protocolErrorf("Ring without the ring growth extension"))
+		return
+	}
+	if err := s.Offer(m); err != nil {
+		e.Fail(err)
+		return
+	}
+	e.postHeld(false)
+	e.ctl.want |= wantRingAt
+}
+
+// ringAt takes the peer's RingAt: its bytes from m.At on land in the ring
+// this side offered.
+func (e *Engine) ringAt(m wire.Message) {
+	r, ok := e.recv.(*RecvRing)
+	switch {
+	case !ok || e.cfg.Features&wire.FeatureGrow == 0:
+		e.Fail(protocolErrorf("RingAt without the ring growth extension"))
+		return
+	case r.offered == nil:
+		e.Fail(protocolErrorf("RingAt without a ring offered"))
+		return
+	case m.At != r.written:
+		e.Fail(protocolErrorf("RingAt at %d bytes; %d arrived before it", m.At, r.written))
+		return
+	}
+	r.next, r.offered = r.offered, nil
+	r.next.base = m.At
+	// Bytes read and not yet credited count against the new ring at the
+	// peer: a smaller one could be full of them, so credit goes now and,
+	// until the switch, every quarter of the smaller ring.
+	r.creditEvery = min(r.creditEvery, max(uint64(len(r.next.mem))/4, 1))
+	if r.read > r.credited {
+		r.credited = r.read
+		e.queueReply(wire.Message{Op: wire.OpCredit, ConsumedBytes: r.read})
+	}
+	r.advance()
+}

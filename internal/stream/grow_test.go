@@ -1,0 +1,340 @@
+package stream
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// Rings that follow traffic (grow.go), over link.Pipe driven by hand: two
+// engines that start with small rings, stream both ways with random Reads
+// and Writes, grow their rings, go idle and shrink them, and stream again.
+// Every byte must arrive once, in order, and no ring may be given back
+// while the peer can still write into it or this side still reads it
+// (the pipe poisons a ring given back and refuses writes into it).
+
+const growFeatures = wire.FeatureRing | wire.FeatureShutdown | wire.FeatureGrow
+
+type growSide struct {
+	eng     *Engine
+	link    *link.Pipe
+	src     []byte
+	sent    int
+	got     bytes.Buffer
+	eof     bool
+	maxRecv uint64 // the largest receive ring seen
+	maxSend uint64
+}
+
+type growPair struct {
+	a, b     *growSide
+	clk      *clock
+	features wire.Features
+}
+
+// newGrowPair makes two engines over a pipe with first rings of first
+// bytes, growing to most; ringLimit bounds each end's extra rings.
+func newGrowPair(t *testing.T, features wire.Features, first, most, ringLimit int) *growPair {
+	t.Helper()
+	cfg := link.PipeConfig{SendRing: first, RecvRing: first, SendDepth: 16, RecvDepth: 16, ControlDepth: 4, RNRRetry: 7, RingLimit: ringLimit}
+	la, lb := link.NewPipe(cfg, cfg)
+	p := &growPair{a: &growSide{link: la}, b: &growSide{link: lb}, clk: &clock{now: time.Unix(1000, 0)}, features: features}
+	for _, s := range []*growSide{p.a, p.b} {
+		addr, key := s.link.RecvRingKey()
+		hello := wire.Hello{Version: 1, Features: features, RecvDepth: 16, RingSize: uint32(first)}
+		e, err := New(Config{
+			Features: features, Peer: hello, PeerHello: features != 0, Server: s == p.b,
+			Caps: s.link.Caps(), SendRing: s.link.SendRing(), RecvRing: s.link.RecvRing(), RecvAddr: addr, RecvKey: key,
+			MaxSendRing: most, MaxRecvRing: most, ShrinkAfter: 5 * time.Second,
+			KeepAlive: time.Hour, Clock: p.clk.Now,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.eng = e
+		e.Start()
+		e.Flush(s.link)
+	}
+	return p
+}
+
+func (s *growSide) poll(t *testing.T) bool {
+	var cs [8]link.Completion
+	n, err := s.link.Poll(cs[:])
+	if err != nil {
+		t.Fatalf("poll: %v", err)
+	}
+	for i := range cs[:n] {
+		s.eng.Handle(&cs[i])
+	}
+	s.eng.AfterCompletions()
+	s.eng.Flush(s.link)
+	return n > 0
+}
+
+// step polls, reads and (if write) writes a random amount.
+func (s *growSide) step(t *testing.T, rng *rand.Rand, buf []byte, write bool) {
+	s.poll(t)
+	if k, err := s.eng.Read(buf[:1+rng.IntN(len(buf))]); k > 0 {
+		s.got.Write(buf[:k])
+	} else if err == io.EOF {
+		s.eof = true
+	} else if err != nil && err != ErrWouldBlock {
+		t.Fatalf("read: %v", err)
+	}
+	if write && s.sent < len(s.src) {
+		end := min(len(s.src), s.sent+1+rng.IntN(40_000))
+		k, err := s.eng.Write(s.src[s.sent:end])
+		s.sent += k
+		if err != nil && err != ErrWouldBlock {
+			t.Fatalf("write: %v", err)
+		}
+	}
+	s.eng.Flush(s.link)
+	st := s.eng.State()
+	s.maxRecv, s.maxSend = max(s.maxRecv, st.RecvRing), max(s.maxSend, st.SendRing)
+	if err := s.eng.Err(); err != nil {
+		t.Fatalf("engine failed: %v", err)
+	}
+}
+
+// run streams until both sides sent n more bytes and the other read them.
+func (p *growPair) run(t *testing.T, rng *rand.Rand, n int) {
+	t.Helper()
+	buf := make([]byte, 64<<10)
+	for _, s := range []*growSide{p.a, p.b} {
+		s.src = append(s.src, randomBytes(rng, n)...)
+	}
+	for steps := 0; p.a.sent < len(p.a.src) || p.b.sent < len(p.b.src) ||
+		p.a.got.Len() < len(p.b.src) || p.b.got.Len() < len(p.a.src); steps++ {
+		if steps > 1_000_000 {
+			t.Fatalf("stuck: a sent %d got %d, b sent %d got %d", p.a.sent, p.a.got.Len(), p.b.sent, p.b.got.Len())
+		}
+		p.clk.advance(time.Millisecond)
+		p.a.step(t, rng, buf, true)
+		p.b.step(t, rng, buf, true)
+	}
+}
+
+// idle lets time pass with nothing to send, ticking, for longer than ShrinkAfter.
+func (p *growPair) idle(t *testing.T, rng *rand.Rand) {
+	buf := make([]byte, 1024)
+	for range 20 {
+		p.clk.advance(time.Second)
+		for _, s := range []*growSide{p.a, p.b} {
+			s.eng.Tick()
+			s.eng.Flush(s.link)
+			s.step(t, rng, buf, false)
+		}
+	}
+}
+
+func (p *growPair) check(t *testing.T) {
+	t.Helper()
+	if sha256.Sum256(p.a.got.Bytes()) != sha256.Sum256(p.b.src) || sha256.Sum256(p.b.got.Bytes()) != sha256.Sum256(p.a.src) {
+		t.Fatalf("bytes differ: a got %d of %d (prefix %v), b got %d of %d (prefix %v)",
+			p.a.got.Len(), len(p.b.src), bytes.HasPrefix(p.b.src, p.a.got.Bytes()),
+			p.b.got.Len(), len(p.a.src), bytes.HasPrefix(p.a.src, p.b.got.Bytes()))
+	}
+}
+
+func TestRingsGrowAndShrinkMidStream(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 24))
+			const first, most = 4 << 10, 64 << 10
+			p := newGrowPair(t, growFeatures, first, most, 0)
+			p.run(t, rng, 600_000)
+			p.check(t)
+			for _, s := range []*growSide{p.a, p.b} {
+				if s.maxRecv != most || s.maxSend != most {
+					t.Fatalf("rings grew to %d (receive) and %d (send), want %d", s.maxRecv, s.maxSend, most)
+				}
+			}
+			p.idle(t, rng)
+			for _, s := range []*growSide{p.a, p.b} {
+				if st := s.eng.State(); st.RecvRing != first || st.SendRing != first {
+					t.Fatalf("idle rings %d (receive) and %d (send), want %d back", st.RecvRing, st.SendRing, first)
+				}
+			}
+			// And again: they grow back, and the bytes stay whole.
+			p.a.maxRecv, p.a.maxSend = 0, 0
+			p.run(t, rng, 600_000)
+			p.check(t)
+			if p.a.maxRecv != most {
+				t.Fatalf("after shrinking the receive ring grew to %d, want %d", p.a.maxRecv, most)
+			}
+			st := p.b.link.Stats()
+			if st.RingsMade < 4 || st.RingsReleased < 4 {
+				t.Fatalf("pipe made %d rings and got %d back: the test did not replace rings", st.RingsMade, st.RingsReleased)
+			}
+		})
+	}
+}
+
+// A pool that runs dry leaves the connection on the rings it has.
+func TestRingsStayWhenThePoolIsDry(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 24))
+	p := newGrowPair(t, growFeatures, 4<<10, 256<<10, 24<<10)
+	p.run(t, rng, 400_000)
+	p.check(t)
+	st := p.a.link.Stats()
+	if st.RingsRefused == 0 {
+		t.Fatalf("no ring was refused: the test did not run the pool dry")
+	}
+	if p.a.maxRecv >= 256<<10 {
+		t.Fatalf("receive ring reached %d bytes past the pool's limit", p.a.maxRecv)
+	}
+}
+
+// In Valkey's protocol the buffer grows when the peer wrapped, and the
+// peer (a SendWindow) takes the new one as any re-announcement.
+func TestValkeyBufferGrowsAtAWrap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 24))
+	p := newGrowPair(t, 0, 4<<10, 32<<10, 0)
+	p.run(t, rng, 300_000)
+	p.check(t)
+	if p.a.maxRecv != 32<<10 || p.b.maxRecv != 32<<10 {
+		t.Fatalf("buffers grew to %d and %d, want %d", p.a.maxRecv, p.b.maxRecv, 32<<10)
+	}
+	p.idle(t, rng)
+	if st := p.a.eng.State(); st.RecvRing != 32<<10 {
+		t.Fatalf("Valkey's buffer shrank to %d: it never may", st.RecvRing)
+	}
+}
+
+// Ring and RingAt that break the rules end the stream with a protocol error.
+func TestRingMessagesFromAHostilePeer(t *testing.T) {
+	hello := wire.Hello{Version: 1, Features: growFeatures, RecvDepth: 64, RingSize: 4096}
+	offer := wire.Message{Op: wire.OpRing, Addr: 0x9000, Length: 8192, RKey: 5}
+	for _, c := range []struct {
+		name     string
+		features wire.Features
+		msgs     []wire.Message
+	}{
+		{"Ring without the extension", wire.FeatureRing, []wire.Message{offer}},
+		{"Ring before the ring", growFeatures, []wire.Message{offer}},
+		{"Ring over 1 GiB", growFeatures, []wire.Message{{Op: wire.OpRegisterXferMemory, Addr: 0x1000, Length: 4096, RKey: 1}, {Op: wire.OpRing, Addr: 1, Length: 1<<30 + 1}}},
+		{"Ring of 0 bytes", growFeatures, []wire.Message{{Op: wire.OpRegisterXferMemory, Addr: 0x1000, Length: 4096, RKey: 1}, {Op: wire.OpRing, Addr: 1}}},
+		{"RingAt without an offer", growFeatures, []wire.Message{{Op: wire.OpRingAt}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := hello
+			h.Features = c.features
+			e, _, _ := newTestEngine(t, c.features, h, 0)
+			for _, m := range c.msgs {
+				control(e, m)
+			}
+			if !errors.Is(e.Err(), wire.ErrProtocol) {
+				t.Fatalf("err = %v, want a protocol error", e.Err())
+			}
+		})
+	}
+}
+
+// The sender switches rings only once every byte before the switch is
+// posted: on a link with receive credit, bytes may be held for credit
+// while a control message still may go, and RingAt must wait for them.
+func TestRingAtFollowsHeldBytes(t *testing.T) {
+	clk := &clock{now: time.Unix(1000, 0)}
+	peer := wire.Hello{Version: 1, Features: growFeatures, RecvDepth: 8, RingSize: 4096}
+	e, err := New(Config{
+		Features: growFeatures, Peer: peer, PeerHello: true,
+		Caps:     link.Caps{SendDepth: 64, RecvDepth: 16, ControlDepth: 4, RecvCredit: true},
+		SendRing: make([]byte, 4096), RecvRing: make([]byte, 4096), RecvAddr: 0x1000, RecvKey: 7,
+		Clock: clk.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	e.Start()
+	e.Flush(r)
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 0x100000, Length: 4096, RKey: 9})
+	e.Flush(r)
+	var all []link.SendWR
+	take := func() {
+		all = append(all, r.sent...)
+		completeAll(e, r)
+		e.Flush(r)
+	}
+	take()
+	// Spend the peer's receives down to one more than data leaves to
+	// control messages.
+	for i := 0; e.rc.available() > recvCreditReserve+2; i++ {
+		if i > 100 {
+			t.Fatal("receive credit never went down")
+		}
+		if _, err := e.Write(make([]byte, 10)); err != nil {
+			t.Fatal(err)
+		}
+		e.Flush(r)
+		take()
+	}
+	var pending []link.SendWR // posted and not completed, in order
+	keepalive := func() {
+		e.ctl.want |= wantKeepalive
+		e.flushControl()
+		e.Flush(r)
+		all = append(all, r.sent...)
+		pending = append(pending, r.sent...)
+		r.sent = r.sent[:0]
+	}
+	// A keepalive in flight: small Writes are held behind it. Then another
+	// takes the last receive data may use.
+	keepalive()
+	if _, err := e.Write(make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	keepalive()
+	if e.sq.Held() == 0 || e.rc.canData() {
+		t.Fatalf("held %d bytes, data credit %v: the test tests nothing", e.sq.Held(), e.rc.canData())
+	}
+	control(e, wire.Message{Op: wire.OpRing, Addr: 0x200000, Length: 8192, RKey: 10})
+	e.Flush(r)
+	all = append(all, r.sent...)
+	pending = append(pending, r.sent...)
+	r.sent = r.sent[:0]
+	for _, wr := range pending {
+		if wr.Signaled {
+			e.Handle(&link.Completion{Kind: link.SendDone, ID: wr.ID})
+		}
+	}
+	// The peer posts its receives again.
+	control(e, wire.Message{Op: wire.OpCredit, Receives: uint32(e.rc.sent)})
+	e.Flush(r)
+	take()
+	var before uint64
+	var at *wire.Message
+	for _, wr := range all {
+		switch wr.Kind {
+		case link.SendData:
+			if at == nil {
+				before += uint64(wr.N)
+				if wr.RKey != 9 {
+					t.Fatalf("data before RingAt went to key %d", wr.RKey)
+				}
+			} else if wr.RKey != 10 {
+				t.Fatalf("data after RingAt went to key %d, want the new ring's", wr.RKey)
+			}
+		case link.SendControl:
+			if m, _ := wire.Decode(wr.Msg[:], true); m.Op == wire.OpRingAt {
+				at = &m
+			}
+		}
+	}
+	if at == nil {
+		t.Fatal("no RingAt sent")
+	}
+	if at.At != before {
+		t.Fatalf("RingAt at %d; %d bytes were posted before it", at.At, before)
+	}
+}
