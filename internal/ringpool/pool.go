@@ -1,0 +1,234 @@
+// Package ringpool hands out rings carved from large registered slabs:
+// one pool per peer group (docs/engine.md, "Memory (issue 24)"), so that
+// a dial or an accept registers nothing in the common case, and a peer's
+// rkey reaches only its own connections' rings, as within an SMC-R link
+// group.
+//
+// A slab is registered once and holds chunks of one size class. A chunk
+// goes back to its slab only when its user says nothing can write into it
+// any more (the link that announced it is closed: its queue pair is
+// destroyed). A slab whose chunks are all free is deregistered, but for a
+// few kept for the next connection. The pool's bound (admission) counts
+// the bytes of its slabs.
+package ringpool
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Slab is a registered buffer (a verbs.MR over a verbs.Buffer in rdmalink;
+// memory in the tests).
+type Slab interface {
+	Bytes() []byte
+	Close() error // deregisters and frees it
+}
+
+// Registrar allocates and registers a slab of size bytes.
+type Registrar func(size int) (Slab, error)
+
+// Config is a pool's.
+type Config struct {
+	// Classes are the chunk sizes, ascending.
+	Classes []int
+	// SlabSize is the bytes of a slab: a multiple of every class. A class
+	// larger than it gets slabs of one chunk.
+	SlabSize int
+	// Bound is the most bytes the pool's slabs may hold (0: no bound).
+	Bound int64
+	// KeepEmpty is how many slabs with no chunk in use a class keeps.
+	KeepEmpty int
+}
+
+// Pool is one peer group's rings.
+type Pool struct {
+	reg Registrar
+	cfg Config
+
+	mu      sync.Mutex
+	classes []class
+	held    int64 // bytes of slabs
+	inUse   int64 // bytes of chunks handed out
+	closed  bool
+}
+
+type class struct {
+	size  int
+	slabs []*slab
+	empty int // slabs with no chunk in use
+}
+
+type slab struct {
+	Slab
+	class int
+	free  []int // chunk indexes
+	used  int
+	gen   []uint32 // each chunk's generation: a Put moves it on
+}
+
+// Chunk is a ring: a part of a slab.
+type Chunk struct {
+	pool  *Pool
+	slab  *slab
+	index int
+	gen   uint32
+	size  int
+}
+
+// ErrClosed is Get's error after Close.
+var ErrClosed = errors.New("ringpool: closed")
+
+// BoundError is Get's error when a new slab would pass the pool's bound.
+type BoundError struct {
+	Asked       int   // the chunk's size
+	Held, Bound int64 // the slabs' bytes, and the bound
+}
+
+func (e *BoundError) Error() string {
+	return fmt.Sprintf("ringpool: a %d-byte ring would need a new slab, and the peer's pool holds %d of its %d bytes", e.Asked, e.Held, e.Bound)
+}
+
+// New makes a pool whose slabs reg makes.
+func New(reg Registrar, cfg Config) *Pool {
+	p := &Pool{reg: reg, cfg: cfg}
+	for _, size := range cfg.Classes {
+		p.classes = append(p.classes, class{size: size})
+	}
+	return p
+}
+
+// Get hands out a chunk of at least size bytes (the smallest class that
+// holds it), from a slab with a free chunk, or from a new one.
+func (p *Pool) Get(size int) (*Chunk, error) {
+	ci := slices.IndexFunc(p.cfg.Classes, func(c int) bool { return c >= size })
+	if ci < 0 {
+		return nil, fmt.Errorf("ringpool: no class holds %d bytes (the largest is %d)", size, p.cfg.Classes[len(p.cfg.Classes)-1])
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	c := &p.classes[ci]
+	var s *slab
+	for _, cand := range c.slabs {
+		if len(cand.free) > 0 && (s == nil || cand.used > s.used) {
+			s = cand // the fullest, so that others may empty and go
+		}
+	}
+	if s == nil {
+		slabSize := max(p.cfg.SlabSize, c.size)
+		if p.cfg.Bound > 0 && p.held+int64(slabSize) > p.cfg.Bound {
+			return nil, &BoundError{Asked: c.size, Held: p.held, Bound: p.cfg.Bound}
+		}
+		raw, err := p.reg(slabSize)
+		if err != nil {
+			return nil, err
+		}
+		n := slabSize / c.size
+		s = &slab{Slab: raw, class: ci, gen: make([]uint32, n)}
+		for i := n - 1; i >= 0; i-- {
+			s.free = append(s.free, i)
+		}
+		c.slabs = append(c.slabs, s)
+		c.empty++
+		p.held += int64(slabSize)
+	}
+	if s.used == 0 {
+		c.empty--
+	}
+	i := s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
+	s.used++
+	p.inUse += int64(c.size)
+	return &Chunk{pool: p, slab: s, index: i, gen: s.gen[i], size: c.size}, nil
+}
+
+// Bytes is the chunk's memory.
+func (c *Chunk) Bytes() []byte {
+	off := c.index * c.size
+	return c.slab.Bytes()[off : off+c.size : off+c.size]
+}
+
+// Slab is the registered slab the chunk is part of (its keys name it).
+func (c *Chunk) Slab() Slab { return c.slab.Slab }
+
+// Offset is where the chunk starts in its slab.
+func (c *Chunk) Offset() int { return c.index * c.size }
+
+// Put gives the chunk back. Its user guarantees that nothing writes into
+// it any more. A second Put of the same chunk is an error, and changes
+// nothing.
+func (c *Chunk) Put() error {
+	p := c.pool
+	p.mu.Lock()
+	s := c.slab
+	if s.gen[c.index] != c.gen {
+		p.mu.Unlock()
+		return errors.New("ringpool: a chunk given back twice")
+	}
+	s.gen[c.index]++
+	s.free = append(s.free, c.index)
+	s.used--
+	p.inUse -= int64(c.size)
+	var drop Slab
+	if s.used == 0 {
+		cl := &p.classes[s.class]
+		cl.empty++
+		if cl.empty > p.cfg.KeepEmpty || p.closed {
+			cl.slabs = slices.DeleteFunc(cl.slabs, func(o *slab) bool { return o == s })
+			cl.empty--
+			p.held -= int64(len(s.Bytes()))
+			drop = s.Slab
+		}
+	}
+	p.mu.Unlock()
+	if drop != nil {
+		return drop.Close()
+	}
+	return nil
+}
+
+// Stats is what a pool holds.
+type Stats struct {
+	Slabs       int
+	Held, InUse int64 // bytes of slabs, and of chunks handed out
+}
+
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := Stats{Held: p.held, InUse: p.inUse}
+	for _, c := range p.classes {
+		st.Slabs += len(c.slabs)
+	}
+	return st
+}
+
+// Close refuses later Gets and deregisters the slabs with no chunk in use
+// now; the others go when their last chunk is put back.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	var drop []Slab
+	for ci := range p.classes {
+		c := &p.classes[ci]
+		c.slabs = slices.DeleteFunc(c.slabs, func(s *slab) bool {
+			if s.used > 0 {
+				return false
+			}
+			drop = append(drop, s.Slab)
+			p.held -= int64(len(s.Bytes()))
+			return true
+		})
+		c.empty = 0
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, s := range drop {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}

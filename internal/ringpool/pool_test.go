@@ -1,0 +1,198 @@
+package ringpool
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// memSlab is a slab of plain memory that counts its Closes.
+type memSlab struct {
+	b      []byte
+	closes *atomic.Int32
+}
+
+func (s *memSlab) Bytes() []byte { return s.b }
+func (s *memSlab) Close() error  { s.closes.Add(1); return nil }
+
+type registrar struct {
+	made, closed atomic.Int32
+	fail         error
+}
+
+func (r *registrar) reg(size int) (Slab, error) {
+	if r.fail != nil {
+		return nil, r.fail
+	}
+	r.made.Add(1)
+	return &memSlab{b: make([]byte, size), closes: &r.closed}, nil
+}
+
+func testPool(r *registrar, bound int64) *Pool {
+	return New(r.reg, Config{Classes: []int{16 << 10, 32 << 10, 256 << 10}, SlabSize: 128 << 10, Bound: bound, KeepEmpty: 1})
+}
+
+// TestChunksShareSlabs: rings of a class come from one slab until it is
+// full; they never overlap; a larger class than a slab gets a slab each.
+func TestChunksShareSlabs(t *testing.T) {
+	r := &registrar{}
+	p := testPool(r, 0)
+	var chunks []*Chunk
+	for range 9 {
+		c, err := p.Get(10 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Bytes()) != 16<<10 || c.Offset()%(16<<10) != 0 {
+			t.Fatalf("chunk of %d bytes at %d", len(c.Bytes()), c.Offset())
+		}
+		chunks = append(chunks, c)
+	}
+	if got := r.made.Load(); got != 2 {
+		t.Errorf("9 chunks of 16 KiB in 128 KiB slabs made %d slabs, want 2", got)
+	}
+	seen := map[*byte]bool{}
+	for i, c := range chunks {
+		c.Bytes()[0] = byte(i)
+		if seen[&c.Bytes()[0]] {
+			t.Fatalf("chunk %d overlaps another", i)
+		}
+		seen[&c.Bytes()[0]] = true
+	}
+	for i, c := range chunks {
+		if c.Bytes()[0] != byte(i) {
+			t.Errorf("chunk %d was written by another", i)
+		}
+	}
+	big, err := p.Get(200 << 10)
+	if err != nil || len(big.Bytes()) != 256<<10 || len(big.Slab().Bytes()) != 256<<10 {
+		t.Fatalf("a ring larger than a slab: %v", err)
+	}
+	if _, err := p.Get(1 << 20); err == nil {
+		t.Errorf("a ring larger than every class")
+	}
+	if st := p.Stats(); st.Slabs != 3 || st.InUse != 9*16<<10+256<<10 || st.Held != 2*128<<10+256<<10 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestPutKeepsOneEmptySlab: chunks put back are handed out again; a slab
+// with none in use is kept for the next connection, a second one goes.
+func TestPutKeepsOneEmptySlab(t *testing.T) {
+	r := &registrar{}
+	p := testPool(r, 0)
+	var chunks []*Chunk
+	for range 16 {
+		c, err := p.Get(16 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, c)
+	}
+	for _, c := range chunks {
+		if err := c.Put(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := p.Stats(); st.Slabs != 1 || st.InUse != 0 || r.closed.Load() != 1 {
+		t.Errorf("after every chunk came back: %+v, %d slabs closed; want one kept", st, r.closed.Load())
+	}
+	c, err := p.Get(16 << 10)
+	if err != nil || r.made.Load() != 2 {
+		t.Errorf("a ring after: %v, %d slabs made (want the kept one reused)", err, r.made.Load())
+	}
+	if err := chunks[0].Put(); err == nil {
+		t.Errorf("an old chunk given back again")
+	}
+	if st := p.Stats(); st.InUse != 16<<10 {
+		t.Errorf("a second Put changed the pool: %+v", st)
+	}
+	c.Put()
+}
+
+// TestBound: the pool takes no slab beyond its bound and says so; rings
+// from slabs it holds are still handed out; the bound frees up as slabs go.
+func TestBound(t *testing.T) {
+	r := &registrar{}
+	p := testPool(r, 128<<10)
+	var chunks []*Chunk
+	for range 8 {
+		c, err := p.Get(16 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, c)
+	}
+	_, err := p.Get(16 << 10)
+	var be *BoundError
+	if !errors.As(err, &be) || be.Held != 128<<10 || be.Bound != 128<<10 || be.Asked != 16<<10 {
+		t.Fatalf("beyond the bound: %v", err)
+	}
+	chunks[3].Put()
+	if _, err := p.Get(16 << 10); err != nil {
+		t.Errorf("a ring from a held slab: %v", err)
+	}
+	r.fail = errors.New("test: cannot allocate memory")
+	p2 := testPool(r, 0)
+	if _, err := p2.Get(16 << 10); !errors.Is(err, r.fail) {
+		t.Errorf("a registration that fails: %v", err)
+	}
+}
+
+// TestCloseFreesSlabs: Close refuses later Gets, frees the slabs with no
+// ring in use at once, and the others when their last ring comes back.
+func TestCloseFreesSlabs(t *testing.T) {
+	r := &registrar{}
+	p := testPool(r, 0)
+	a, _ := p.Get(16 << 10)
+	b, _ := p.Get(32 << 10)
+	b.Put() // its slab is kept empty
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r.closed.Load() != 1 {
+		t.Errorf("Close freed %d slabs, want the empty one", r.closed.Load())
+	}
+	if _, err := p.Get(16 << 10); err != ErrClosed {
+		t.Errorf("Get after Close: %v", err)
+	}
+	a.Put()
+	if r.closed.Load() != 2 || p.Stats() != (Stats{}) {
+		t.Errorf("after the last ring came back: %d slabs freed, %+v", r.closed.Load(), p.Stats())
+	}
+}
+
+// TestConcurrentGetPut: many connections open and close at once; every
+// slab made is freed in the end, and no ring is handed out twice.
+func TestConcurrentGetPut(t *testing.T) {
+	r := &registrar{}
+	p := testPool(r, 0)
+	var owners sync.Map
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 500 {
+				c, err := p.Get((16 << 10) << (i % 2))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if prev, taken := owners.LoadOrStore(&c.Bytes()[0], g); taken {
+					t.Errorf("a ring handed out twice (to %v and %d)", prev, g)
+				}
+				owners.Delete(&c.Bytes()[0])
+				if err := c.Put(); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	p.Close()
+	if r.made.Load() != r.closed.Load() {
+		t.Errorf("%d slabs made, %d freed", r.made.Load(), r.closed.Load())
+	}
+}
