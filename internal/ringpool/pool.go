@@ -33,8 +33,10 @@ type Registrar func(size int) (Slab, error)
 type Config struct {
 	// Classes are the chunk sizes, ascending.
 	Classes []int
-	// SlabSize is the bytes of a slab: a multiple of every class. A class
-	// larger than it gets slabs of one chunk.
+	// SlabSize is the most bytes of a slab: a multiple of every class. A
+	// class's first slab holds one chunk, and each next one twice the
+	// last, up to SlabSize (so a peer with one connection pins its rings
+	// and no more); a class larger than SlabSize gets slabs of one chunk.
 	SlabSize int
 	// Bound is the most bytes the pool's slabs may hold (0: no bound).
 	Bound int64
@@ -58,6 +60,7 @@ type class struct {
 	size  int
 	slabs []*slab
 	empty int // slabs with no chunk in use
+	next  int // chunks the next slab holds
 }
 
 type slab struct {
@@ -94,7 +97,7 @@ func (e *BoundError) Error() string {
 func New(reg Registrar, cfg Config) *Pool {
 	p := &Pool{reg: reg, cfg: cfg}
 	for _, size := range cfg.Classes {
-		p.classes = append(p.classes, class{size: size})
+		p.classes = append(p.classes, class{size: size, next: 1})
 	}
 	return p
 }
@@ -119,7 +122,7 @@ func (p *Pool) Get(size int) (*Chunk, error) {
 		}
 	}
 	if s == nil {
-		slabSize := max(p.cfg.SlabSize, c.size)
+		slabSize := max(min(c.next*c.size, p.cfg.SlabSize), c.size)
 		if p.cfg.Bound > 0 && p.held+int64(slabSize) > p.cfg.Bound {
 			return nil, &BoundError{Asked: c.size, Held: p.held, Bound: p.cfg.Bound}
 		}
@@ -134,6 +137,7 @@ func (p *Pool) Get(size int) (*Chunk, error) {
 		}
 		c.slabs = append(c.slabs, s)
 		c.empty++
+		c.next = min(2*c.next, max(p.cfg.SlabSize/c.size, 1))
 		p.held += int64(slabSize)
 	}
 	if s.used == 0 {

@@ -33,8 +33,10 @@ func testPool(r *registrar, bound int64) *Pool {
 	return New(r.reg, Config{Classes: []int{16 << 10, 32 << 10, 256 << 10}, SlabSize: 128 << 10, Bound: bound, KeepEmpty: 1})
 }
 
-// TestChunksShareSlabs: rings of a class come from one slab until it is
-// full; they never overlap; a larger class than a slab gets a slab each.
+// TestChunksShareSlabs: a class's first slab holds one ring, each next
+// one twice the last up to the slab size (a peer with one connection pins
+// its ring and no more); rings never overlap; a class larger than a slab
+// gets a slab each.
 func TestChunksShareSlabs(t *testing.T) {
 	r := &registrar{}
 	p := testPool(r, 0)
@@ -49,8 +51,8 @@ func TestChunksShareSlabs(t *testing.T) {
 		}
 		chunks = append(chunks, c)
 	}
-	if got := r.made.Load(); got != 2 {
-		t.Errorf("9 chunks of 16 KiB in 128 KiB slabs made %d slabs, want 2", got)
+	if got := r.made.Load(); got != 4 {
+		t.Errorf("9 chunks of 16 KiB made %d slabs, want 4 (of 1, 2, 4 and 8 chunks)", got)
 	}
 	seen := map[*byte]bool{}
 	for i, c := range chunks {
@@ -72,7 +74,7 @@ func TestChunksShareSlabs(t *testing.T) {
 	if _, err := p.Get(1 << 20); err == nil {
 		t.Errorf("a ring larger than every class")
 	}
-	if st := p.Stats(); st.Slabs != 3 || st.InUse != 9*16<<10+256<<10 || st.Held != 2*128<<10+256<<10 {
+	if st := p.Stats(); st.Slabs != 5 || st.InUse != 9*16<<10+256<<10 || st.Held != 240<<10+256<<10 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -95,11 +97,11 @@ func TestPutKeepsOneEmptySlab(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st := p.Stats(); st.Slabs != 1 || st.InUse != 0 || r.closed.Load() != 1 {
+	if st := p.Stats(); st.Slabs != 1 || st.InUse != 0 || r.closed.Load() != 4 {
 		t.Errorf("after every chunk came back: %+v, %d slabs closed; want one kept", st, r.closed.Load())
 	}
 	c, err := p.Get(16 << 10)
-	if err != nil || r.made.Load() != 2 {
+	if err != nil || r.made.Load() != 5 {
 		t.Errorf("a ring after: %v, %d slabs made (want the kept one reused)", err, r.made.Load())
 	}
 	if err := chunks[0].Put(); err == nil {
@@ -115,9 +117,9 @@ func TestPutKeepsOneEmptySlab(t *testing.T) {
 // from slabs it holds are still handed out; the bound frees up as slabs go.
 func TestBound(t *testing.T) {
 	r := &registrar{}
-	p := testPool(r, 128<<10)
+	p := testPool(r, 112<<10) // slabs of 16, 32 and 64 KiB; the next would be 128
 	var chunks []*Chunk
-	for range 8 {
+	for range 7 {
 		c, err := p.Get(16 << 10)
 		if err != nil {
 			t.Fatal(err)
@@ -126,7 +128,7 @@ func TestBound(t *testing.T) {
 	}
 	_, err := p.Get(16 << 10)
 	var be *BoundError
-	if !errors.As(err, &be) || be.Held != 128<<10 || be.Bound != 128<<10 || be.Asked != 16<<10 {
+	if !errors.As(err, &be) || be.Held != 112<<10 || be.Bound != 112<<10 || be.Asked != 16<<10 {
 		t.Fatalf("beyond the bound: %v", err)
 	}
 	chunks[3].Put()
