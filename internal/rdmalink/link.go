@@ -229,7 +229,7 @@ func (l *Link) Caps() link.Caps  { return l.caps }
 func (l *Link) SendRing() []byte { return l.res.tx.Bytes() }
 func (l *Link) RecvRing() []byte { return l.res.rx.Bytes() }
 func (l *Link) RecvRingKey() (uint64, uint32) {
-	return l.res.rxMR.Addr(), l.res.rxMR.RKey()
+	return l.res.rx.Addr(), l.res.rx.RKey()
 }
 func (l *Link) Addrs() (local, remote netip.AddrPort) { return l.local, l.peer }
 
@@ -252,7 +252,7 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 		switch wr.Kind {
 		case link.SendData:
 			v.Opcode, v.RemoteAddr, v.RKey, v.Imm = verbs.OpRDMAWriteWithImm, wr.Remote, wr.RKey, wr.N
-			v.Local = l.res.txMR.Slice(int(wr.Off), int(wr.N))
+			v.Local = l.res.tx.Slice(int(wr.Off), int(wr.N))
 			if wr.N <= l.res.maxInline {
 				v.Flags |= verbs.SendInline
 			}

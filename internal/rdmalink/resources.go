@@ -12,19 +12,17 @@ import (
 // resources are one connection's verbs objects. The queue pair belongs to the
 // cm ID and goes with it.
 type resources struct {
-	pd    *verbs.PD
+	group *peerGroup // the device's resources for the peer: the protection domain and the pools
 	share *compShare // the device's completion channel and queues
 	cq    *sharedCQ  // the queue the queue pair completes on (cqshare.go)
 	slot  uint32     // the link's slot on cq, and the slot's generation
 	gen   uint32
 	need  int // the entries reserved on cq: every request the queue pair may hold
 	qp    *verbs.QP
-	rx    *verbs.Buffer // the peer writes here
-	tx    *verbs.Buffer // the transmit ring
-	ctl   *verbs.Buffer // receive slots, control send slots, then notice slots, 32 bytes each
+	rx    *region // the peer writes here
+	tx    *region // the transmit ring
+	ctl   *region // receive slots, control send slots, then notice slots, 32 bytes each
 
-	rxMR, txMR, ctlMR *verbs.MR
-	borrowed          bool   // rx and tx are the caller's (Config.SendMem and RecvMem)
 	release           func() // Config.Release, until called
 	recvDepth         int
 	controlDepth      int
@@ -64,9 +62,10 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 	if err != nil {
 		return nil, err
 	}
-	if r.pd, err = ctx.AllocPD(); err != nil {
+	if r.group, err = acquireGroup(ctx, id.RemoteAddr().Addr()); err != nil {
 		return nil, err
 	}
+	pd := r.group.pd
 	if r.share, err = acquireCompShare(ctx); err != nil {
 		return nil, err
 	}
@@ -84,23 +83,23 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 		return nil, err
 	}
 	r.need = need
+	remote, local := verbs.AccessLocalWrite|verbs.AccessRemoteWrite, verbs.AccessLocalWrite
 	if cfg.SendMem != nil && cfg.RecvMem != nil {
-		r.borrowed, r.rx, r.tx = true, cfg.RecvMem, cfg.SendMem
-		if r.rxMR, err = r.pd.Register(r.rx, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		if r.rx, err = borrowedRegion(pd, cfg.RecvMem, remote); err != nil {
 			return nil, err
 		}
-		if r.txMR, err = r.pd.Register(r.tx, verbs.AccessLocalWrite); err != nil {
+		if r.tx, err = borrowedRegion(pd, cfg.SendMem, local); err != nil {
 			return nil, err
 		}
 	} else {
-		if r.rx, r.rxMR, err = r.register(cfg.RecvBuffer, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		if r.rx, err = chunkRegion(r.group.remote, pd, cfg.RecvBuffer, remote); err != nil {
 			return nil, err
 		}
-		if r.tx, r.txMR, err = r.register(cfg.SendBuffer, verbs.AccessLocalWrite); err != nil {
+		if r.tx, err = chunkRegion(r.group.local, pd, cfg.SendBuffer, local); err != nil {
 			return nil, err
 		}
 	}
-	if r.ctl, r.ctlMR, err = r.register((cfg.RecvDepth+cfg.ControlDepth+noticeSlots)*wire.MessageSize, verbs.AccessLocalWrite); err != nil {
+	if r.ctl, err = chunkRegion(r.group.local, pd, (cfg.RecvDepth+cfg.ControlDepth+noticeSlots)*wire.MessageSize, local); err != nil {
 		return nil, err
 	}
 	qpc := cm.QPConfig{SendCQ: r.cq.vcq, RecvCQ: r.cq.vcq, Cap: verbs.QPCap{
@@ -113,7 +112,7 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 	// real error.
 	for _, inline := range inlineSizes {
 		qpc.Cap.MaxInlineData = inline
-		if r.qp, err = id.CreateQP(r.pd, qpc); err == nil {
+		if r.qp, err = id.CreateQP(pd, qpc); err == nil {
 			break
 		}
 	}
@@ -133,21 +132,8 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 // devices) for little gain.
 var inlineSizes = []uint32{64, 32, 0}
 
-func (r *resources) register(size int, access verbs.Access) (*verbs.Buffer, *verbs.MR, error) {
-	b, err := verbs.NewBuffer(size)
-	if err != nil {
-		return nil, nil, err
-	}
-	mr, err := r.pd.Register(b, access)
-	if err != nil {
-		b.Close()
-		return nil, nil, err
-	}
-	return b, mr, nil
-}
-
 func (r *resources) recvSlot(i int) verbs.SGE {
-	return r.ctlMR.Slice(i*wire.MessageSize, wire.MessageSize)
+	return r.ctl.Slice(i*wire.MessageSize, wire.MessageSize)
 }
 
 func (r *resources) recvSlotBytes(i int) []byte {
@@ -193,26 +179,17 @@ func (r *resources) close() error {
 		// After the queue: the channel goes with its last queue.
 		r.share.release()
 	}
-	for _, mr := range []*verbs.MR{r.rxMR, r.txMR, r.ctlMR} {
-		if mr != nil {
-			add(mr.Close())
-		}
-	}
-	bufs := []*verbs.Buffer{r.rx, r.tx, r.ctl}
-	if r.borrowed {
-		bufs = bufs[2:]
+	// After the queue pair: nothing lands in the rings any more, and a
+	// chunk may go to another connection of the peer.
+	for _, reg := range []*region{r.rx, r.tx, r.ctl} {
+		add(reg.close())
 	}
 	if release := r.release; release != nil {
 		r.release = nil
 		release()
 	}
-	for _, b := range bufs {
-		if b != nil {
-			add(b.Close())
-		}
-	}
-	if r.pd != nil {
-		add(r.pd.Close())
+	if r.group != nil {
+		add(r.group.release())
 	}
 	return errors.Join(errs...)
 }

@@ -184,6 +184,9 @@ func (c *Chunk) Put() error {
 		if cl.empty > p.cfg.KeepEmpty || p.closed {
 			cl.slabs = slices.DeleteFunc(cl.slabs, func(o *slab) bool { return o == s })
 			cl.empty--
+			if len(cl.slabs) == 0 {
+				cl.next = 1 // the peer's traffic is gone: start small again
+			}
 			p.held -= int64(len(s.Bytes()))
 			drop = s.Slab
 		}

@@ -198,3 +198,28 @@ func TestConcurrentGetPut(t *testing.T) {
 		t.Errorf("%d slabs made, %d freed", r.made.Load(), r.closed.Load())
 	}
 }
+
+// TestSlabsStartSmallAgain: once a class's traffic is gone (its last slab
+// freed), its next slab holds one ring again.
+func TestSlabsStartSmallAgain(t *testing.T) {
+	r := &registrar{}
+	p := New(r.reg, Config{Classes: []int{16 << 10}, SlabSize: 128 << 10})
+	var chunks []*Chunk
+	for range 7 { // slabs of 1, 2 and 4 rings
+		c, err := p.Get(16 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, c)
+	}
+	for _, c := range chunks {
+		c.Put()
+	}
+	c, err := p.Get(16 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(c.Slab().Bytes()); got != 16<<10 {
+		t.Errorf("the first ring after the class emptied came with a %d-byte slab", got)
+	}
+}
