@@ -744,3 +744,65 @@ func TestFailbackLosesItsPath(t *testing.T) {
 		t.Errorf("the session ended with %v, want a timeout for the move's loss", c.Err)
 	}
 }
+
+// TestServerConfirmsOnlyTheNewPath: a message that arrives on the path a
+// resume is about to replace (the dialer sent it before it gave the path
+// up) confirms nothing: the generation the server gives out next is the
+// one it confirms once the dialer speaks on the new path. (A late message
+// once took the generation the resume had just given out and left the
+// session at 0, refusing every resume after.)
+func TestServerConfirmsOnlyTheNewPath(t *testing.T) {
+	a1, b1 := pipeOver(nil, nil)
+	defer a1.Close()
+	r := newRig(t, b1, Config{ClientIP: netip.MustParseAddr("192.0.2.1")})
+	l := r.l
+	// attach ends the resume on b, as the connection does: the old path's
+	// end is the session's to take (Lost), then the new one is reported.
+	attach := func(b *link.Pipe, name string) {
+		t.Helper()
+		ended := make(chan error, 1)
+		go func() { ended <- l.EndResume(b, name) }()
+		c := pollFor(t, l, link.Failed)
+		l.Lost(c.Err)
+		if err := <-ended; err != nil {
+			t.Fatal(err)
+		}
+		pollFor(t, l, link.Resumed)
+	}
+	resume := func(gen uint32, name string) (*link.Pipe, uint32) {
+		t.Helper()
+		next, err := l.BeginResume(gen)
+		if err != nil {
+			t.Fatalf("BeginResume(%d): %v", gen, err)
+		}
+		a, b := pipeOver(b1.SendRing(), b1.RecvRing())
+		t.Cleanup(func() { a.Close() })
+		attach(b, name)
+		return a, next
+	}
+	speak := func(a *link.Pipe) {
+		t.Helper()
+		if err := a.PostSend([]link.SendWR{{Kind: link.SendControl, Signaled: true, ID: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a2, next := resume(0, "memory#2")
+	// The dialer gives up path 2 before a word and resumes with the
+	// generation it was given; meanwhile its word on path 2 arrives.
+	if _, err := l.BeginResume(next); err != nil {
+		t.Fatalf("BeginResume(%d): %v", next, err)
+	}
+	speak(a2)
+	pollFor(t, l, link.ControlArrived)
+	a3, b3 := pipeOver(b1.SendRing(), b1.RecvRing())
+	defer a3.Close()
+	attach(b3, "memory#3")
+	speak(a3)
+	pollFor(t, l, link.ControlArrived)
+	if s := l.Snapshot(); s.Generation != next+1 {
+		t.Fatalf("after the dialer spoke on path 3 the generation is %d, want %d", s.Generation, next+1)
+	}
+	if _, err := l.BeginResume(next + 1); err != nil {
+		t.Fatalf("the next resume: %v", err)
+	}
+}

@@ -281,7 +281,9 @@ func (l *Link) BeginResume(gen uint32) (next uint32, err error) {
 		return 0, fmt.Errorf("%w: generation %d, the session is at %d", ErrRefused, gen, l.gen)
 	}
 	l.setLocked(Attaching)
-	l.gen, l.next = gen, gen+1
+	// The dialer's word on the path being replaced confirms nothing: it
+	// named gen, and the path this resume attaches confirms gen+1.
+	l.gen, l.next, l.unconfirmed = gen, gen+1, false
 	return gen + 1, nil
 }
 
