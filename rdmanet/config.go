@@ -12,13 +12,16 @@ import (
 // Config sizes a connection's registered memory and queues. The zero value
 // means the defaults.
 //
-// A connection registers RecvBuffer + SendBuffer bytes plus 32 bytes per
-// receive and control slot, each rounded up to pages (Config.Footprint);
-// with the defaults that is 512 KiB + 12 KiB, so 1,000 connections lock
-// about 524 MiB (check RLIMIT_MEMLOCK: rdmanet raises
-// the soft limit to the hard limit, and registration fails beyond it). A
-// connection holds no file descriptor of its own: each device's completion
-// channel and the process's rdma_cm event channel are shared.
+// A connection starts with small rings (16 KiB to receive, 4 KiB to send)
+// and grows them to RecvBuffer and SendBuffer as it streams; with its 32
+// bytes per receive and control slot an idle connection uses 32 KiB of
+// registered memory and a streaming one 528 KiB with the defaults
+// (Config.Footprint). Both come from pools registered once per device and
+// peer. Registered memory is locked and counts against RLIMIT_MEMLOCK
+// (rdmanet raises the soft limit to the hard limit, and registration fails
+// beyond it; a resumable session's rings keep their size). A connection
+// holds no file descriptor of its own: each device's completion channel
+// and the process's rdma_cm event channel are shared.
 type Config struct {
 	// RecvBuffer is the receive buffer the peer writes into, in bytes
 	// (default 256 KiB; Valkey's own is 1 MiB). Rounded up to whole pages.
@@ -87,9 +90,9 @@ func (c Config) extensions() wire.Features {
 		return 0
 	}
 	if c.ResumeTimeout > 0 {
-		return wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume | wire.FeatureClose
+		return wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume | wire.FeatureClose | wire.FeatureGrow
 	}
-	return wire.FeatureRing | wire.FeatureShutdown
+	return wire.FeatureRing | wire.FeatureShutdown | wire.FeatureGrow
 }
 
 // hello is what this side puts in connect or accept private data.
@@ -105,6 +108,9 @@ func (c Config) helloOf(features wire.Features) wire.Hello {
 	h := wire.Hello{Version: wire.HelloVersion, Features: features, RecvDepth: uint16(c.RecvDepth), RingSize: uint32(c.RecvBuffer)}
 	if features&wire.FeatureResume != 0 {
 		h.SendRing = uint32(c.SendBuffer)
+	} else {
+		// Not a session: the rings start small and grow (firstRings).
+		h.RingSize = uint32(c.firstRings().RecvBuffer)
 	}
 	return h
 }
@@ -118,6 +124,15 @@ const (
 	sendQueueDepth = 256
 	// controlSlots is how many control messages may be in flight at once.
 	controlSlots = 16
+	// A connection that is not a session starts with rings of these sizes
+	// (or Config's, if smaller) and grows them as it streams, up to
+	// Config's (docs/protocol.md, "Rings that follow traffic"): 16 KiB for
+	// the peer to write into, 4 KiB to copy writes into, which the first
+	// write that fills it doubles. With the receive slots, an idle end
+	// pins 32 KiB. After shrinkAfter without data they are small again.
+	firstRecvBuffer = 16 << 10
+	firstSendBuffer = 4 << 10
+	shrinkAfter     = 15 * time.Second
 	// transportRetries is how often an unacknowledged packet is sent again.
 	transportRetries = 6
 )
@@ -149,7 +164,8 @@ func (c Config) withDefaults() (Config, error) {
 
 func (c Config) sendDepth() int { return sendQueueDepth }
 
-// linkConfig is what the RDMA link of a connection with this Config holds.
+// linkConfig is what the RDMA link of a connection with this Config holds
+// at its largest: a session's, whose rings keep their size.
 func (c Config) linkConfig() rdmalink.Config {
 	return rdmalink.Config{
 		SendBuffer: c.SendBuffer, RecvBuffer: c.RecvBuffer,
@@ -158,18 +174,35 @@ func (c Config) linkConfig() rdmalink.Config {
 	}
 }
 
+// firstRings is the link of a connection that is not a session, as it
+// starts: small rings, which the engine grows.
+func (c Config) firstRings() rdmalink.Config {
+	lc := c.linkConfig()
+	lc.SendBuffer, lc.RecvBuffer = min(c.SendBuffer, firstSendBuffer), min(c.RecvBuffer, firstRecvBuffer)
+	return lc
+}
+
 // Footprint is what one RDMA connection end holds.
 type Footprint struct {
-	// RegisteredBytes is the memory the connection registers with a RoCE
-	// or InfiniBand device, locked and counted against RLIMIT_MEMLOCK
-	// (unless the process has CAP_IPC_LOCK): its buffers, each rounded up
-	// to whole pages. Not counted: the queues' own memory, which some
+	// RegisteredBytes is the memory an idle connection uses of what is
+	// registered with a RoCE or InfiniBand device, locked and counted
+	// against RLIMIT_MEMLOCK (unless the process has CAP_IPC_LOCK): its
+	// rings and its receive and control slots. They are chunks of pools
+	// registered once per device and peer (16 KiB, 4 KiB and twice 8 KiB
+	// with the defaults: 32 KiB); a pool pins up to 15 chunks of each
+	// size beyond those in use. A session's rings are registered on their
+	// own, whole. Not counted: the queues' own memory, which some
 	// providers allocate in the process and pin too (tens of KiB a queue
 	// pair on a hardware NIC; none with rxe or siw).
 	RegisteredBytes int
-	// IWARPRegisteredBytes is RegisteredBytes on an iWARP device: with no
-	// immediate data there, a notice slot per send queue entry is
-	// registered too (docs/protocol.md, "iWARP").
+	// StreamingRegisteredBytes is RegisteredBytes while the connection
+	// streams: its rings grow to RecvBuffer and SendBuffer, and go back
+	// after 15 s without data. A session's are the same as when idle.
+	StreamingRegisteredBytes int
+	// IWARPRegisteredBytes is RegisteredBytes on an iWARP device that
+	// cannot send 32 bytes inline: with no immediate data there, a notice
+	// slot per send queue entry is registered too (docs/protocol.md,
+	// "iWARP"). Where it can (siw), the notices pin nothing.
 	IWARPRegisteredBytes int
 	// FileDescriptors a connection holds of its own: none. A device's
 	// completion channel is shared by every connection on it, and the
@@ -206,14 +239,21 @@ func (c Config) Footprint() (Footprint, error) {
 	if err != nil {
 		return Footprint{}, err
 	}
-	page := os.Getpagesize()
-	pages := func(n int) int { return (n + page - 1) / page * page }
-	rings := pages(c.RecvBuffer) + pages(c.SendBuffer)
+	idle, streaming := c.firstRings(), c.linkConfig()
+	var ownRings int // a session's rings, registered whole on each link
+	if c.ResumeTimeout > 0 {
+		page := os.Getpagesize()
+		pages := func(n int) int { return (n + page - 1) / page * page }
+		ownRings = pages(c.RecvBuffer) + pages(c.SendBuffer)
+		idle.SendBuffer, idle.RecvBuffer = 0, 0
+		streaming = idle
+	}
 	fp := Footprint{
-		RegisteredBytes:      rings + pages((c.RecvDepth+controlSlots)*wire.MessageSize),
-		IWARPRegisteredBytes: rings + pages((c.RecvDepth+controlSlots+c.sendDepth())*wire.MessageSize),
-		FileDescriptors:      fdsPerConn,
-		Goroutines:           goroutinesPerConn,
+		RegisteredBytes:          ownRings + rdmalink.Registered(idle, false),
+		StreamingRegisteredBytes: ownRings + rdmalink.Registered(streaming, false),
+		IWARPRegisteredBytes:     ownRings + rdmalink.Registered(idle, true),
+		FileDescriptors:          fdsPerConn,
+		Goroutines:               goroutinesPerConn,
 	}
 	if c.ResumeTimeout > 0 {
 		fp.SessionFileDescriptors = sessionPortFDs

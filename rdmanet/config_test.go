@@ -14,24 +14,35 @@ func TestFootprint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	page := os.Getpagesize()
-	// 256 KiB each way, and 256 receive plus 16 control slots of 32 bytes
-	// rounded up to pages.
-	want := 256<<10 + 256<<10 + (272*32+page-1)/page*page
-	if fp.RegisteredBytes != want || fp.FileDescriptors != 0 || fp.Goroutines != 0 {
-		t.Errorf("default Footprint = %+v, want %d bytes, no descriptor and no goroutine", fp, want)
+	// Idle: chunks of the peer's pools, each a power of two from 4 KiB:
+	// a 16 KiB receive ring, a 4 KiB transmit ring, 256 receive slots
+	// of 32 bytes (8 KiB) and 16 control slots (4 KiB).
+	if want := 16<<10 + 4<<10 + 8<<10 + 4<<10; fp.RegisteredBytes != want || fp.FileDescriptors != 0 || fp.Goroutines != 0 {
+		t.Errorf("default Footprint = %+v, want %d bytes idle, no descriptor and no goroutine", fp, want)
 	}
-	// iWARP: a 32-byte notice slot per send queue entry (256) as well.
-	if iw := 256<<10 + 256<<10 + (528*32+page-1)/page*page; fp.IWARPRegisteredBytes != iw || fp.SessionFileDescriptors != 0 {
+	// Streaming: the rings at their full 256 KiB.
+	if want := 256<<10 + 256<<10 + 8<<10 + 4<<10; fp.StreamingRegisteredBytes != want {
+		t.Errorf("default Footprint = %+v, want %d bytes streaming", fp, want)
+	}
+	// iWARP without inline sends: a 32-byte notice slot per send queue
+	// entry (256) too, an 8 KiB chunk.
+	if iw := 16<<10 + 4<<10 + 8<<10 + 4<<10 + 8<<10; fp.IWARPRegisteredBytes != iw || fp.SessionFileDescriptors != 0 {
 		t.Errorf("default Footprint = %+v, want %d bytes on iWARP and no session descriptor", fp, iw)
 	}
-	// On Linux a dialed session reserves its TCP port with a socket.
-	if s, _ := (rdmanet.Config{ResumeTimeout: time.Minute}).Footprint(); runtime.GOOS == "linux" && s.SessionFileDescriptors != 1 {
+	// On Linux a dialed session reserves its TCP port with a socket; its
+	// rings are registered whole, pages each.
+	page := os.Getpagesize()
+	s, _ := rdmanet.Config{ResumeTimeout: time.Minute, RecvBuffer: 100 << 10}.Footprint()
+	if runtime.GOOS == "linux" && s.SessionFileDescriptors != 1 {
 		t.Errorf("a session's Footprint = %+v, want 1 session descriptor", s)
 	}
+	if want := (100<<10+page-1)/page*page + 256<<10 + 8<<10 + 4<<10; s.RegisteredBytes != want || s.StreamingRegisteredBytes != want {
+		t.Errorf("a session's Footprint = %+v, want %d bytes idle and streaming", s, want)
+	}
+	// A ring larger than the pools' chunks is registered on its own.
 	big, _ := rdmanet.Config{RecvBuffer: 1 << 20}.Footprint()
-	if big.RegisteredBytes != want+(1<<20-256<<10) {
-		t.Errorf("a 1 MiB receive buffer: %d bytes", big.RegisteredBytes)
+	if want := 1<<20 + 256<<10 + 8<<10 + 4<<10; big.StreamingRegisteredBytes != want {
+		t.Errorf("a 1 MiB receive buffer: %d bytes streaming, want %d", big.StreamingRegisteredBytes, want)
 	}
 	if _, err := (rdmanet.Config{RecvDepth: 1}).Footprint(); err == nil {
 		t.Error("Footprint accepted a Config that Dial would refuse")

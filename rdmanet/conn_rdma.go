@@ -14,8 +14,9 @@ import (
 // receives. With mem (a connection that may become a resumable session),
 // its rings are mem's, which the connection owns from now on.
 func newConn(id *cm.ID, cfg Config, server bool, mem *ringMem) (*Conn, error) {
-	lc := cfg.linkConfig()
+	lc := cfg.firstRings()
 	if mem != nil {
+		lc = cfg.linkConfig()
 		if err := mem.lendTo(&lc); err != nil {
 			return nil, err
 		}

@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if args := os.Getenv(limitedDialEnv); args != "" {
 		os.Exit(runLimitedDial(args))
 	}
+	if args := os.Getenv(memlockPairsEnv); args != "" {
+		os.Exit(runMemlockPairs(args))
+	}
 	if os.Getenv(spinEnv) != "" {
 		spin()
 	}

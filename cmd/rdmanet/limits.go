@@ -28,30 +28,37 @@ type limitsJSON struct {
 	// NofileOpen is how many descriptors this process has open (-1: unknown).
 	NofileOpen int64 `json:"nofile_open"`
 
-	LockedPerConn uint64 `json:"locked_bytes_per_connection"` // with the default rdmanet.Config
-	FDsPerConn    int    `json:"fds_per_connection"`
-	// How many default connections each limit allows (rdmanet raises
-	// RLIMIT_MEMLOCK's soft limit to the hard one; Go raises RLIMIT_NOFILE's
-	// likewise), and the smaller of the two.
-	ConnsByMemlock int64 `json:"connections_by_memlock"`
-	ConnsByNofile  int64 `json:"connections_by_nofile"`
-	Connections    int64 `json:"connections"`
+	// With the default rdmanet.Config: what an idle connection end uses
+	// of registered memory, and a streaming one (its rings grown).
+	LockedPerConn    uint64 `json:"locked_bytes_per_connection"`
+	StreamingPerConn uint64 `json:"locked_bytes_per_streaming_connection"`
+	FDsPerConn       int    `json:"fds_per_connection"`
+	// About how many default connection ends each limit allows beyond
+	// what is pinned now, idle (and streaming, for RLIMIT_MEMLOCK; rdmanet
+	// raises its soft limit to the hard one; Go raises RLIMIT_NOFILE's
+	// likewise), and the smaller of the idle counts.
+	ConnsByMemlock          int64 `json:"connections_by_memlock"`
+	StreamingConnsByMemlock int64 `json:"streaming_connections_by_memlock"`
+	ConnsByNofile           int64 `json:"connections_by_nofile"`
+	Connections             int64 `json:"connections"`
 }
 
 func readLimits() limitsJSON {
 	fp := defaultFootprint()
-	l := limitsJSON{LockedPerConn: uint64(fp.RegisteredBytes), FDsPerConn: fp.FileDescriptors}
+	l := limitsJSON{LockedPerConn: uint64(fp.RegisteredBytes), StreamingPerConn: uint64(fp.StreamingRegisteredBytes), FDsPerConn: fp.FileDescriptors}
 	if !platformLimits(&l) {
 		l.MemlockSoft, l.MemlockHard, l.NofileSoft, l.NofileHard, l.NofileOpen, l.PinnedNow = -1, -1, -1, -1, -1, -1
-		l.ConnsByMemlock, l.ConnsByNofile, l.Connections = -1, -1, -1
+		l.ConnsByMemlock, l.StreamingConnsByMemlock, l.ConnsByNofile, l.Connections = -1, -1, -1, -1
 		return l
 	}
 	l.Known = true
 	switch {
 	case l.CapIPCLock || l.MemlockHard < 0:
-		l.ConnsByMemlock = -1
+		l.ConnsByMemlock, l.StreamingConnsByMemlock = -1, -1
 	default:
-		l.ConnsByMemlock = l.MemlockHard / int64(l.LockedPerConn)
+		left := l.MemlockHard - max(l.PinnedNow, 0)
+		l.ConnsByMemlock = max(left, 0) / int64(l.LockedPerConn)
+		l.StreamingConnsByMemlock = max(left, 0) / int64(l.StreamingPerConn)
 	}
 	l.ConnsByNofile = -1 // a connection holds no descriptor of its own
 	if l.NofileSoft >= 0 && fp.FileDescriptors > 0 {
@@ -79,9 +86,11 @@ func printLimits(w io.Writer, l limitsJSON) {
 	fmt.Fprintf(w, "  CAP_IPC_LOCK    %s\n", capText)
 	fmt.Fprintf(w, "  RLIMIT_NOFILE   soft %s, hard %s, %s open now (a process at its limit gets errors\n", limitCount(l.NofileSoft), limitCount(l.NofileHard), limitCount(l.NofileOpen))
 	fmt.Fprintln(w, "                  from rdma-core, some as ENOENT; rdmanet's errors then name this limit)")
-	fmt.Fprintf(w, "  per connection  %s registered, %d file descriptors (default rdmanet.Config)\n", iec(l.LockedPerConn), l.FDsPerConn)
-	fmt.Fprintf(w, "  connections     %s (locked memory allows %s, file descriptors %s)\n",
-		limitCount(l.Connections), limitCount(l.ConnsByMemlock), limitCount(l.ConnsByNofile))
+	fmt.Fprintf(w, "  per connection  %s registered idle, %s streaming (its rings grown), %d file descriptors\n",
+		iec(l.LockedPerConn), iec(l.StreamingPerConn), l.FDsPerConn)
+	fmt.Fprintln(w, "                  (an end, default rdmanet.Config; from pools registered per device and peer)")
+	fmt.Fprintf(w, "  connections     about %s more ends (locked memory allows %s idle or %s streaming, file descriptors %s)\n",
+		limitCount(l.Connections), limitCount(l.ConnsByMemlock), limitCount(l.StreamingConnsByMemlock), limitCount(l.ConnsByNofile))
 }
 
 func limitBytes(n int64) string {

@@ -140,8 +140,14 @@ func TestDevices(t *testing.T) {
 		t.Errorf("JSON exit_code %d, command %q; exit %d", out.ExitCode, out.Command, code)
 	}
 	l := out.Limits
-	if l.Known && (l.LockedPerConn < 512<<10 || l.FDsPerConn != 0 || l.ConnsByNofile != -1 || l.Connections == 0) {
+	if l.Known && (l.LockedPerConn == 0 || l.LockedPerConn > 32<<10 || l.StreamingPerConn < 512<<10 || l.FDsPerConn != 0 || l.ConnsByNofile != -1 || l.Connections == 0) {
 		t.Errorf("limits: %+v", l)
+	}
+	if l.Known && !l.CapIPCLock && l.MemlockHard >= 0 {
+		left := l.MemlockHard - l.PinnedNow
+		if l.ConnsByMemlock != left/int64(l.LockedPerConn) || l.StreamingConnsByMemlock != left/int64(l.StreamingPerConn) {
+			t.Errorf("limits: %+v: with %d bytes left, want %d idle and %d streaming ends", l, left, left/int64(l.LockedPerConn), left/int64(l.StreamingPerConn))
+		}
 	}
 	_, human, _ := runCmd(t, "devices")
 	if l.Known && (!strings.Contains(human, "RLIMIT_MEMLOCK") || !strings.Contains(human, "RLIMIT_NOFILE")) {

@@ -122,6 +122,11 @@ type Config struct {
 	Release              func()
 	SendDepth, RecvDepth int // send queue slots; receives kept posted
 	ControlDepth         int // control messages that may be in flight
+	// PeerBound is the most bytes the links with the same peer on the
+	// device may register together (pools and rings of their own), set by
+	// the first of them (0: no bound). Beyond it New, and a ring's growth,
+	// fail with a *BoundError.
+	PeerBound int64
 	// Needs adds to the link features the device needs (DeviceNeeds):
 	// tests run the iWARP data path on Soft-RoCE with it.
 	Needs wire.Features

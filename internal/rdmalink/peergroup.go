@@ -1,10 +1,15 @@
 package rdmalink
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
+	"os"
 	"sync"
 
+	"github.com/rdmanet/sdk/internal/rdmacore"
 	"github.com/rdmanet/sdk/internal/ringpool"
+	"github.com/rdmanet/sdk/internal/wire"
 	"github.com/rdmanet/sdk/verbs"
 )
 
@@ -18,7 +23,10 @@ type peerGroup struct {
 	pd     *verbs.PD
 	remote *ringpool.Pool // receive rings: the peer writes into them
 	local  *ringpool.Pool // send rings and control slots
-	refs   int            // under groups.Mutex
+	// budget bounds what the group registers, pools and rings of their
+	// own together (admission: Config.PeerBound); nil: no bound.
+	budget *ringpool.Budget
+	refs   int // under groups.Mutex
 }
 
 type groupKey struct {
@@ -37,8 +45,15 @@ var poolClasses = []int{4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 1
 
 const poolSlab = 1 << 20
 
-// acquireGroup is the group of ctx's connections to peer, made if none.
-func acquireGroup(ctx *verbs.Context, peer netip.Addr) (*peerGroup, error) {
+// poolSlabChunks caps a slab at 16 chunks: a pool pins at most 15 chunks
+// of a class beyond those in use once its slabs stopped doubling, and a
+// dial registers a slab at most once in 16 past the first few.
+const poolSlabChunks = 16
+
+// acquireGroup is the group of ctx's connections to peer, made if none,
+// bounded to bound bytes when it is made (0: DefaultPeerBound; negative:
+// no bound).
+func acquireGroup(ctx *verbs.Context, peer netip.Addr, bound int64) (*peerGroup, error) {
 	key := groupKey{ctx, peer.Unmap()}
 	groups.Lock()
 	defer groups.Unlock()
@@ -51,6 +66,12 @@ func acquireGroup(ctx *verbs.Context, peer netip.Addr) (*peerGroup, error) {
 		return nil, err
 	}
 	g := &peerGroup{key: key, pd: pd, refs: 1}
+	if bound == 0 {
+		bound = DefaultPeerBound()
+	}
+	if bound > 0 {
+		g.budget = ringpool.NewBudget(bound)
+	}
 	pool := func(access verbs.Access) *ringpool.Pool {
 		return ringpool.New(func(size int) (ringpool.Slab, error) {
 			b, err := verbs.NewBuffer(size)
@@ -63,12 +84,70 @@ func acquireGroup(ctx *verbs.Context, peer netip.Addr) (*peerGroup, error) {
 				return nil, err
 			}
 			return &registeredSlab{b: b, mr: mr}, nil
-		}, ringpool.Config{Classes: poolClasses, SlabSize: poolSlab})
+		}, ringpool.Config{Classes: poolClasses, SlabSize: poolSlab, MaxChunks: poolSlabChunks, Budget: g.budget})
 	}
 	g.remote = pool(verbs.AccessLocalWrite | verbs.AccessRemoteWrite)
 	g.local = pool(verbs.AccessLocalWrite)
 	groups.m[key] = g
 	return g, nil
+}
+
+// DefaultPeerBound is what one peer's connections on a device may
+// register by default: half of what RLIMIT_MEMLOCK allows where it binds
+// (no CAP_IPC_LOCK), so that one peer leaves room for others; 4 GiB where
+// it does not.
+func DefaultPeerBound() int64 {
+	raiseMemlock()
+	if _, limit, capIPCLock, ok := rdmacore.PinnedMemory(); ok && !capIPCLock && limit >= 0 {
+		return max(limit/2, 1)
+	}
+	return 4 << 30
+}
+
+// BoundError is the error when a peer group's connections would register
+// more than Config.PeerBound.
+type BoundError struct {
+	Peer   netip.Addr
+	Device string
+	Asked  int64 // the bytes asked for: a new slab, or a ring of its own
+	Held   int64 // what the group holds
+	Bound  int64
+}
+
+func (e *BoundError) Error() string {
+	return fmt.Sprintf("the connections with %v on %s hold %d KiB of registered memory of the %d KiB they may (asked for %d KiB more)",
+		e.Peer, e.Device, e.Held>>10, e.Bound>>10, e.Asked>>10)
+}
+
+// boundError is err with the group named, if it is the budget's.
+func (g *peerGroup) boundError(err error) error {
+	var be *ringpool.BoundError
+	if !errors.As(err, &be) {
+		return err
+	}
+	return &BoundError{Peer: g.key.peer, Device: g.key.ctx.Name(), Asked: be.Asked, Held: be.Held, Bound: be.Bound}
+}
+
+// PoolStats is what the peer groups' pools of the process hold: the
+// bytes of their registered slabs, and of the chunks connections use.
+type PoolStats struct {
+	Groups      int
+	Held, InUse int64
+}
+
+// Pools sums the pools of every peer group.
+func Pools() PoolStats {
+	groups.Lock()
+	defer groups.Unlock()
+	st := PoolStats{Groups: len(groups.m)}
+	for _, g := range groups.m {
+		for _, p := range []*ringpool.Pool{g.remote, g.local} {
+			ps := p.Stats()
+			st.Held += ps.Held
+			st.InUse += ps.InUse
+		}
+	}
+	return st
 }
 
 // release ends a connection's hold on the group, after it gave back its
@@ -126,6 +205,9 @@ type region struct {
 	b     []byte // exactly the size asked for
 	chunk *ringpool.Chunk
 	own   *verbs.Buffer // a buffer of the region's own, unmapped with it (nil: borrowed or a chunk)
+	// budget and pinned: what an own buffer took of its group's budget.
+	budget *ringpool.Budget
+	pinned int64
 }
 
 // Bytes is the region's memory.
@@ -138,27 +220,66 @@ func (r *region) Slice(off, n int) verbs.SGE { return r.mr.Slice(r.off+off, n) }
 func (r *region) Addr() uint64 { return r.mr.Addr() + uint64(r.off) }
 func (r *region) RKey() uint32 { return r.mr.RKey() }
 
-// chunkRegion takes size bytes from pool, or registers them on pd alone
-// when no class holds them.
-func chunkRegion(pool *ringpool.Pool, pd *verbs.PD, size int, access verbs.Access) (*region, error) {
+// region takes size bytes from pool (the group's remote or local one), or
+// registers them on the group's domain alone when no class holds them.
+// Beyond the group's budget it fails with a *BoundError.
+func (g *peerGroup) region(pool *ringpool.Pool, size int, access verbs.Access) (*region, error) {
 	if size > poolClasses[len(poolClasses)-1] {
+		n := int64(regionBytes(size))
+		if g.budget != nil {
+			if err := g.budget.Take(n); err != nil {
+				return nil, g.boundError(err)
+			}
+		}
 		b, err := verbs.NewBuffer(size)
-		if err != nil {
-			return nil, err
-		}
-		mr, err := pd.Register(b, access)
-		if err != nil {
+		if err == nil {
+			var mr *verbs.MR
+			if mr, err = g.pd.Register(b, access); err == nil {
+				return &region{mr: mr, b: b.Bytes(), own: b, budget: g.budget, pinned: n}, nil
+			}
 			b.Close()
-			return nil, err
 		}
-		return &region{mr: mr, b: b.Bytes(), own: b}, nil
+		if g.budget != nil {
+			g.budget.Give(n)
+		}
+		return nil, err
 	}
 	c, err := pool.Get(size)
 	if err != nil {
-		return nil, err
+		return nil, g.boundError(err)
 	}
 	s := c.Slab().(*registeredSlab)
 	return &region{mr: s.mr, off: c.Offset(), b: c.Bytes()[:size:size], chunk: c}, nil
+}
+
+// regionBytes is what a region of size bytes pins: its pool class, or
+// whole pages for a ring registered on its own.
+func regionBytes(size int) int {
+	for _, c := range poolClasses {
+		if c >= size {
+			return c
+		}
+	}
+	page := os.Getpagesize()
+	return (size + page - 1) / page * page
+}
+
+// Registered is what a link made with cfg pins: its rings (unless they
+// are the caller's, SendMem and RecvMem, or of 0 bytes) and its receive
+// and control slots, as pool chunks. Write notices (iWARP) pin nothing
+// more on a device that sends 32 bytes inline (siw does); on one that
+// cannot, notices is whether to count their slots.
+func Registered(cfg Config, notices bool) int {
+	n := regionBytes(cfg.RecvDepth*wire.MessageSize) + regionBytes(cfg.ControlDepth*wire.MessageSize)
+	if notices {
+		n += regionBytes(cfg.SendDepth * wire.MessageSize)
+	}
+	for _, ring := range []int{cfg.RecvBuffer, cfg.SendBuffer} {
+		if ring > 0 && (cfg.SendMem == nil || cfg.RecvMem == nil) {
+			n += regionBytes(ring)
+		}
+	}
+	return n
 }
 
 // borrowedRegion registers memory the caller owns (a session's rings) on pd.
@@ -183,6 +304,9 @@ func (r *region) close() error {
 	if r.own != nil {
 		if err2 := r.own.Close(); err == nil {
 			err = err2
+		}
+		if r.budget != nil {
+			r.budget.Give(r.pinned)
 		}
 	}
 	return err

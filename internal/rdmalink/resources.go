@@ -3,6 +3,7 @@ package rdmalink
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/internal/wire"
@@ -21,15 +22,25 @@ type resources struct {
 	qp    *verbs.QP
 	rx    *region // the peer writes here
 	tx    *region // the transmit ring
-	ctl   *region // receive slots, control send slots, then notice slots, 32 bytes each
+	recvs *region // receive slots, 32 bytes each
+	ctl   *region // control send slots, 32 bytes each
+	// Notice slots (write notices), 32 bytes each: sent inline where the
+	// device can (unregistered memory, noticeMem: it pins nothing), or
+	// from registered memory where it cannot (notice).
+	noticeMem *verbs.Buffer
+	notice    *region
+	later     []*region // receive rings made since (rings.go)
+	// borrowed: rx and tx are the caller's (Config.SendMem and RecvMem, a
+	// session's rings), which keep their size.
+	borrowed bool
 
-	release           func() // Config.Release, until called
-	recvDepth         int
-	controlDepth      int
-	notices           bool // made for write notices: a write and a send per data request, and notice slots
-	sendWRs           int  // the send queue's size
-	maxInline         uint32
-	name              string // the device and port, for errors and diagnostics
+	release      func() // Config.Release, until called
+	recvDepth    int
+	controlDepth int
+	notices      bool // made for write notices: a write and a send per data request, and notice slots
+	sendWRs      int  // the send queue's size
+	maxInline    uint32
+	name         string // the device and port, for errors and diagnostics
 	// The device, port and queue pair number, kept apart so that they
 	// may be reported after the queue pair is gone.
 	device string
@@ -62,7 +73,7 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 	if err != nil {
 		return nil, err
 	}
-	if r.group, err = acquireGroup(ctx, id.RemoteAddr().Addr()); err != nil {
+	if r.group, err = acquireGroup(ctx, id.RemoteAddr().Addr(), cfg.PeerBound); err != nil {
 		return nil, err
 	}
 	pd := r.group.pd
@@ -85,6 +96,7 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 	r.need = need
 	remote, local := verbs.AccessLocalWrite|verbs.AccessRemoteWrite, verbs.AccessLocalWrite
 	if cfg.SendMem != nil && cfg.RecvMem != nil {
+		r.borrowed = true
 		if r.rx, err = borrowedRegion(pd, cfg.RecvMem, remote); err != nil {
 			return nil, err
 		}
@@ -92,14 +104,19 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 			return nil, err
 		}
 	} else {
-		if r.rx, err = chunkRegion(r.group.remote, pd, cfg.RecvBuffer, remote); err != nil {
+		if r.rx, err = r.group.region(r.group.remote, cfg.RecvBuffer, remote); err != nil {
 			return nil, err
 		}
-		if r.tx, err = chunkRegion(r.group.local, pd, cfg.SendBuffer, local); err != nil {
+		if r.tx, err = r.group.region(r.group.local, cfg.SendBuffer, local); err != nil {
 			return nil, err
 		}
 	}
-	if r.ctl, err = chunkRegion(r.group.local, pd, (cfg.RecvDepth+cfg.ControlDepth+noticeSlots)*wire.MessageSize, local); err != nil {
+	// Two regions, not one: each fills its pool's class (8 KiB of
+	// receive slots for the default 256) with little left over.
+	if r.recvs, err = r.group.region(r.group.local, cfg.RecvDepth*wire.MessageSize, local); err != nil {
+		return nil, err
+	}
+	if r.ctl, err = r.group.region(r.group.local, cfg.ControlDepth*wire.MessageSize, local); err != nil {
 		return nil, err
 	}
 	qpc := cm.QPConfig{SendCQ: r.cq.vcq, RecvCQ: r.cq.vcq, Cap: verbs.QPCap{
@@ -120,6 +137,16 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 		return nil, err
 	}
 	r.maxInline = r.qp.Cap().MaxInlineData
+	if noticeSlots > 0 {
+		if wire.MessageSize <= r.maxInline {
+			// Copied by the post call: no registration, nothing pinned.
+			if r.noticeMem, err = verbs.NewBuffer(noticeSlots * wire.MessageSize); err != nil {
+				return nil, err
+			}
+		} else if r.notice, err = r.group.region(r.group.local, noticeSlots*wire.MessageSize, local); err != nil {
+			return nil, err
+		}
+	}
 	r.name = fmt.Sprintf("%s port %d", ctx.Name(), id.Port())
 	r.device, r.port, r.qpNum = ctx.Name(), id.Port(), r.qp.Num()
 	return r, nil
@@ -133,23 +160,41 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 var inlineSizes = []uint32{64, 32, 0}
 
 func (r *resources) recvSlot(i int) verbs.SGE {
-	return r.ctl.Slice(i*wire.MessageSize, wire.MessageSize)
+	return r.recvs.Slice(i*wire.MessageSize, wire.MessageSize)
 }
 
 func (r *resources) recvSlotBytes(i int) []byte {
+	return r.recvs.Bytes()[i*wire.MessageSize : (i+1)*wire.MessageSize]
+}
+
+func (r *resources) ctlSlotBytes(i int) []byte {
 	return r.ctl.Bytes()[i*wire.MessageSize : (i+1)*wire.MessageSize]
 }
 
-func (r *resources) sendSlot(i int) verbs.SGE { return r.recvSlot(r.recvDepth + i) }
-
-func (r *resources) sendSlotBytes(i int) *[wire.MessageSize]byte {
-	return (*[wire.MessageSize]byte)(r.recvSlotBytes(r.recvDepth + i))
+func (r *resources) sendSlot(i int) verbs.SGE {
+	return r.ctl.Slice(i*wire.MessageSize, wire.MessageSize)
 }
 
-func (r *resources) noticeSlot(i int) verbs.SGE { return r.recvSlot(r.recvDepth + r.controlDepth + i) }
+func (r *resources) sendSlotBytes(i int) *[wire.MessageSize]byte {
+	return (*[wire.MessageSize]byte)(r.ctlSlotBytes(i))
+}
+
+func (r *resources) noticeSlot(i int) verbs.SGE {
+	if r.noticeMem != nil {
+		b := r.noticeSlotBytes(i)
+		return verbs.SGE{Addr: uint64(uintptr(unsafe.Pointer(b))), Length: wire.MessageSize}
+	}
+	return r.notice.Slice(i*wire.MessageSize, wire.MessageSize)
+}
 
 func (r *resources) noticeSlotBytes(i int) *[wire.MessageSize]byte {
-	return (*[wire.MessageSize]byte)(r.recvSlotBytes(r.recvDepth + r.controlDepth + i))
+	var mem []byte
+	if r.noticeMem != nil {
+		mem = r.noticeMem.Bytes()
+	} else {
+		mem = r.notice.Bytes()
+	}
+	return (*[wire.MessageSize]byte)(mem[i*wire.MessageSize:])
 }
 
 // close releases everything, in the order rdma-core requires. The queue
@@ -181,8 +226,13 @@ func (r *resources) close() error {
 	}
 	// After the queue pair: nothing lands in the rings any more, and a
 	// chunk may go to another connection of the peer.
-	for _, reg := range []*region{r.rx, r.tx, r.ctl} {
+	for _, reg := range append([]*region{r.rx, r.tx, r.recvs, r.ctl, r.notice}, r.later...) {
 		add(reg.close())
+	}
+	r.rx, r.tx, r.recvs, r.ctl, r.notice, r.later = nil, nil, nil, nil, nil, nil
+	if r.noticeMem != nil {
+		add(r.noticeMem.Close())
+		r.noticeMem = nil
 	}
 	if release := r.release; release != nil {
 		r.release = nil

@@ -38,8 +38,13 @@ type Config struct {
 	// last, up to SlabSize (so a peer with one connection pins its rings
 	// and no more); a class larger than SlabSize gets slabs of one chunk.
 	SlabSize int
-	// Bound is the most bytes the pool's slabs may hold (0: no bound).
-	Bound int64
+	// MaxChunks is the most chunks a slab holds (0: SlabSize decides): it
+	// bounds what a pool pins beyond its chunks in use, to MaxChunks-1
+	// chunks a class once its slabs stopped doubling.
+	MaxChunks int
+	// Budget, if set, bounds the bytes of the slabs of every pool that
+	// shares it (a peer group's pools: admission).
+	Budget *Budget
 	// KeepEmpty is how many slabs with no chunk in use a class keeps.
 	KeepEmpty int
 }
@@ -83,14 +88,42 @@ type Chunk struct {
 // ErrClosed is Get's error after Close.
 var ErrClosed = errors.New("ringpool: closed")
 
-// BoundError is Get's error when a new slab would pass the pool's bound.
+// Budget is a bound on the bytes that pools, and memory registered
+// beside them, may hold together.
+type Budget struct {
+	mu          sync.Mutex
+	bound, held int64
+}
+
+// NewBudget returns a budget of bound bytes.
+func NewBudget(bound int64) *Budget { return &Budget{bound: bound} }
+
+// Take reserves n bytes, or returns a *BoundError if they do not fit.
+func (b *Budget) Take(n int64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held+n > b.bound {
+		return &BoundError{Asked: n, Held: b.held, Bound: b.bound}
+	}
+	b.held += n
+	return nil
+}
+
+// Give returns n bytes that Take reserved.
+func (b *Budget) Give(n int64) {
+	b.mu.Lock()
+	b.held -= n
+	b.mu.Unlock()
+}
+
+// BoundError is the error when memory would pass a Budget's bound.
 type BoundError struct {
-	Asked       int   // the chunk's size
-	Held, Bound int64 // the slabs' bytes, and the bound
+	Asked       int64 // the bytes asked for: a new slab, or a ring of its own
+	Held, Bound int64 // the bytes held, and the bound
 }
 
 func (e *BoundError) Error() string {
-	return fmt.Sprintf("ringpool: a %d-byte ring would need a new slab, and the peer's pool holds %d of its %d bytes", e.Asked, e.Held, e.Bound)
+	return fmt.Sprintf("ringpool: %d more bytes would pass the bound of %d bytes, of which %d are held", e.Asked, e.Bound, e.Held)
 }
 
 // New makes a pool whose slabs reg makes.
@@ -122,12 +155,15 @@ func (p *Pool) Get(size int) (*Chunk, error) {
 		}
 	}
 	if s == nil {
-		slabSize := max(min(c.next*c.size, p.cfg.SlabSize), c.size)
-		if p.cfg.Bound > 0 && p.held+int64(slabSize) > p.cfg.Bound {
-			return nil, &BoundError{Asked: c.size, Held: p.held, Bound: p.cfg.Bound}
+		slabSize := max(min(c.next*c.size, p.slabCap(c.size)), c.size)
+		if b := p.cfg.Budget; b != nil {
+			if err := b.Take(int64(slabSize)); err != nil {
+				return nil, err
+			}
 		}
 		raw, err := p.reg(slabSize)
 		if err != nil {
+			p.give(int64(slabSize))
 			return nil, err
 		}
 		n := slabSize / c.size
@@ -137,7 +173,7 @@ func (p *Pool) Get(size int) (*Chunk, error) {
 		}
 		c.slabs = append(c.slabs, s)
 		c.empty++
-		c.next = min(2*c.next, max(p.cfg.SlabSize/c.size, 1))
+		c.next = min(2*c.next, max(p.slabCap(c.size)/c.size, 1))
 		p.held += int64(slabSize)
 	}
 	if s.used == 0 {
@@ -148,6 +184,20 @@ func (p *Pool) Get(size int) (*Chunk, error) {
 	s.used++
 	p.inUse += int64(c.size)
 	return &Chunk{pool: p, slab: s, index: i, gen: s.gen[i], size: c.size}, nil
+}
+
+func (p *Pool) give(n int64) {
+	if b := p.cfg.Budget; b != nil {
+		b.Give(n)
+	}
+}
+
+// slabCap is the most bytes of a slab of size-byte chunks.
+func (p *Pool) slabCap(size int) int {
+	if p.cfg.MaxChunks > 0 {
+		return min(p.cfg.SlabSize, p.cfg.MaxChunks*size)
+	}
+	return p.cfg.SlabSize
 }
 
 // Bytes is the chunk's memory.
@@ -188,6 +238,7 @@ func (c *Chunk) Put() error {
 				cl.next = 1 // the peer's traffic is gone: start small again
 			}
 			p.held -= int64(len(s.Bytes()))
+			p.give(int64(len(s.Bytes())))
 			drop = s.Slab
 		}
 	}
@@ -228,6 +279,7 @@ func (p *Pool) Close() error {
 			}
 			drop = append(drop, s.Slab)
 			p.held -= int64(len(s.Bytes()))
+			p.give(int64(len(s.Bytes())))
 			return true
 		})
 		c.empty = 0

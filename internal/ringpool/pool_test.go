@@ -30,7 +30,11 @@ func (r *registrar) reg(size int) (Slab, error) {
 }
 
 func testPool(r *registrar, bound int64) *Pool {
-	return New(r.reg, Config{Classes: []int{16 << 10, 32 << 10, 256 << 10}, SlabSize: 128 << 10, Bound: bound, KeepEmpty: 1})
+	var b *Budget
+	if bound > 0 {
+		b = NewBudget(bound)
+	}
+	return New(r.reg, Config{Classes: []int{16 << 10, 32 << 10, 256 << 10}, SlabSize: 128 << 10, Budget: b, KeepEmpty: 1})
 }
 
 // TestChunksShareSlabs: a class's first slab holds one ring, each next
@@ -128,7 +132,7 @@ func TestBound(t *testing.T) {
 	}
 	_, err := p.Get(16 << 10)
 	var be *BoundError
-	if !errors.As(err, &be) || be.Held != 112<<10 || be.Bound != 112<<10 || be.Asked != 16<<10 {
+	if !errors.As(err, &be) || be.Held != 112<<10 || be.Bound != 112<<10 || be.Asked != 128<<10 {
 		t.Fatalf("beyond the bound: %v", err)
 	}
 	chunks[3].Put()
@@ -221,5 +225,54 @@ func TestSlabsStartSmallAgain(t *testing.T) {
 	}
 	if got := len(c.Slab().Bytes()); got != 16<<10 {
 		t.Errorf("the first ring after the class emptied came with a %d-byte slab", got)
+	}
+}
+
+// TestMaxChunks: slabs stop doubling at MaxChunks chunks, so what a pool
+// pins beyond its chunks in use stays under MaxChunks chunks a class.
+func TestMaxChunks(t *testing.T) {
+	r := &registrar{}
+	p := New(r.reg, Config{Classes: []int{4 << 10}, SlabSize: 1 << 20, MaxChunks: 4})
+	for range 15 {
+		if _, err := p.Get(4 << 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 1, 2, 4, 4, 4 chunks: 15 in 5 slabs.
+	if st := p.Stats(); st.Slabs != 5 || st.Held != 15*4<<10 {
+		t.Fatalf("15 chunks of slabs capped at 4: %+v, want 5 slabs holding 60 KiB", st)
+	}
+	if _, err := p.Get(4 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Held-st.InUse != 3*4<<10 {
+		t.Fatalf("16th chunk: %+v, want a new slab of 4 with 3 free", st)
+	}
+}
+
+// TestSharedBudget: two pools on one budget are bounded together, and a
+// slab that goes gives its bytes back to the budget.
+func TestSharedBudget(t *testing.T) {
+	r := &registrar{}
+	b := NewBudget(48 << 10)
+	cfg := Config{Classes: []int{16 << 10}, SlabSize: 16 << 10, Budget: b}
+	p1, p2 := New(r.reg, cfg), New(r.reg, cfg)
+	c1, err1 := p1.Get(16 << 10)
+	c2, err2 := p2.Get(16 << 10)
+	_, err3 := p2.Get(16 << 10)
+	if err1 != nil || err2 != nil || err3 != nil {
+		t.Fatal(err1, err2, err3)
+	}
+	var be *BoundError
+	if _, err := p1.Get(16 << 10); !errors.As(err, &be) || be.Held != 48<<10 {
+		t.Fatalf("a fourth slab on a budget of three: %v", err)
+	}
+	c1.Put()
+	if _, err := p2.Get(16 << 10); err != nil {
+		t.Fatalf("after a slab of the other pool went: %v", err)
+	}
+	c2.Put()
+	if err := b.Take(16 << 10); err != nil {
+		t.Fatalf("budget after two slabs went: %v", err)
 	}
 }

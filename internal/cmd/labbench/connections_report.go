@@ -29,10 +29,10 @@ func (r report) connectionsSection(w *strings.Builder) {
 		"what the first connection opens for good (rdma_cm's devices and event channel) is not a connection's cost.\n\n",
 		r.set.env.AddrA, r.set.env.AddrB, connsParallel, len(connsMessage), connsSettle)
 	p("rdmanet runs with `%s` on both sides, so that registered memory does not bound how many connections open: "+
-		"`Config.Footprint` says %s KiB registered an end (%s a pair) and %d descriptors an end; the default Config registers %s KiB an end, "+
-		"and has a row of its own at %d pairs. ",
+		"`Config.Footprint` says %s KiB registered an end (%s a pair) and %d descriptors an end; the default Config registers %s KiB an end "+
+		"while idle (%s KiB once its rings grew, streaming), and has a row of its own at %d pairs. ",
 		describeConfig(connsConfig), kib(run.footprint.RegisteredBytes), kib(2*run.footprint.RegisteredBytes),
-		run.footprint.FileDescriptors, kib(run.defFoot.RegisteredBytes), connsDefaultPairs)
+		run.footprint.FileDescriptors, kib(run.defFoot.RegisteredBytes), kib(run.defFoot.StreamingRegisteredBytes), connsDefaultPairs)
 	if run.limit > 0 {
 		p("The process's descriptor limit (`RLIMIT_NOFILE`) is %s, left as it is", thousands(int(run.limit)))
 		if fp := run.footprint.FileDescriptors; fp > 0 {

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rdmanet/sdk/rdmanet"
 )
 
 func TestParseStatus(t *testing.T) {
@@ -96,7 +98,7 @@ func TestThousands(t *testing.T) {
 func fakeConnections() *connsRun {
 	run := &connsRun{limit: 4096}
 	run.footprint, _ = connsConfig.Footprint()
-	run.defFoot.RegisteredBytes = 524 << 10
+	run.defFoot = rdmanet.Footprint{RegisteredBytes: 32 << 10, StreamingRegisteredBytes: 524 << 10}
 	base := usage{fds: 20, goroutines: 10, rssKiB: 20000, anonKiB: 15000, fileKiB: 5000}
 	for _, s := range connsSteps([]int{100, 1000, 2000}) {
 		n := s.pairs
@@ -137,7 +139,7 @@ func TestConnectionsReport(t *testing.T) {
 		"## Connections: what an open connection costs",
 		"dials 16 at a time, each pair making one round trip (a 32-byte write echoed back)",
 		"`Config{RecvBuffer: 16384, SendBuffer: 16384, RecvDepth: 16}` on both sides, so that registered memory does not bound how many connections open",
-		"`Config.Footprint` says 36.0 KiB registered an end (72.0 a pair) and 0 descriptors an end; the default Config registers 524 KiB an end",
+		"`Config.Footprint` says 28.0 KiB registered an end (56.0 a pair) and 0 descriptors an end; the default Config registers 32.0 KiB an end while idle (524 KiB once its rings grew, streaming)",
 		"The process's descriptor limit (`RLIMIT_NOFILE`) is 4,096, left as it is; a step it stops",
 		"|  | pairs asked | pairs opened | descriptors a pair | goroutines a pair | pinned KiB a pair | RSS KiB a pair | pairs opened a second | back to the baseline |",
 		"| rdmanet | 100 | 100 | 8.00 | 4.00 | 72.00 | 700 | 20.0 | yes (10.0 s) |",
