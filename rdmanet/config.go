@@ -73,6 +73,15 @@ type Config struct {
 	// doubles the wait, up to 8 x FailbackInterval. The move is made before
 	// the old link is let go, so it costs no more than a resume.
 	FailbackInterval time.Duration
+	// PeerMemory bounds the registered memory that the connections with
+	// one peer may hold on a device, rings and slots together, so that one
+	// peer cannot take what others need (default: half of what
+	// RLIMIT_MEMLOCK allows where it binds, 4 GiB where it does not;
+	// negative: no bound). Connections with other bounds have pools of
+	// their own. Beyond it a connection is refused with a *PeerMemoryError (a listener
+	// rejects the dial for resources, so a dialer on "tcp" falls back to
+	// TCP), and a connection's rings stop growing.
+	PeerMemory int
 	// ValkeyCompatible makes the connection speak Valkey's protocol only:
 	// a dialer sends no Hello, a listener accepts no extension. Without it,
 	// two rdmanet peers negotiate the ring and half-close (docs/protocol.md),
@@ -170,7 +179,7 @@ func (c Config) linkConfig() rdmalink.Config {
 	return rdmalink.Config{
 		SendBuffer: c.SendBuffer, RecvBuffer: c.RecvBuffer,
 		SendDepth: c.sendDepth(), RecvDepth: c.RecvDepth, ControlDepth: controlSlots,
-		Needs: c.linkNeeds,
+		Needs: c.linkNeeds, PeerBound: int64(c.PeerMemory),
 	}
 }
 

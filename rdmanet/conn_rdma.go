@@ -1,7 +1,13 @@
 package rdmanet
 
 import (
+	"errors"
+	"fmt"
+	"net/netip"
+
 	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/rdmacore"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/wire"
 )
@@ -23,9 +29,38 @@ func newConn(id *cm.ID, cfg Config, server bool, mem *ringMem) (*Conn, error) {
 	}
 	l, err := rdmalink.New(id, lc)
 	if err != nil {
-		return nil, err
+		return nil, peerMemoryError(err)
 	}
 	return &Conn{link: l, rdma: l, cfg: cfg, server: server, mem: mem}, nil
+}
+
+// PeerMemoryError is a connection refused because the connections with
+// its peer on the device hold all the registered memory Config.PeerMemory
+// allows them. It matches fallback.ReasonResources: a listener rejects the
+// dial for resources, and a dialer on "tcp" falls back to TCP.
+type PeerMemoryError struct {
+	Peer   netip.Addr
+	Device string
+	// Held is what the peer's connections hold, Bound what they may, and
+	// Asked what this connection needed more.
+	Held, Bound, Asked int64
+}
+
+func (e *PeerMemoryError) Error() string {
+	return fmt.Sprintf("rdmanet: the connections with %v on %s hold %s of the %s of registered memory Config.PeerMemory allows them, and one more needs %s",
+		e.Peer, e.Device, rdmacore.IEC(e.Held), rdmacore.IEC(e.Bound), rdmacore.IEC(e.Asked))
+}
+
+func (e *PeerMemoryError) Is(target error) bool { return target == fallback.ReasonResources }
+
+// peerMemoryError is err as a *PeerMemoryError, if a peer group's bound
+// made it.
+func peerMemoryError(err error) error {
+	var be *rdmalink.BoundError
+	if !errors.As(err, &be) {
+		return err
+	}
+	return &PeerMemoryError{Peer: be.Peer, Device: be.Device, Held: be.Held, Bound: be.Bound, Asked: be.Asked}
 }
 
 // start runs once the connection is established, with the extensions both

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/rdmacore"
 	"github.com/rdmanet/sdk/rdmanet"
 )
 
@@ -248,23 +249,7 @@ func dialFailed(g *globals, err error) (*fallbackJSON, int) {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // iec formats a byte count with a binary unit.
-func iec(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	v := float64(n) / float64(div)
-	s := fmt.Sprintf("%.1f", v)
-	if v == float64(uint64(v)) {
-		s = fmt.Sprintf("%d", uint64(v))
-	}
-	return s + " " + string("KMGTPE"[exp]) + "iB"
-}
+func iec(n uint64) string { return rdmacore.IEC(int64(n)) }
 
 // joinTransports lists transports as "rdma+tcp".
 func joinTransports(ts []fallback.Transport) string {

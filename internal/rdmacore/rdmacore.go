@@ -71,24 +71,27 @@ func (e *CallError) Error() string {
 	if m := e.Memory; m != nil {
 		s += fmt.Sprintf(" (asked to pin %s with %s pinned of the %s RLIMIT_MEMLOCK allows, %s left, and no CAP_IPC_LOCK: "+
 			"raise RLIMIT_MEMLOCK (ulimit -l, LimitMEMLOCK= in systemd, --ulimit memlock= in docker) or grant CAP_IPC_LOCK, or use smaller buffers)",
-			iec(m.Asked), iec(m.Pinned), iec(m.Limit), iec(max(m.Limit-m.Pinned, 0)))
+			IEC(m.Asked), IEC(m.Pinned), IEC(m.Limit), IEC(max(m.Limit-m.Pinned, 0)))
 	}
 	return s
 }
 
-// iec writes n bytes in binary units, exact where it can be.
-func iec(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+// IEC writes n bytes in binary units: whole where exact ("8 MiB"), else
+// to one decimal ("7.9 MiB").
+func IEC(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
 	}
-	return fmt.Sprintf("%d B", n)
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	if n%div == 0 {
+		return fmt.Sprintf("%d %ciB", n/div, "KMGTPE"[exp])
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // memoryLimitFor is the MemoryLimit to report for a registration of asked

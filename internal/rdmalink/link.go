@@ -123,9 +123,9 @@ type Config struct {
 	SendDepth, RecvDepth int // send queue slots; receives kept posted
 	ControlDepth         int // control messages that may be in flight
 	// PeerBound is the most bytes the links with the same peer on the
-	// device may register together (pools and rings of their own), set by
-	// the first of them (0: no bound). Beyond it New, and a ring's growth,
-	// fail with a *BoundError.
+	// device and the same PeerBound may register together (pools and
+	// rings of their own; 0: DefaultPeerBound, negative: no bound). Beyond
+	// it New, and a ring's growth, fail with a *BoundError.
 	PeerBound int64
 	// Needs adds to the link features the device needs (DeviceNeeds):
 	// tests run the iWARP data path on Soft-RoCE with it.

@@ -29,9 +29,12 @@ type peerGroup struct {
 	refs   int // under groups.Mutex
 }
 
+// groupKey names a group: connections with a different bound (Config's
+// PeerMemory) have groups of their own.
 type groupKey struct {
-	ctx  *verbs.Context
-	peer netip.Addr
+	ctx   *verbs.Context
+	peer  netip.Addr
+	bound int64
 }
 
 var groups = struct {
@@ -50,11 +53,13 @@ const poolSlab = 1 << 20
 // dial registers a slab at most once in 16 past the first few.
 const poolSlabChunks = 16
 
-// acquireGroup is the group of ctx's connections to peer, made if none,
-// bounded to bound bytes when it is made (0: DefaultPeerBound; negative:
-// no bound).
+// acquireGroup is the group of ctx's connections to peer bounded to
+// bound bytes (0: DefaultPeerBound; negative: no bound), made if none.
 func acquireGroup(ctx *verbs.Context, peer netip.Addr, bound int64) (*peerGroup, error) {
-	key := groupKey{ctx, peer.Unmap()}
+	if bound == 0 {
+		bound = DefaultPeerBound()
+	}
+	key := groupKey{ctx, peer.Unmap(), bound}
 	groups.Lock()
 	defer groups.Unlock()
 	if g := groups.m[key]; g != nil {
@@ -66,9 +71,6 @@ func acquireGroup(ctx *verbs.Context, peer netip.Addr, bound int64) (*peerGroup,
 		return nil, err
 	}
 	g := &peerGroup{key: key, pd: pd, refs: 1}
-	if bound == 0 {
-		bound = DefaultPeerBound()
-	}
 	if bound > 0 {
 		g.budget = ringpool.NewBudget(bound)
 	}
@@ -95,14 +97,14 @@ func acquireGroup(ctx *verbs.Context, peer netip.Addr, bound int64) (*peerGroup,
 // DefaultPeerBound is what one peer's connections on a device may
 // register by default: half of what RLIMIT_MEMLOCK allows where it binds
 // (no CAP_IPC_LOCK), so that one peer leaves room for others; 4 GiB where
-// it does not.
-func DefaultPeerBound() int64 {
+// it does not. Read once: the process's limit does not change under it.
+var DefaultPeerBound = sync.OnceValue(func() int64 {
 	raiseMemlock()
 	if _, limit, capIPCLock, ok := rdmacore.PinnedMemory(); ok && !capIPCLock && limit >= 0 {
 		return max(limit/2, 1)
 	}
 	return 4 << 30
-}
+})
 
 // BoundError is the error when a peer group's connections would register
 // more than Config.PeerBound.
