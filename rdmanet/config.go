@@ -76,8 +76,8 @@ type Config struct {
 	// PeerMemory bounds the registered memory that the connections with
 	// one peer may hold on a device, rings and slots together, so that one
 	// peer cannot take what others need (default: half of what
-	// RLIMIT_MEMLOCK allows where it binds, 4 GiB where it does not;
-	// negative: no bound). Connections with other bounds have pools of
+	// RLIMIT_MEMLOCK allows where it binds, at least 1 MiB; 4 GiB where it
+	// does not bind; negative: no bound). Connections with other bounds have pools of
 	// their own. Beyond it a connection is refused with a *PeerMemoryError (a listener
 	// rejects the dial for resources, so a dialer on "tcp" falls back to
 	// TCP), and a connection's rings stop growing.

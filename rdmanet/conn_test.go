@@ -31,17 +31,19 @@ var hostModes = []struct {
 	name     string
 	features wire.Features
 }{
-	{"rdmanet", wire.FeatureRing | wire.FeatureShutdown},
+	{"rdmanet", wire.FeatureRing | wire.FeatureShutdown | wire.FeatureGrow},
 	{"valkey", 0},
 	// As over iWARP: a message that finds no receive ends the connection,
 	// and the accepting side must not speak first.
-	{"iwarp", wire.FeatureRing | wire.FeatureShutdown | wire.LinkFeatures},
+	{"iwarp", wire.FeatureRing | wire.FeatureShutdown | wire.FeatureGrow | wire.LinkFeatures},
 }
 
-// pipeConfig is the in-memory link for one side with cfg.
+// pipeConfig is the in-memory link for one side with cfg: its first,
+// small rings, which grow as over RDMA (link.Rings).
 func pipeConfig(cfg Config) link.PipeConfig {
+	first := cfg.firstRings()
 	return link.PipeConfig{
-		SendRing: cfg.SendBuffer, RecvRing: cfg.RecvBuffer,
+		SendRing: first.SendBuffer, RecvRing: first.RecvBuffer,
 		SendDepth: cfg.sendDepth(), RecvDepth: cfg.RecvDepth, ControlDepth: controlSlots,
 		RNRRetry: 7,
 	}
@@ -53,7 +55,7 @@ func helloOf(cfg Config, features wire.Features) wire.Hello {
 	if features == 0 {
 		return wire.Hello{}
 	}
-	return wire.Hello{Version: wire.HelloVersion, Features: features, RecvDepth: uint16(cfg.RecvDepth), RingSize: uint32(cfg.RecvBuffer)}
+	return wire.Hello{Version: wire.HelloVersion, Features: features, RecvDepth: uint16(cfg.RecvDepth), RingSize: uint32(cfg.firstRings().RecvBuffer)}
 }
 
 // memPair connects a client and a server Conn over a pipe; a and b are the
@@ -248,6 +250,15 @@ func TestMemCloseDeliversWritten(t *testing.T) {
 			a, b, pa, _ := memPair(t, Config{}, m.features)
 			pa.SetDelay(20 * time.Millisecond) // the writes are still in flight at Close
 			msg := bytes.Repeat([]byte("0123456789"), 1000)
+			// The reader runs meanwhile: the rings start small (16 KiB to
+			// receive), so Writes wait for it as they wait for a TCP
+			// peer beyond its buffers.
+			type result struct {
+				got []byte
+				err error
+			}
+			read := make(chan result, 1)
+			go func() { got, err := io.ReadAll(b); read <- result{got, err} }()
 			for range 5 {
 				if _, err := a.Write(msg); err != nil {
 					t.Fatal(err)
@@ -256,9 +267,9 @@ func TestMemCloseDeliversWritten(t *testing.T) {
 			if err := a.Close(); err != nil {
 				t.Fatal(err)
 			}
-			got, err := io.ReadAll(b)
-			if err != nil || len(got) != 5*len(msg) {
-				t.Fatalf("read %d bytes, %v; want %d, then EOF", len(got), err, 5*len(msg))
+			r := <-read
+			if r.err != nil || len(r.got) != 5*len(msg) {
+				t.Fatalf("read %d bytes, %v; want %d, then EOF", len(r.got), r.err, 5*len(msg))
 			}
 			closeAndWait(t, b)
 			<-a.released
@@ -397,6 +408,8 @@ func TestMemHostilePeer(t *testing.T) {
 			// The hostile peer is a raw pipe end with room for its flood.
 			hostileCfg := pipeConfig(cfg)
 			hostileCfg.ControlDepth, hostileCfg.SendDepth, hostileCfg.RecvDepth = 64, 64, 1
+			// It can fill the victim's receive window from its send ring.
+			hostileCfg.SendRing = pipeConfig(cfg).RecvRing
 			victimEnd, hostile := link.NewPipe(pipeConfig(cfg), hostileCfg)
 			victim, err := newLinkConn(victimEnd, cfg, true, c.features, helloOf(cfg, c.features))
 			if err != nil {

@@ -19,11 +19,12 @@ import (
 	"github.com/rdmanet/sdk/rdmanet"
 )
 
-// memlockPairsEnv, when set to "A B N", makes the test binary a process
+// memlockPairsEnv, when set to "A B N T", makes the test binary a process
 // that opens N connection pairs from A to B, both ends its own, with a
 // round trip on each; then dials on "rdma" until a dial fails, dials once
-// on "tcp", closes everything and reports each step on a line of its own
-// (TestLabMemlockPairs reads them).
+// on "tcp" (if T is 1: a listener that serves both transports on one port
+// cannot listen for iWARP), closes everything and reports each step on a
+// line of its own (TestLabMemlockPairs reads them).
 const memlockPairsEnv = "RDMANET_TEST_MEMLOCK_PAIRS"
 
 // memlockPairs is how many pairs an ordinary container's 8 MiB of
@@ -33,29 +34,33 @@ const memlockPairs = 100
 func runMemlockPairs(args string) int {
 	f := strings.Fields(args)
 	n, _ := strconv.Atoi(f[2])
-	ln, err := rdmanet.Listen("tcp", netip.AddrPortFrom(netip.MustParseAddr(f[1]), 0).String())
-	if err != nil {
-		fmt.Println("listen:", err)
-		return 1
-	}
-	defer ln.Close()
-	// The server's ends echo one byte, then hold on until closed.
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				var b [1]byte
-				if _, err := io.ReadFull(c, b[:]); err == nil {
-					c.Write(b[:])
-				}
-				io.Copy(io.Discard, c)
-			}()
+	listen := func(network string) *rdmanet.Listener {
+		ln, err := rdmanet.Listen(network, netip.AddrPortFrom(netip.MustParseAddr(f[1]), 0).String())
+		if err != nil {
+			fmt.Println("listen:", err)
+			os.Exit(1)
 		}
-	}()
+		// The server's ends echo one byte, then hold on until closed.
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					var b [1]byte
+					if _, err := io.ReadFull(c, b[:]); err == nil {
+						c.Write(b[:])
+					}
+					io.Copy(io.Discard, c)
+				}()
+			}
+		}()
+		return ln
+	}
+	ln := listen("rdma")
+	defer ln.Close()
 	d := rdmanet.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(f[0])}, Timeout: 30 * time.Second}
 	var conns []net.Conn
 	defer func() {
@@ -104,17 +109,22 @@ func runMemlockPairs(args string) int {
 		fmt.Println("beyond: no dial failed")
 	}
 	// A dial on "tcp" falls back, for resources.
-	if c, err := d.Dial("tcp", ln.Addr().String()); err != nil {
-		fmt.Println("tcp dial:", err)
-	} else {
-		tr, why := rdmanet.TransportOf(c)
-		var fe *fallback.Error
-		if errors.As(why, &fe) {
-			fmt.Printf("tcp dial: %s %s\n", tr, fe.Reason)
+	if f[3] == "1" {
+		both := listen("tcp")
+		defer both.Close()
+		if c, err := d.Dial("tcp", both.Addr().String()); err != nil {
+			fmt.Println("tcp dial:", err)
 		} else {
-			fmt.Printf("tcp dial: %s\n", tr)
+			tr, why := rdmanet.TransportOf(c)
+			var fe *fallback.Error
+			if errors.As(why, &fe) {
+				fmt.Printf("tcp dial: %s %s\n", tr, string(fe.Reason))
+			} else {
+				fmt.Printf("tcp dial: %s\n", tr)
+			}
+			conns = append(conns, c)
 		}
-		conns = append(conns, c)
+		both.Close()
 	}
 	for _, c := range conns {
 		c.Close()
@@ -159,7 +169,11 @@ func TestLabMemlockPairs(t *testing.T) {
 			}
 			cmd := exec.Command("prlimit", "--memlock=8388608:8388608", "--",
 				"setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "--", self)
-			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%v %v %d", memlockPairsEnv, p.AddrA, p.AddrB, memlockPairs))
+			tcp := 0
+			if p.Provider != labenv.ProviderSIW {
+				tcp = 1
+			}
+			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%v %v %d %d", memlockPairsEnv, p.AddrA, p.AddrB, memlockPairs, tcp))
 			out, err := cmd.CombinedOutput()
 			t.Logf("limited process:\n%s", out)
 			if err != nil {
@@ -179,8 +193,8 @@ func TestLabMemlockPairs(t *testing.T) {
 			if !strings.Contains(beyond, "RLIMIT_MEMLOCK") && !strings.Contains(beyond, "refused") {
 				t.Errorf("the dial beyond the limit failed with %q, want an error naming RLIMIT_MEMLOCK or the server's refusal for resources", beyond)
 			}
-			if tcp := lines["tcp"]; tcp != "dial: tcp resources" {
-				t.Errorf("a tcp dial beyond the limit: %q, want a fallback to TCP for resources", tcp)
+			if got := lines["tcp"]; tcp == 1 && got != "dial: tcp resources" {
+				t.Errorf("a tcp dial beyond the limit: %q, want a fallback to TCP for resources", got)
 			}
 			if after := lines["after"]; after != "pinned 0" {
 				t.Errorf("after closing: %q, want nothing pinned", after)

@@ -96,12 +96,14 @@ func acquireGroup(ctx *verbs.Context, peer netip.Addr, bound int64) (*peerGroup,
 
 // DefaultPeerBound is what one peer's connections on a device may
 // register by default: half of what RLIMIT_MEMLOCK allows where it binds
-// (no CAP_IPC_LOCK), so that one peer leaves room for others; 4 GiB where
-// it does not. Read once: the process's limit does not change under it.
+// (no CAP_IPC_LOCK), so that one peer leaves room for others, but at
+// least 1 MiB (below, the limit itself stops registration first, with an
+// error that names it); 4 GiB where it does not bind. Read once: the
+// process's limit does not change under it.
 var DefaultPeerBound = sync.OnceValue(func() int64 {
 	raiseMemlock()
 	if _, limit, capIPCLock, ok := rdmacore.PinnedMemory(); ok && !capIPCLock && limit >= 0 {
-		return max(limit/2, 1)
+		return max(limit/2, 1<<20)
 	}
 	return 4 << 30
 })
