@@ -11,6 +11,7 @@ import (
 
 	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/rdmanet"
 )
 
@@ -60,7 +61,7 @@ func TestLabPeerMemory(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	t.Logf("%d connections, then: %v", len(conns), refused)
+	t.Logf("%d connections, then: %v; pools %+v", len(conns), refused, rdmalink.Pools())
 	if refused == nil || len(conns) < 2 {
 		t.Fatalf("%d connections and no refusal under a bound of %d bytes", len(conns), bound)
 	}

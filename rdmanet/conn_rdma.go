@@ -44,11 +44,18 @@ type PeerMemoryError struct {
 	// Held is what the peer's connections hold, Bound what they may, and
 	// Asked what this connection needed more.
 	Held, Bound, Asked int64
+	// Memlock is the RLIMIT_MEMLOCK whose half the bound is by default,
+	// or 0 when Config.PeerMemory set it.
+	Memlock int64
 }
 
 func (e *PeerMemoryError) Error() string {
-	return fmt.Sprintf("rdmanet: the connections with %v on %s hold %s of the %s of registered memory Config.PeerMemory allows them, and one more needs %s",
+	s := fmt.Sprintf("rdmanet: the connections with %v on %s hold %s of the %s of registered memory Config.PeerMemory allows them, and one more needs %s",
 		e.Peer, e.Device, rdmacore.IEC(e.Held), rdmacore.IEC(e.Bound), rdmacore.IEC(e.Asked))
+	if e.Memlock > 0 {
+		s += fmt.Sprintf(" (by default half of the %s RLIMIT_MEMLOCK allows without CAP_IPC_LOCK: raise either, or set Config.PeerMemory)", rdmacore.IEC(e.Memlock))
+	}
+	return s
 }
 
 func (e *PeerMemoryError) Is(target error) bool { return target == fallback.ReasonResources }
@@ -60,7 +67,7 @@ func peerMemoryError(err error) error {
 	if !errors.As(err, &be) {
 		return err
 	}
-	return &PeerMemoryError{Peer: be.Peer, Device: be.Device, Held: be.Held, Bound: be.Bound, Asked: be.Asked}
+	return &PeerMemoryError{Peer: be.Peer, Device: be.Device, Held: be.Held, Bound: be.Bound, Asked: be.Asked, Memlock: be.Memlock}
 }
 
 // start runs once the connection is established, with the extensions both

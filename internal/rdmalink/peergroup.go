@@ -20,6 +20,7 @@ import (
 // connections' rings. A group goes with its last connection.
 type peerGroup struct {
 	key    groupKey
+	device string // the device's name, for errors
 	pd     *verbs.PD
 	remote *ringpool.Pool // receive rings: the peer writes into them
 	local  *ringpool.Pool // send rings and control slots
@@ -32,7 +33,7 @@ type peerGroup struct {
 // groupKey names a group: connections with a different bound (Config's
 // PeerMemory) have groups of their own.
 type groupKey struct {
-	ctx   *verbs.Context
+	dev   rdmacore.Context // the device's context: every cm ID's on it is the same, its Go wrapper is not
 	peer  netip.Addr
 	bound int64
 }
@@ -59,7 +60,7 @@ func acquireGroup(ctx *verbs.Context, peer netip.Addr, bound int64) (*peerGroup,
 	if bound == 0 {
 		bound = DefaultPeerBound()
 	}
-	key := groupKey{ctx, peer.Unmap(), bound}
+	key := groupKey{ctx.Raw(), peer.Unmap(), bound}
 	groups.Lock()
 	defer groups.Unlock()
 	if g := groups.m[key]; g != nil {
@@ -70,7 +71,7 @@ func acquireGroup(ctx *verbs.Context, peer netip.Addr, bound int64) (*peerGroup,
 	if err != nil {
 		return nil, err
 	}
-	g := &peerGroup{key: key, pd: pd, refs: 1}
+	g := &peerGroup{key: key, device: ctx.Name(), pd: pd, refs: 1}
 	if bound > 0 {
 		g.budget = ringpool.NewBudget(bound)
 	}
@@ -100,12 +101,18 @@ func acquireGroup(ctx *verbs.Context, peer netip.Addr, bound int64) (*peerGroup,
 // least 1 MiB (below, the limit itself stops registration first, with an
 // error that names it); 4 GiB where it does not bind. Read once: the
 // process's limit does not change under it.
-var DefaultPeerBound = sync.OnceValue(func() int64 {
+func DefaultPeerBound() int64 { return defaultBound().bound }
+
+// defaultBound is DefaultPeerBound and the RLIMIT_MEMLOCK it comes from
+// (0: none binds).
+var defaultBound = sync.OnceValue(func() (b struct{ bound, memlock int64 }) {
 	raiseMemlock()
 	if _, limit, capIPCLock, ok := rdmacore.PinnedMemory(); ok && !capIPCLock && limit >= 0 {
-		return max(limit/2, 1<<20)
+		b.bound, b.memlock = max(limit/2, 1<<20), limit
+		return b
 	}
-	return 4 << 30
+	b.bound = 4 << 30
+	return b
 })
 
 // BoundError is the error when a peer group's connections would register
@@ -116,6 +123,9 @@ type BoundError struct {
 	Asked  int64 // the bytes asked for: a new slab, or a ring of its own
 	Held   int64 // what the group holds
 	Bound  int64
+	// Memlock is the RLIMIT_MEMLOCK the bound is the default of (half of
+	// it), or 0 when the bound was set.
+	Memlock int64
 }
 
 func (e *BoundError) Error() string {
@@ -129,7 +139,11 @@ func (g *peerGroup) boundError(err error) error {
 	if !errors.As(err, &be) {
 		return err
 	}
-	return &BoundError{Peer: g.key.peer, Device: g.key.ctx.Name(), Asked: be.Asked, Held: be.Held, Bound: be.Bound}
+	e := &BoundError{Peer: g.key.peer, Device: g.device, Asked: be.Asked, Held: be.Held, Bound: be.Bound}
+	if d := defaultBound(); g.key.bound == d.bound {
+		e.Memlock = d.memlock
+	}
+	return e
 }
 
 // PoolStats is what the peer groups' pools of the process hold: the
@@ -137,6 +151,7 @@ func (g *peerGroup) boundError(err error) error {
 type PoolStats struct {
 	Groups      int
 	Held, InUse int64
+	Bounds      []int64 // each group's bound (0: none)
 }
 
 // Pools sums the pools of every peer group.
@@ -145,6 +160,7 @@ func Pools() PoolStats {
 	defer groups.Unlock()
 	st := PoolStats{Groups: len(groups.m)}
 	for _, g := range groups.m {
+		st.Bounds = append(st.Bounds, g.key.bound)
 		for _, p := range []*ringpool.Pool{g.remote, g.local} {
 			ps := p.Stats()
 			st.Held += ps.Held

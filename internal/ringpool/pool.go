@@ -157,8 +157,17 @@ func (p *Pool) Get(size int) (*Chunk, error) {
 	if s == nil {
 		slabSize := max(min(c.next*c.size, p.slabCap(c.size)), c.size)
 		if b := p.cfg.Budget; b != nil {
-			if err := b.Take(int64(slabSize)); err != nil {
-				return nil, err
+			// Near the bound, a smaller slab, down to one chunk: the bound
+			// is on bytes, and a chunk that fits is given.
+			for {
+				err := b.Take(int64(slabSize))
+				if err == nil {
+					break
+				}
+				if slabSize == c.size {
+					return nil, err
+				}
+				slabSize = max(slabSize/2/c.size*c.size, c.size)
 			}
 		}
 		raw, err := p.reg(slabSize)

@@ -132,12 +132,18 @@ func TestBound(t *testing.T) {
 	}
 	_, err := p.Get(16 << 10)
 	var be *BoundError
-	if !errors.As(err, &be) || be.Held != 112<<10 || be.Bound != 112<<10 || be.Asked != 128<<10 {
-		t.Fatalf("beyond the bound: %v", err)
+	if !errors.As(err, &be) || be.Held != 112<<10 || be.Bound != 112<<10 || be.Asked != 16<<10 {
+		t.Fatalf("beyond the bound, even for a slab of one chunk: %v", err)
 	}
 	chunks[3].Put()
 	if _, err := p.Get(16 << 10); err != nil {
 		t.Errorf("a ring from a held slab: %v", err)
+	}
+	// The first slab (one chunk) goes: there is room for a chunk again,
+	// though the next slab would have been of eight.
+	chunks[0].Put()
+	if _, err := p.Get(16 << 10); err != nil {
+		t.Errorf("a ring near the bound, from a smaller slab: %v", err)
 	}
 	r.fail = errors.New("test: cannot allocate memory")
 	p2 := testPool(r, 0)
@@ -274,5 +280,27 @@ func TestSharedBudget(t *testing.T) {
 	c2.Put()
 	if err := b.Take(16 << 10); err != nil {
 		t.Fatalf("budget after two slabs went: %v", err)
+	}
+}
+
+// TestSmallerSlabNearTheBound: a slab that would pass the bound is made
+// smaller, down to one chunk, rather than refusing a chunk that fits.
+func TestSmallerSlabNearTheBound(t *testing.T) {
+	r := &registrar{}
+	p := New(r.reg, Config{Classes: []int{16 << 10}, SlabSize: 128 << 10, Budget: NewBudget(48 << 10)})
+	var cs []*Chunk
+	for range 3 { // slabs of 1 and 2 chunks: 48 KiB
+		c, err := p.Get(16 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	cs[0].Put() // its slab goes
+	if _, err := p.Get(16 << 10); err != nil {
+		t.Fatalf("a chunk that fits the bound: %v", err)
+	}
+	if st := p.Stats(); st.Held != 48<<10 || st.Slabs != 2 {
+		t.Fatalf("%+v, want a new slab of one chunk beside the one of two", st)
 	}
 }
