@@ -15,7 +15,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -488,21 +487,11 @@ func openFDs(t *testing.T) int {
 // pinned for its registrations, whether or not it has CAP_IPC_LOCK.
 func pinnedBytes(t *testing.T) int {
 	t.Helper()
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
+	n := vmPin()
+	if n < 0 {
+		t.Fatal("/proc/self/status has no VmPin")
 	}
-	for line := range strings.Lines(string(status)) {
-		if rest, ok := strings.CutPrefix(line, "VmPin:"); ok {
-			kib, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
-			if err != nil {
-				t.Fatalf("VmPin line %q: %v", line, err)
-			}
-			return kib << 10
-		}
-	}
-	t.Fatal("/proc/self/status has no VmPin")
-	return 0
+	return n
 }
 
 // TestLabFootprint: on rxe and on siw, one more connection holds the file
