@@ -425,6 +425,7 @@ func (e *Engine) queueReply(m wire.Message) {
 // requested asks for one, so that the Writes after it can wait for it.
 func (e *Engine) Write(b []byte) (int, error) {
 	written := 0
+	e.sendLarge(len(b))
 	for {
 		switch {
 		case e.err != nil:

@@ -74,6 +74,22 @@ func (e *Engine) sendFull() {
 	}
 }
 
+// sendLarge notes a Write of n bytes: one larger than a quarter of the
+// transmit ring (its largest single write) would go as several writes,
+// each signaled as the ring runs half full, so the ring grows to four
+// times it at once (requests of a few KiB take one write each).
+func (e *Engine) sendLarge(n int) {
+	g := &e.grow
+	if !g.send || g.wantSend != 0 || n <= int(e.sq.chunk) || int(e.sq.ring) >= g.maxSend {
+		return
+	}
+	size := int(e.sq.ring) * 2
+	for size < 4*n && size < g.maxSend {
+		size *= 2
+	}
+	g.wantSend = min(size, g.maxSend)
+}
+
 // dataArrived counts n arrived bytes toward the receive ring's growth.
 func (e *Engine) dataArrived() {
 	g := &e.grow

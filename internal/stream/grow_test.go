@@ -338,3 +338,49 @@ func TestRingAtFollowsHeldBytes(t *testing.T) {
 		t.Fatalf("RingAt at %d; %d bytes were posted before it", at.At, before)
 	}
 }
+
+// A Write larger than a quarter of the transmit ring grows it to four
+// times the Write first, so that it goes as one data request.
+func TestTransmitRingGrowsForALargeWrite(t *testing.T) {
+	clk := &clock{now: time.Unix(1000, 0)}
+	peer := wire.Hello{Version: 1, Features: growFeatures, RecvDepth: 64, RingSize: 64 << 10}
+	e, err := New(Config{
+		Features: growFeatures, Peer: peer, PeerHello: true,
+		Caps:     link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4},
+		SendRing: make([]byte, 4<<10), RecvRing: make([]byte, 16<<10), RecvAddr: 0x1000, RecvKey: 7,
+		MaxSendRing: 256 << 10, MaxRecvRing: 16 << 10, Clock: clk.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ringRecorder{&recorder{}}
+	e.Start()
+	e.Flush(r)
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 0x100000, Length: 64 << 10, RKey: 9})
+	completeAll(e, r.recorder)
+	msg := make([]byte, 4<<10)
+	written := 0
+	for i := 0; written < len(msg); i++ {
+		if i > 3 {
+			t.Fatalf("the Write never went: %d bytes written", written)
+		}
+		n, err := e.Write(msg[written:])
+		written += n
+		if err != nil && err != ErrWouldBlock {
+			t.Fatal(err)
+		}
+		e.Flush(r)
+	}
+	if st := e.State(); st.SendRing != 16<<10 {
+		t.Fatalf("transmit ring of %d bytes after a 4 KiB Write, want 16 KiB", st.SendRing)
+	}
+	var data []link.SendWR
+	for _, wr := range r.sent {
+		if wr.Kind == link.SendData {
+			data = append(data, wr)
+		}
+	}
+	if len(data) != 1 || data[0].N != 4<<10 {
+		t.Fatalf("the 4 KiB Write went as %+v, want one request", data)
+	}
+}
