@@ -454,9 +454,6 @@ func (e *Engine) Write(b []byte) (int, error) {
 			e.postHeld(false)
 			return written, ErrWouldBlock
 		}
-		if e.grow.shrinkAfter > 0 {
-			e.grow.lastTraffic = e.cfg.Clock()
-		}
 		n := min(uint64(len(b)-written), uint64(room), space)
 		copy(e.cfg.SendRing[off:], b[written:written+int(n)])
 		remote, rkey, _ := e.send.Take(uint32(n))

@@ -9,14 +9,16 @@ import (
 
 // Rings that follow traffic (issue 24; docs/protocol.md, "Rings that
 // follow traffic"). A connection starts with the link's small rings and
-// grows them, doubling, up to Config's sizes while its stream is busy;
+// grows them, four times at a step, up to Config's sizes while its stream
+// is busy;
 // after ShrinkAfter without data they go back to their first sizes.
 //
 //   - The transmit ring is this side's alone: a Write that found it full
-//     asks for a larger one, Writes wait until every byte in it completed,
-//     and Flush replaces it (link.Rings.ReplaceSendRing).
-//   - The receive ring, between rdmanet peers (wire.FeatureGrow): when two
-//     rings' worth of bytes arrived within growPeriod, Flush makes a larger
+//     asks for the largest, Writes wait until every byte in it completed,
+//     and Flush replaces it (link.Rings.ReplaceSendRing); a Write of more
+//     than a quarter of it asks for four times the Write.
+//   - The receive ring, between rdmanet peers (wire.FeatureGrow): when a
+//     ring's worth of bytes arrived within growPeriod, Flush makes a larger
 //     one and offers it (Ring). The peer posts what it holds, switches at
 //     its running total and says so (RingAt), in order with its writes; this
 //     side reads the old ring up to there, then gives it back.
@@ -24,12 +26,20 @@ import (
 //     once the peer has filled it and this side read it whole: it grows
 //     then, if the buffer filled within growPeriod, and never shrinks.
 //
+// Four times at a step, from a ring's worth: a stream reaches 256 KiB
+// rings after 80 KiB (16 and 64 KiB of receive ring), so a short burst
+// pays little for the small start, as TCP's slow start costs a few round
+// trips.
+//
 // maxRing bounds what a peer may offer.
 const maxRing = 1 << 30
 
-// growPeriod: two rings' worth of bytes arriving within it is a stream
+// growPeriod: a ring's worth of bytes arriving within it is a stream
 // that a larger ring would carry faster.
 const growPeriod = time.Second
+
+// growStep is how many times larger each new ring is.
+const growStep = 4
 
 // growth is the engine's state of its rings' sizes.
 type growth struct {
@@ -42,7 +52,11 @@ type growth struct {
 
 	markBytes   uint64    // the received total when the rate's period began
 	markAt      time.Time // when it began
-	lastTraffic time.Time // when data last arrived or was written
+	// lastTotal is the bytes written and received as Tick last saw them,
+	// and lastTraffic when they last changed: no clock is read per Write
+	// or arrival.
+	lastTotal   uint64
+	lastTraffic time.Time
 
 	wantSend int  // the size the transmit ring becomes once empty (Flush)
 	wantRecv int  // the size of a receive ring to make and offer (Flush)
@@ -66,11 +80,12 @@ func newGrowth(cfg Config) growth {
 }
 
 // sendFull notes a Write that found the transmit ring full while the
-// peer had room: a larger ring would have taken more.
+// peer had room: the connection streams, and the ring goes to its largest
+// at once (each step costs a drain: every byte in the ring must complete).
 func (e *Engine) sendFull() {
 	g := &e.grow
 	if g.send && g.wantSend == 0 && int(e.sq.ring) < g.maxSend {
-		g.wantSend = min(int(e.sq.ring)*2, g.maxSend)
+		g.wantSend = g.maxSend
 	}
 }
 
@@ -83,33 +98,30 @@ func (e *Engine) sendLarge(n int) {
 	if !g.send || g.wantSend != 0 || n <= int(e.sq.chunk) || int(e.sq.ring) >= g.maxSend {
 		return
 	}
-	size := int(e.sq.ring) * 2
+	size := int(e.sq.ring) * growStep
 	for size < 4*n && size < g.maxSend {
-		size *= 2
+		size *= growStep
 	}
 	g.wantSend = min(size, g.maxSend)
 }
 
-// dataArrived counts n arrived bytes toward the receive ring's growth.
+// dataArrived counts arrived bytes toward the receive ring's growth: a
+// ring's worth since the last within growPeriod grows it. The clock is
+// read once per ring's worth, not per arrival.
 func (e *Engine) dataArrived() {
 	g := &e.grow
 	if !g.recv {
 		return
 	}
+	received, size := e.received(), e.recvSize()
+	if received-g.markBytes < uint64(size) {
+		return
+	}
 	now := e.cfg.Clock()
-	g.lastTraffic = now
-	received := e.received()
-	if now.Sub(g.markAt) > growPeriod {
-		g.markBytes, g.markAt = received, now
-		return
-	}
-	size := e.recvSize()
-	if received-g.markBytes < 2*uint64(size) {
-		return
-	}
+	fast := now.Sub(g.markAt) <= growPeriod
 	g.markBytes, g.markAt = received, now
-	if size < g.maxRecv && g.wantRecv == 0 && !e.recvChanging() {
-		g.wantRecv = min(size*2, g.maxRecv)
+	if fast && size < g.maxRecv && g.wantRecv == 0 && !e.recvChanging() {
+		g.wantRecv = min(size*growStep, g.maxRecv)
 	}
 }
 
@@ -150,6 +162,10 @@ func (e *Engine) recvChanging() bool {
 // ShrinkAfter (Tick).
 func (e *Engine) shrinkIdle(now time.Time) {
 	g := &e.grow
+	if total := e.sq.put + e.sq.held + e.received(); total != g.lastTotal {
+		g.lastTotal, g.lastTraffic = total, now
+		return
+	}
 	if g.shrinkAfter <= 0 || now.Sub(g.lastTraffic) < g.shrinkAfter || e.draining {
 		return
 	}
