@@ -50,8 +50,8 @@ type growth struct {
 	maxRecv     int
 	shrinkAfter time.Duration
 
-	markBytes   uint64    // the received total when the rate's period began
-	markAt      time.Time // when it began
+	markBytes uint64    // the received total when the rate's period began
+	markAt    time.Time // when it began
 	// lastTotal is the bytes written and received as Tick last saw them,
 	// and lastTraffic when they last changed: no clock is read per Write
 	// or arrival.
