@@ -197,9 +197,9 @@ type Footprint struct {
 	// registered with a RoCE or InfiniBand device, locked and counted
 	// against RLIMIT_MEMLOCK (unless the process has CAP_IPC_LOCK): its
 	// rings and its receive and control slots. They are chunks of pools
-	// registered once per device and peer (16 KiB, 4 KiB and twice 8 KiB
-	// with the defaults: 32 KiB); a pool pins up to 15 chunks of each
-	// size beyond those in use. A session's rings are registered on their
+	// registered once per device and peer (with the defaults 16 and 4 KiB
+	// of rings, 8 KiB of receive slots, 4 KiB of control slots: 32 KiB);
+	// a pool pins up to 15 chunks of each size beyond those in use. A session's rings are registered on their
 	// own, whole. Not counted: the queues' own memory, which some
 	// providers allocate in the process and pin too (tens of KiB a queue
 	// pair on a hardware NIC; none with rxe or siw).
