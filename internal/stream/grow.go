@@ -61,7 +61,6 @@ type growth struct {
 	wantSend int  // the size the transmit ring becomes once empty (Flush)
 	wantRecv int  // the size of a receive ring to make and offer (Flush)
 	wrapped  bool // Valkey's protocol: the buffer was read whole, its announcement waits for Flush
-	refused  int  // rings the link could not make
 }
 
 func newGrowth(cfg Config) growth {
@@ -141,10 +140,7 @@ func (e *Engine) received() uint64 {
 func (e *Engine) recvSize() int {
 	switch r := e.recv.(type) {
 	case *RecvRing:
-		if r.next != nil {
-			return len(r.next.mem)
-		}
-		return int(r.size)
+		return r.WriteSize()
 	case *RecvWindow:
 		return int(r.size)
 	}
@@ -155,7 +151,7 @@ func (e *Engine) recvSize() int {
 // not yet switched to it, or has and the old one is still read.
 func (e *Engine) recvChanging() bool {
 	r, ok := e.recv.(*RecvRing)
-	return ok && (r.offered != nil || r.next != nil)
+	return ok && r.Changing()
 }
 
 // shrinkIdle asks for the first sizes again once no data moved for
@@ -217,7 +213,6 @@ func (e *Engine) applyGrowth(l Poster) {
 	if size := g.wantSend; size > 0 && e.sq.Empty() {
 		g.wantSend = 0
 		if mem, err := rl.ReplaceSendRing(size); err != nil {
-			g.refused++
 			g.maxSend = int(e.sq.ring)
 		} else {
 			e.cfg.SendRing = mem
@@ -230,11 +225,10 @@ func (e *Engine) applyGrowth(l Poster) {
 			g.wantRecv = 0
 			mem, addr, rkey, err := rl.NewRecvRing(size)
 			if err != nil {
-				g.refused++
 				g.maxRecv = min(g.maxRecv, e.recvSize())
 				return
 			}
-			r.offered = &ringSpan{mem: mem}
+			r.Offer(mem)
 			e.ctl.ring = wire.Message{Op: wire.OpRing, Addr: addr, Length: uint32(len(mem)), RKey: rkey}
 			e.ctl.want |= wantRing
 			e.flushControl()
@@ -247,7 +241,6 @@ func (e *Engine) applyGrowth(l Poster) {
 		if size := g.wantRecv; size > 0 {
 			g.wantRecv = 0
 			if mem, addr, rkey, err := rl.NewRecvRing(size); err != nil {
-				g.refused++
 				g.maxRecv = int(r.size)
 			} else {
 				// The peer filled the old buffer and waits for this
@@ -288,26 +281,16 @@ func (e *Engine) ringOffered(m wire.Message) {
 // this side offered.
 func (e *Engine) ringAt(m wire.Message) {
 	r, ok := e.recv.(*RecvRing)
-	switch {
-	case !ok || e.cfg.Features&wire.FeatureGrow == 0:
+	if !ok || e.cfg.Features&wire.FeatureGrow == 0 {
 		e.Fail(protocolErrorf("RingAt without the ring growth extension"))
 		return
-	case r.offered == nil:
-		e.Fail(protocolErrorf("RingAt without a ring offered"))
-		return
-	case m.At != r.written:
-		e.Fail(protocolErrorf("RingAt at %d bytes; %d arrived before it", m.At, r.written))
+	}
+	credit, send, err := r.SwitchAt(m.At)
+	if err != nil {
+		e.Fail(err)
 		return
 	}
-	r.next, r.offered = r.offered, nil
-	r.next.base = m.At
-	// Bytes read and not yet credited count against the new ring at the
-	// peer: a smaller one could be full of them, so credit goes now and,
-	// until the switch, every quarter of the smaller ring.
-	r.creditEvery = min(r.creditEvery, max(uint64(len(r.next.mem))/4, 1))
-	if r.read > r.credited {
-		r.credited = r.read
-		e.queueReply(wire.Message{Op: wire.OpCredit, ConsumedBytes: r.read})
+	if send {
+		e.queueReply(credit)
 	}
-	r.advance()
 }

@@ -115,8 +115,52 @@ func (r *RecvRing) Consume(n uint32) (credit wire.Message, send bool) {
 	if r.read-r.credited < r.creditEvery {
 		return wire.Message{}, false
 	}
+	return r.credit()
+}
+
+// credit is the Credit for everything read, if any of it is not credited.
+func (r *RecvRing) credit() (wire.Message, bool) {
+	if r.read == r.credited {
+		return wire.Message{}, false
+	}
 	r.credited = r.read
 	return wire.Message{Op: wire.OpCredit, ConsumedBytes: r.read}, true
+}
+
+// WriteSize is the size of the ring the peer writes into: the one it
+// switched to, if it did.
+func (r *RecvRing) WriteSize() int {
+	if r.next != nil {
+		return len(r.next.mem)
+	}
+	return int(r.size)
+}
+
+// Changing reports whether a ring was offered and the peer has not yet
+// switched to it, or has and the old one is still read.
+func (r *RecvRing) Changing() bool { return r.offered != nil || r.next != nil }
+
+// Offer records mem as the ring offered to the peer (Ring).
+func (r *RecvRing) Offer(mem []byte) { r.offered = &ringSpan{mem: mem} }
+
+// SwitchAt takes the peer's RingAt: its bytes from position at on land in
+// the offered ring. Bytes read and not yet credited count against the new
+// ring at the peer: a smaller one could be full of them, so it returns the
+// Credit to send now, and credit goes every quarter of the smaller ring
+// until the switch.
+func (r *RecvRing) SwitchAt(at uint64) (credit wire.Message, send bool, err error) {
+	switch {
+	case r.offered == nil:
+		return wire.Message{}, false, protocolErrorf("RingAt without a ring offered")
+	case at != r.written:
+		return wire.Message{}, false, protocolErrorf("RingAt at %d bytes; %d arrived before it", at, r.written)
+	}
+	r.next, r.offered = r.offered, nil
+	r.next.base = at
+	r.creditEvery = min(r.creditEvery, max(uint64(len(r.next.mem))/4, 1))
+	credit, send = r.credit()
+	r.advance()
+	return credit, send, nil
 }
 
 // SendRing is the peer's receive ring as this side writes into it. With
@@ -159,9 +203,6 @@ func (s *SendRing) Offer(m wire.Message) error {
 	s.offer = &m
 	return nil
 }
-
-// Offered reports whether an offered ring waits for Switch.
-func (s *SendRing) Offered() bool { return s.offer != nil }
 
 // Switch moves to the offered ring at the current position and returns the
 // RingAt that tells the peer so.
