@@ -22,6 +22,7 @@ package link
 import (
 	"errors"
 	"net/netip"
+	"unsafe"
 
 	"github.com/rdmanet/sdk/internal/wire"
 )
@@ -119,6 +120,12 @@ type Rings interface {
 	// ReplaceSendRing replaces the transmit ring with one of size bytes and
 	// frees the old one. No data request is outstanding.
 	ReplaceSendRing(size int) ([]byte, error)
+}
+
+// SameRing reports whether a and b are the same ring: the same memory,
+// as ReleaseRecvRing names a ring.
+func SameRing(a, b []byte) bool {
+	return len(a) == len(b) && len(a) > 0 && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
 // Caps is what one end of a link has.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"unsafe"
 )
 
 // Rings that follow traffic, in memory (link.Rings): rings are made on
@@ -56,7 +55,7 @@ func (e *Pipe) ReleaseRecvRing(mem []byte) error {
 	if e.closed {
 		return closedError("ReleaseRecvRing")
 	}
-	if len(mem) > 0 && !e.recvGone && len(e.recv) > 0 && same(mem, e.recv) {
+	if len(mem) > 0 && !e.recvGone && len(e.recv) > 0 && SameRing(mem, e.recv) {
 		e.recvGone = true
 		if e.cfg.RecvMem == nil { // the caller's memory is the caller's
 			poison(e.recv)
@@ -65,7 +64,7 @@ func (e *Pipe) ReleaseRecvRing(mem []byte) error {
 		return nil
 	}
 	for i, r := range e.rings {
-		if same(mem, r.mem) {
+		if SameRing(mem, r.mem) {
 			poison(r.mem)
 			e.ringBytes -= len(r.mem)
 			e.rings = append(e.rings[:i], e.rings[i+1:]...)
@@ -93,7 +92,7 @@ func (e *Pipe) ReplaceSendRing(size int) ([]byte, error) {
 		}
 	}
 	old := e.send
-	owned := e.cfg.SendMem == nil || !same(old, e.cfg.SendMem)
+	owned := e.cfg.SendMem == nil || !SameRing(old, e.cfg.SendMem)
 	// The first ring does not count against RingLimit; later ones do.
 	if err := e.takeRingBytes(size); err != nil {
 		return nil, err
@@ -115,10 +114,6 @@ func (e *Pipe) takeRingBytes(size int) error {
 	}
 	e.ringBytes += size
 	return nil
-}
-
-func same(a, b []byte) bool {
-	return len(a) == len(b) && len(a) > 0 && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
 func poison(b []byte) {

@@ -2,7 +2,6 @@ package rdmalink
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/verbs"
@@ -34,13 +33,13 @@ func (l *Link) NewRecvRing(size int) ([]byte, uint64, uint32, error) {
 // ReleaseRecvRing gives a receive ring back to the pool.
 func (l *Link) ReleaseRecvRing(mem []byte) error {
 	r := l.res
-	if r.rx != nil && sameMem(r.rx.Bytes(), mem) {
+	if r.rx != nil && link.SameRing(r.rx.Bytes(), mem) {
 		err := r.rx.close()
 		r.rx = nil
 		return err
 	}
 	for i, reg := range r.later {
-		if sameMem(reg.Bytes(), mem) {
+		if link.SameRing(reg.Bytes(), mem) {
 			r.later = append(r.later[:i], r.later[i+1:]...)
 			return reg.close()
 		}
@@ -62,8 +61,4 @@ func (l *Link) ReplaceSendRing(size int) ([]byte, error) {
 	old := r.tx
 	r.tx = reg
 	return reg.Bytes(), old.close()
-}
-
-func sameMem(a, b []byte) bool {
-	return len(a) == len(b) && len(a) > 0 && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
