@@ -77,13 +77,8 @@ func acquireGroup(ctx *verbs.Context, peer netip.Addr, bound int64) (*peerGroup,
 	}
 	pool := func(access verbs.Access) *ringpool.Pool {
 		return ringpool.New(func(size int) (ringpool.Slab, error) {
-			b, err := verbs.NewBuffer(size)
+			b, mr, err := register(pd, size, access)
 			if err != nil {
-				return nil, err
-			}
-			mr, err := pd.Register(b, access)
-			if err != nil {
-				b.Close()
 				return nil, err
 			}
 			return &registeredSlab{b: b, mr: mr}, nil
@@ -129,8 +124,8 @@ type BoundError struct {
 }
 
 func (e *BoundError) Error() string {
-	return fmt.Sprintf("the connections with %v on %s hold %d KiB of registered memory of the %d KiB they may (asked for %d KiB more)",
-		e.Peer, e.Device, e.Held>>10, e.Bound>>10, e.Asked>>10)
+	return fmt.Sprintf("the connections with %v on %s hold %s of registered memory of the %s they may (asked for %s more)",
+		e.Peer, e.Device, rdmacore.IEC(e.Held), rdmacore.IEC(e.Bound), rdmacore.IEC(e.Asked))
 }
 
 // boundError is err with the group named, if it is the budget's.
@@ -151,7 +146,6 @@ func (g *peerGroup) boundError(err error) error {
 type PoolStats struct {
 	Groups      int
 	Held, InUse int64
-	Bounds      []int64 // each group's bound (0: none)
 }
 
 // Pools sums the pools of every peer group.
@@ -160,7 +154,6 @@ func Pools() PoolStats {
 	defer groups.Unlock()
 	st := PoolStats{Groups: len(groups.m)}
 	for _, g := range groups.m {
-		st.Bounds = append(st.Bounds, g.key.bound)
 		for _, p := range []*ringpool.Pool{g.remote, g.local} {
 			ps := p.Stats()
 			st.Held += ps.Held
@@ -183,20 +176,11 @@ func (g *peerGroup) release() error {
 	if !last {
 		return nil
 	}
-	err1, err2 := g.remote.Close(), g.local.Close()
-	if err1 != nil || err2 != nil {
-		return firstErr(err1, err2)
+	// The domain goes only once no slab is registered on it.
+	if err := errors.Join(g.remote.Close(), g.local.Close()); err != nil {
+		return err
 	}
 	return g.pd.Close()
-}
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // registeredSlab is a pool's slab: a buffer registered on the group's
@@ -251,18 +235,14 @@ func (g *peerGroup) region(pool *ringpool.Pool, size int, access verbs.Access) (
 				return nil, g.boundError(err)
 			}
 		}
-		b, err := verbs.NewBuffer(size)
-		if err == nil {
-			var mr *verbs.MR
-			if mr, err = g.pd.Register(b, access); err == nil {
-				return &region{mr: mr, b: b.Bytes(), own: b, budget: g.budget, pinned: n}, nil
+		b, mr, err := register(g.pd, size, access)
+		if err != nil {
+			if g.budget != nil {
+				g.budget.Give(n)
 			}
-			b.Close()
+			return nil, err
 		}
-		if g.budget != nil {
-			g.budget.Give(n)
-		}
-		return nil, err
+		return &region{mr: mr, b: b.Bytes(), own: b, budget: g.budget, pinned: n}, nil
 	}
 	c, err := pool.Get(size)
 	if err != nil {
@@ -300,6 +280,21 @@ func Registered(cfg Config, notices bool) int {
 		}
 	}
 	return n
+}
+
+// register allocates size bytes and registers them on pd: a slab, or a
+// ring of its own.
+func register(pd *verbs.PD, size int, access verbs.Access) (*verbs.Buffer, *verbs.MR, error) {
+	b, err := verbs.NewBuffer(size)
+	if err != nil {
+		return nil, nil, err
+	}
+	mr, err := pd.Register(b, access)
+	if err != nil {
+		b.Close()
+		return nil, nil, err
+	}
+	return b, mr, nil
 }
 
 // borrowedRegion registers memory the caller owns (a session's rings) on pd.

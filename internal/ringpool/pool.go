@@ -8,8 +8,8 @@
 // goes back to its slab only when its user says nothing can write into it
 // any more (the link that announced it is closed: its queue pair is
 // destroyed). A slab whose chunks are all free is deregistered, but for a
-// few kept for the next connection. The pool's bound (admission) counts
-// the bytes of its slabs.
+// few kept for the next connection. A Budget shared by a group's pools
+// bounds the bytes of their slabs (admission).
 package ringpool
 
 import (
