@@ -36,15 +36,7 @@ func TestLabPeerMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); c.Read(make([]byte, 1)) }()
-		}
-	}()
+	go echoOneAndHold(ln)
 	d := rdmanet.Dialer{LocalAddr: &net.TCPAddr{IP: p.AddrA.AsSlice()}, Timeout: 20 * time.Second}
 	var conns []net.Conn
 	defer func() {

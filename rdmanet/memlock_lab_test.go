@@ -40,23 +40,7 @@ func runMemlockPairs(args string) int {
 			fmt.Println("listen:", err)
 			os.Exit(1)
 		}
-		// The server's ends echo one byte, then hold on until closed.
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer c.Close()
-					var b [1]byte
-					if _, err := io.ReadFull(c, b[:]); err == nil {
-						c.Write(b[:])
-					}
-					io.Copy(io.Discard, c)
-				}()
-			}
-		}()
+		go echoOneAndHold(ln)
 		return ln
 	}
 	ln := listen("rdma")
@@ -136,6 +120,25 @@ func runMemlockPairs(args string) int {
 	}
 	fmt.Printf("after pinned %d\n", vmPin())
 	return 0
+}
+
+// echoOneAndHold accepts until ln closes; each connection echoes its
+// first byte, then is held until the peer closes it.
+func echoOneAndHold(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			var b [1]byte
+			if _, err := io.ReadFull(c, b[:]); err == nil {
+				c.Write(b[:])
+			}
+			io.Copy(io.Discard, c)
+		}()
+	}
 }
 
 // vmPin is the process's pinned bytes (VmPin).
