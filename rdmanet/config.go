@@ -29,9 +29,11 @@ type Config struct {
 	// SendBuffer is the transmit ring written data is copied into before it
 	// is sent (default 256 KiB).
 	SendBuffer int
-	// RecvDepth is how many receives are kept posted (default 256): messages
+	// RecvDepth is how many receives are kept posted (default 255): messages
 	// and writes the peer may have in flight before this side's completions
-	// are taken.
+	// are taken. A depth one below a power of two fits every provider's
+	// queue exactly: Soft-RoCE makes a queue of n entries with the next
+	// power of two above n slots, so 256 would take 512.
 	RecvDepth int
 	// KeepAlive is how often an idle connection sends Keepalive (default 3 s,
 	// as Valkey's server; negative disables). It also bounds how long a
@@ -126,11 +128,14 @@ func (c Config) helloOf(features wire.Features) wire.Hello {
 
 const (
 	defaultBuffer    = 256 << 10
-	defaultRecvDepth = 256
+	defaultRecvDepth = 255
 	defaultKeepAlive = 3 * time.Second
 	// sendQueueDepth is the send queue's size: outstanding RDMA writes and
-	// control messages.
-	sendQueueDepth = 256
+	// control messages. 255, not 256, for the reason RecvDepth's default
+	// is: with 256, Soft-RoCE maps 512 send entries of 512 bytes each
+	// into the process (lab, 200 pairs: 342 KiB of queues an end with
+	// 256 and 256, 222 KiB with 255 and 255).
+	sendQueueDepth = 255
 	// controlSlots is how many control messages may be in flight at once.
 	controlSlots = 16
 	// A connection that is not a session starts with rings of these sizes

@@ -15,7 +15,7 @@ func TestFootprint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Idle: chunks of the peer's pools, each a power of two from 4 KiB:
-	// a 16 KiB receive ring, a 4 KiB transmit ring, 256 receive slots
+	// a 16 KiB receive ring, a 4 KiB transmit ring, 255 receive slots
 	// of 32 bytes (8 KiB) and 16 control slots (4 KiB).
 	if want := 16<<10 + 4<<10 + 8<<10 + 4<<10; fp.RegisteredBytes != want || fp.FileDescriptors != 0 || fp.Goroutines != 0 {
 		t.Errorf("default Footprint = %+v, want %d bytes idle, no descriptor and no goroutine", fp, want)
@@ -25,7 +25,7 @@ func TestFootprint(t *testing.T) {
 		t.Errorf("default Footprint = %+v, want %d bytes streaming", fp, want)
 	}
 	// iWARP without inline sends: a 32-byte notice slot per send queue
-	// entry (256) too, an 8 KiB chunk.
+	// entry (255) too, an 8 KiB chunk.
 	if iw := 16<<10 + 4<<10 + 8<<10 + 4<<10 + 8<<10; fp.IWARPRegisteredBytes != iw || fp.SessionFileDescriptors != 0 {
 		t.Errorf("default Footprint = %+v, want %d bytes on iWARP and no session descriptor", fp, iw)
 	}

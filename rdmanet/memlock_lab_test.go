@@ -142,13 +142,17 @@ func echoOneAndHold(ln net.Listener) {
 }
 
 // vmPin is the process's pinned bytes (VmPin).
-func vmPin() int {
+func vmPin() int { return procStatus("VmPin") }
+
+// procStatus is a field of /proc/self/status in bytes (its kB figures), or
+// -1.
+func procStatus(field string) int {
 	status, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return -1
 	}
 	for line := range strings.Lines(string(status)) {
-		if rest, ok := strings.CutPrefix(line, "VmPin:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			kib, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
 			return kib << 10
 		}
