@@ -84,6 +84,12 @@ type Config struct {
 	// rejects the dial for resources, so a dialer on "tcp" falls back to
 	// TCP), and a connection's rings stop growing.
 	PeerMemory int
+	// FixedRings makes a connection start with rings of RecvBuffer and
+	// SendBuffer and keep them, as setting SO_RCVBUF turns off TCP's
+	// autotuning: a connection that streams from its first byte does not
+	// ramp up, at the price of its full registered memory while idle
+	// (Config.Footprint). A resumable session's rings are fixed anyway.
+	FixedRings bool
 	// ValkeyCompatible makes the connection speak Valkey's protocol only:
 	// a dialer sends no Hello, a listener accepts no extension. Without it,
 	// two rdmanet peers negotiate the ring and half-close (docs/protocol.md),
@@ -192,6 +198,9 @@ func (c Config) linkConfig() rdmalink.Config {
 // starts: small rings, which the engine grows.
 func (c Config) firstRings() rdmalink.Config {
 	lc := c.linkConfig()
+	if c.FixedRings {
+		return lc
+	}
 	lc.SendBuffer, lc.RecvBuffer = min(c.SendBuffer, firstSendBuffer), min(c.RecvBuffer, firstRecvBuffer)
 	return lc
 }

@@ -44,6 +44,11 @@ func TestFootprint(t *testing.T) {
 	if want := 1<<20 + 256<<10 + 8<<10 + 4<<10; big.StreamingRegisteredBytes != want {
 		t.Errorf("a 1 MiB receive buffer: %d bytes streaming, want %d", big.StreamingRegisteredBytes, want)
 	}
+	// Fixed rings are full from the start.
+	fixed, _ := rdmanet.Config{FixedRings: true}.Footprint()
+	if fixed.RegisteredBytes != fp.StreamingRegisteredBytes || fixed.StreamingRegisteredBytes != fp.StreamingRegisteredBytes {
+		t.Errorf("fixed rings' Footprint = %+v, want %d bytes idle and streaming", fixed, fp.StreamingRegisteredBytes)
+	}
 	if _, err := (rdmanet.Config{RecvDepth: 1}).Footprint(); err == nil {
 		t.Error("Footprint accepted a Config that Dial would refuse")
 	}

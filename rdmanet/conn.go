@@ -89,7 +89,8 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 		Features: features &^ wire.LinkFeatures, Peer: peer, PeerHello: peer.Version != 0, Server: c.server,
 		Caps: c.link.Caps(), SendRing: c.link.SendRing(), RecvRing: c.link.RecvRing(),
 		RecvAddr: addr, RecvKey: key, KeepAlive: ka,
-		// Rings grow to Config's sizes, on a link that can replace them.
+		// Rings grow to Config's sizes, on a link that can replace them;
+		// fixed rings start there, and shrinking goes back to the start.
 		MaxSendRing: c.cfg.SendBuffer, MaxRecvRing: c.cfg.RecvBuffer, ShrinkAfter: shrinkAfter,
 	})
 	if err != nil {

@@ -34,6 +34,9 @@ type Mode struct {
 var Modes = []Mode{
 	{Name: "valkey", Config: rdmanet.Config{ValkeyCompatible: true}, Protocol: rdmanet.ProtocolValkey},
 	{Name: "rdmanet", Config: rdmanet.Config{}, Protocol: rdmanet.ProtocolRdmanet}, // the default between rdmanet peers
+	// Issue 24's reference for the default's rings, which start small and
+	// grow: rings of the full size from the start.
+	{Name: "fixed rings", Config: rdmanet.Config{FixedRings: true}, Protocol: rdmanet.ProtocolRdmanet},
 	{Name: "busy-poll 1 ms", Config: rdmanet.Config{BusyPoll: time.Millisecond}, Protocol: rdmanet.ProtocolRdmanet},
 }
 

@@ -58,9 +58,6 @@ const (
 	// closed rdmanet connection lingers up to 5 s before it frees its
 	// objects, and thousands of them free theirs in the emulated kernel).
 	connsSettle = 2 * time.Minute
-	// connsDefaultPairs is the default Config's row: its 512 KiB of buffers
-	// an end make more pairs cost more registered memory than it shows.
-	connsDefaultPairs = 100
 	// connsPerPairEstimate is about how long a pair asked for takes in the
 	// lab (opened or failed, closed, settled), to keep the section's time
 	// free of further rounds of the comparison: two runs of 2026-11-25 took
@@ -131,18 +128,25 @@ type connsRun struct {
 	limit     uint64 // RLIMIT_NOFILE's soft limit as the section started
 	footprint rdmanet.Footprint
 	defFoot   rdmanet.Footprint
+	defPairs  []int // the default Config's rows
 	steps     []connsStep
 }
 
 // connsSteps are the section's steps in the order run: for each N,
-// rdmanet then TCP (a slow spell of the host hits both alike), and the
-// default Config's row after the first.
-func connsSteps(pairs []int) []connsStep {
+// rdmanet then TCP (a slow spell of the host hits both alike); the default
+// Config's first row after the first N, its others at the end (issue 24's
+// 5,000 pairs: TCP's two descriptors a pair would stop at the limit).
+func connsSteps(pairs, defaultPairs []int) []connsStep {
 	var steps []connsStep
 	for i, n := range pairs {
 		steps = append(steps, connsStep{subject: connsRDMA, pairs: n}, connsStep{subject: connsTCP, pairs: n})
-		if i == 0 {
-			steps = append(steps, connsStep{subject: connsRDMADefault, pairs: connsDefaultPairs})
+		if i == 0 && len(defaultPairs) > 0 {
+			steps = append(steps, connsStep{subject: connsRDMADefault, pairs: defaultPairs[0]})
+		}
+	}
+	if len(pairs) > 0 && len(defaultPairs) > 1 {
+		for _, n := range defaultPairs[1:] {
+			steps = append(steps, connsStep{subject: connsRDMADefault, pairs: n})
 		}
 	}
 	return steps
@@ -154,7 +158,7 @@ func (b *bench) connectionsReserve() time.Duration {
 		return 0
 	}
 	var d time.Duration
-	for _, s := range connsSteps(b.opt.connPairs) {
+	for _, s := range connsSteps(b.opt.connPairs, b.opt.connDefaultPairs) {
 		d += connsStepOverhead + time.Duration(s.pairs)*connsPerPairEstimate
 	}
 	return d
@@ -171,9 +175,10 @@ func (b *bench) runConnections() {
 	run.limit = nofileLimit()
 	run.footprint, _ = connsConfig.Footprint()
 	run.defFoot, _ = rdmanet.Config{}.Footprint()
+	run.defPairs = b.opt.connDefaultPairs
 	proc, err := openProc()
 	if err != nil {
-		for _, s := range connsSteps(b.opt.connPairs) {
+		for _, s := range connsSteps(b.opt.connPairs, b.opt.connDefaultPairs) {
 			s.skipped = "reading /proc/self: " + err.Error()
 			run.steps = append(run.steps, s)
 		}
@@ -182,7 +187,7 @@ func (b *bench) runConnections() {
 	defer proc.close()
 	var longest time.Duration
 	warm := map[bool]bool{}
-	steps := connsSteps(b.opt.connPairs)
+	steps := connsSteps(b.opt.connPairs, b.opt.connDefaultPairs)
 	for i, s := range steps {
 		prefix := fmt.Sprintf("labbench: connections %d/%d, %s, %d pairs:", i+1, len(steps), s.subject.label, s.pairs)
 		if time.Since(b.start)+longest > b.opt.budget {
@@ -710,7 +715,7 @@ func sig2(v float64) string {
 }
 
 // parsePairs reads -conn-pairs: comma-separated positive counts.
-func parsePairs(s string) ([]int, error) {
+func parsePairs(flag, s string) ([]int, error) {
 	var ns []int
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
@@ -719,7 +724,7 @@ func parsePairs(s string) ([]int, error) {
 		}
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("-conn-pairs: %q is not a positive count", f)
+			return nil, fmt.Errorf("-%s: %q is not a positive count", flag, f)
 		}
 		ns = append(ns, n)
 	}

@@ -30,9 +30,9 @@ func (r report) connectionsSection(w *strings.Builder) {
 		r.set.env.AddrA, r.set.env.AddrB, connsParallel, len(connsMessage), connsSettle)
 	p("rdmanet runs with `%s` on both sides, so that registered memory does not bound how many connections open: "+
 		"`Config.Footprint` says %s KiB registered an end (%s a pair) and %d descriptors an end; the default Config registers %s KiB an end "+
-		"while idle (%s KiB once its rings grew, streaming), and has a row of its own at %d pairs. ",
+		"while idle (%s KiB once its rings grew, streaming), and has rows of its own at %s pairs. ",
 		describeConfig(connsConfig), kib(run.footprint.RegisteredBytes), kib(2*run.footprint.RegisteredBytes),
-		run.footprint.FileDescriptors, kib(run.defFoot.RegisteredBytes), kib(run.defFoot.StreamingRegisteredBytes), connsDefaultPairs)
+		run.footprint.FileDescriptors, kib(run.defFoot.RegisteredBytes), kib(run.defFoot.StreamingRegisteredBytes), pairList(run.defPairs))
 	if run.limit > 0 {
 		p("The process's descriptor limit (`RLIMIT_NOFILE`) is %s, left as it is", thousands(int(run.limit)))
 		if fp := run.footprint.FileDescriptors; fp > 0 {
@@ -171,6 +171,18 @@ func (r report) connectionsProblems(b *strings.Builder) {
 }
 
 // kib formats bytes as KiB.
+// pairList is "100 and 5,000".
+func pairList(ns []int) string {
+	var parts []string
+	for _, n := range ns {
+		parts = append(parts, thousands(n))
+	}
+	if len(parts) < 2 {
+		return strings.Join(parts, "")
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
+
 func kib(n int) string { return sig(float64(n) / 1024) }
 
 // thousands formats n with commas between thousands: 2,000.

@@ -70,16 +70,16 @@ func TestAtDescriptorLimit(t *testing.T) {
 }
 
 func TestParsePairs(t *testing.T) {
-	if got, err := parsePairs(" 100,1000, 2000"); err != nil || fmt.Sprint(got) != "[100 1000 2000]" {
+	if got, err := parsePairs("conn-pairs", " 100,1000, 2000"); err != nil || fmt.Sprint(got) != "[100 1000 2000]" {
 		t.Errorf("parsePairs = %v, %v", got, err)
 	}
-	if got, err := parsePairs(""); err != nil || len(got) != 0 {
+	if got, err := parsePairs("conn-pairs", ""); err != nil || len(got) != 0 {
 		t.Errorf("empty: %v, %v", got, err)
 	}
-	if _, err := parsePairs("100,x"); err == nil {
+	if _, err := parsePairs("conn-pairs", "100,x"); err == nil {
 		t.Error("parsePairs(100,x) did not fail")
 	}
-	if _, err := parsePairs("0"); err == nil {
+	if _, err := parsePairs("conn-pairs", "0"); err == nil {
 		t.Error("parsePairs(0) did not fail")
 	}
 }
@@ -99,8 +99,9 @@ func fakeConnections() *connsRun {
 	run := &connsRun{limit: 4096}
 	run.footprint, _ = connsConfig.Footprint()
 	run.defFoot = rdmanet.Footprint{RegisteredBytes: 32 << 10, StreamingRegisteredBytes: 524 << 10}
+	run.defPairs = []int{100, 5000}
 	base := usage{fds: 20, goroutines: 10, rssKiB: 20000, anonKiB: 15000, fileKiB: 5000}
-	for _, s := range connsSteps([]int{100, 1000, 2000}) {
+	for _, s := range connsSteps([]int{100, 1000, 2000}, run.defPairs) {
 		n := s.pairs
 		if s.subject.rdma {
 			n = min(n, 509)
@@ -139,12 +140,13 @@ func TestConnectionsReport(t *testing.T) {
 		"## Connections: what an open connection costs",
 		"dials 16 at a time, each pair making one round trip (a 32-byte write echoed back)",
 		"`Config{RecvBuffer: 16384, SendBuffer: 16384, RecvDepth: 16}` on both sides, so that registered memory does not bound how many connections open",
-		"`Config.Footprint` says 28.0 KiB registered an end (56.0 a pair) and 0 descriptors an end; the default Config registers 32.0 KiB an end while idle (524 KiB once its rings grew, streaming)",
+		"`Config.Footprint` says 28.0 KiB registered an end (56.0 a pair) and 0 descriptors an end; the default Config registers 32.0 KiB an end while idle (524 KiB once its rings grew, streaming), and has rows of its own at 100 and 5,000 pairs",
 		"The process's descriptor limit (`RLIMIT_NOFILE`) is 4,096, left as it is; a step it stops",
 		"|  | pairs asked | pairs opened | descriptors a pair | goroutines a pair | pinned KiB a pair | RSS KiB a pair | pairs opened a second | back to the baseline |",
 		"| rdmanet | 100 | 100 | 8.00 | 4.00 | 72.00 | 700 | 20.0 | yes (10.0 s) |",
 		"| Go net, TCP | 100 | 100 | 2.00 | 0.00 | 0.00 | 0.00 | 20.0 | yes (10.0 s) |",
 		"| rdmanet, default Config | 100 | 100 |",
+		"| rdmanet, default Config | 5,000 | 509 |",
 		"| rdmanet | 1,000 | 509 | 8.00 | 4.00 | 72.00 | 700 | 102 | yes (10.0 s) |",
 		"| Go net, TCP | 2,000 | 2,000 | 2.00 | 0.00 | 0.00 | 0.00 | 400 | yes (10.0 s) |",
 		"| rdmanet | 2,000 | 509 | 8.00 | 4.00 | 72.00 | 700 | 102 | **no**: descriptors +2 |",
@@ -220,17 +222,17 @@ func TestOnlyConnections(t *testing.T) {
 		t.Error("no -conn-pairs, yet the section is measured")
 	}
 	var steps []string
-	for _, s := range connsSteps([]int{100, 1000}) {
+	for _, s := range connsSteps([]int{100, 1000}, []int{100, 5000}) {
 		steps = append(steps, fmt.Sprintf("%s %d", s.subject.label, s.pairs))
 	}
-	if got := strings.Join(steps, "; "); got != "rdmanet 100; Go net, TCP 100; rdmanet, default Config 100; rdmanet 1000; Go net, TCP 1000" {
+	if got := strings.Join(steps, "; "); got != "rdmanet 100; Go net, TCP 100; rdmanet, default Config 100; rdmanet 1000; Go net, TCP 1000; rdmanet, default Config 5000" {
 		t.Errorf("steps: %s", got)
 	}
 }
 
 // With the budget used up, no step runs (and nothing touches the lab).
 func TestRunConnectionsBudget(t *testing.T) {
-	b := newBench(noEnv, options{scale: 1, rounds: 1, timeout: time.Second, budget: time.Millisecond, connPairs: []int{10}}, io.Discard)
+	b := newBench(noEnv, options{scale: 1, rounds: 1, timeout: time.Second, budget: time.Millisecond, connPairs: []int{10}, connDefaultPairs: []int{10}}, io.Discard)
 	b.start = time.Now().Add(-time.Second)
 	b.runConnections()
 	run := b.connections

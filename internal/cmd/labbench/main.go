@@ -69,7 +69,8 @@ type options struct {
 	blockstore      string        // examples/blockstore's binary, for the storage section
 	storageDuration time.Duration // each storage figure's run
 
-	connPairs []int // the connections section's counts of pairs
+	connPairs        []int // the connections section's counts of pairs
+	connDefaultPairs []int // and those of its default Config's rows
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -87,6 +88,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.blockstore, "blockstore", "", "examples/blockstore's binary (`path`), for the storage section; without it the section says it was not measured")
 	fs.DurationVar(&o.storageDuration, "storage-duration", 3*time.Second, "run each storage figure for `d` (whole seconds)")
 	connPairs := fs.String("conn-pairs", "100,1000,2000", "open `n,...` connection pairs at once in the connections section (comma-separated; empty: no section)")
+	connDefaultPairs := fs.String("conn-default-pairs", "100,5000", "open `n,...` pairs with the default Config too: the first after the first -conn-pairs step, the others at the end (5,000 need a VM with 8 GiB)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bin/rdmanet-lab bin/labbench [flags] > report.md\n\n"+
 			"Runs inside the rdmanet lab (`make bench` runs it); prints Markdown on stdout, progress on stderr.\n\nFlags:")
@@ -99,7 +101,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var err error
-	if o.connPairs, err = parsePairs(*connPairs); err != nil {
+	if o.connPairs, err = parsePairs("conn-pairs", *connPairs); err != nil {
+		fmt.Fprintf(stderr, "labbench: %v\n", err)
+		return 2
+	}
+	if o.connDefaultPairs, err = parsePairs("conn-default-pairs", *connDefaultPairs); err != nil {
 		fmt.Fprintf(stderr, "labbench: %v\n", err)
 		return 2
 	}

@@ -58,11 +58,12 @@ func (b *bench) siwImpls() []impl {
 
 // siwModes are the modes of benchkit.Modes that can run on iWARP: Valkey's
 // protocol carries its data as writes with immediate data, which iWARP has
-// not, so rdmanet refuses a Valkey-compatible connection on siw.
+// not, so rdmanet refuses a Valkey-compatible connection on siw. Fixed
+// rings are compared on rxe only: the section's time is the run's.
 func siwModes() []benchkit.Mode {
 	var modes []benchkit.Mode
 	for _, m := range benchkit.Modes {
-		if m.Protocol != rdmanet.ProtocolValkey {
+		if m.Protocol != rdmanet.ProtocolValkey && !m.Config.FixedRings {
 			modes = append(modes, m)
 		}
 	}
