@@ -18,8 +18,8 @@ import (
 //     and Flush replaces it (link.Rings.ReplaceSendRing); a Write of more
 //     than a quarter of it asks for four times the Write.
 //   - The receive ring, between rdmanet peers (wire.FeatureGrow): when a
-//     ring's worth of bytes arrived within growPeriod, Flush makes a larger
-//     one and offers it (Ring). The peer posts what it holds, switches at
+//     ring's worth of bytes arrived within growPeriod, or the ring is full
+//     of bytes not yet read, Flush makes a larger one and offers it (Ring). The peer posts what it holds, switches at
 //     its running total and says so (RingAt), in order with its writes; this
 //     side reads the old ring up to there, then gives it back.
 //   - The receive buffer in Valkey's protocol can only be announced again
@@ -105,8 +105,9 @@ func (e *Engine) sendLarge(n int) {
 }
 
 // dataArrived counts arrived bytes toward the receive ring's growth: a
-// ring's worth since the last within growPeriod grows it. The clock is
-// read once per ring's worth, not per arrival.
+// ring's worth since the last within growPeriod grows it, and so does a
+// ring full of bytes the application has not read. The clock is read once
+// per ring's worth, not per arrival.
 func (e *Engine) dataArrived() {
 	g := &e.grow
 	if !g.recv {
@@ -119,8 +120,18 @@ func (e *Engine) dataArrived() {
 	now := e.cfg.Clock()
 	fast := now.Sub(g.markAt) <= growPeriod
 	g.markBytes, g.markAt = received, now
+	want := min(size*growStep, g.maxRecv)
+	// The peer has more to say than the application takes yet: the
+	// largest ring holds it at once, as a socket's receive buffer does, so
+	// that a Write the peer makes before reading its answer does not block
+	// at the first ring's worth (both sides writing first would deadlock
+	// there). At once, because no further ring is offered while the full
+	// one is unread.
+	if r, ok := e.recv.(*RecvRing); ok && r.written-r.read >= uint64(size) {
+		fast, want = true, g.maxRecv
+	}
 	if fast && size < g.maxRecv && g.wantRecv == 0 && !e.recvChanging() {
-		g.wantRecv = min(size*growStep, g.maxRecv)
+		g.wantRecv = want
 	}
 }
 

@@ -173,7 +173,9 @@ func TestRingsGrowAndShrinkMidStream(t *testing.T) {
 				t.Fatalf("after shrinking the receive ring grew to %d, want %d", p.a.maxRecv, most)
 			}
 			st := p.b.link.Stats()
-			if st.RingsMade < 4 || st.RingsReleased < 4 {
+			// At least twice each way: a ring full of unread bytes goes to
+			// the largest at once, in one step.
+			if st.RingsMade < 3 || st.RingsReleased < 3 {
 				t.Fatalf("pipe made %d rings and got %d back: the test did not replace rings", st.RingsMade, st.RingsReleased)
 			}
 		})
@@ -382,5 +384,84 @@ func TestTransmitRingGrowsForALargeWrite(t *testing.T) {
 	}
 	if len(data) != 1 || data[0].N != 4<<10 {
 		t.Fatalf("the 4 KiB Write went as %+v, want one request", data)
+	}
+}
+
+// A side that writes before it reads, to a peer that does not read yet,
+// gets more than the first rings' worth out: the peer's receive ring grows
+// to its largest when it is full of unread bytes, as a socket's buffer
+// holds them. With 16 KiB rings the Writes would otherwise stop at 16 KiB
+// (a Write takes no more than the peer's window), and two sides that both write a request
+// of that size before reading would deadlock. Now they stop at the largest
+// ring's worth, as before rings grew.
+func TestReceiveRingGrowsForUnreadBytes(t *testing.T) {
+	p := newGrowPair(t, growFeatures, 16<<10, 256<<10, 0)
+	rng := rand.New(rand.NewPCG(3, 4))
+	a, b := p.a, p.b
+	a.src = randomBytes(rng, 1<<20)
+	for idle := 0; idle < 50 && a.sent < len(a.src); {
+		p.clk.advance(time.Millisecond)
+		a.poll(t)
+		k, err := a.eng.Write(a.src[a.sent:])
+		if err != nil && err != ErrWouldBlock {
+			t.Fatal(err)
+		}
+		a.sent += k
+		a.eng.Flush(a.link)
+		moved := b.poll(t) // b takes completions, never reads
+		if k == 0 && !moved {
+			idle++
+		} else {
+			idle = 0
+		}
+	}
+	// The full 16 KiB ring, then the largest beside it, less the 16 KiB
+	// unread (bytes not credited count against the ring written).
+	if a.sent < 256<<10 {
+		t.Fatalf("a got %d bytes out to a peer that does not read, want 256 KiB; a %+v, b %+v", a.sent, a.eng.State(), b.eng.State())
+	}
+	t.Logf("%d bytes written before the peer read any (receive ring %d, transmit ring %d)", a.sent, b.eng.State().RecvRing, a.eng.State().SendRing)
+	// Then b reads, and every byte arrives once, in order.
+	p.b.src = randomBytes(rng, 1)
+	buf := make([]byte, 64<<10)
+	for steps := 0; b.got.Len() < len(a.src) || a.got.Len() < 1; steps++ {
+		if steps > 1_000_000 {
+			t.Fatalf("stuck: b got %d of %d", b.got.Len(), len(a.src))
+		}
+		p.clk.advance(time.Millisecond)
+		a.step(t, rng, buf, true)
+		b.step(t, rng, buf, true)
+	}
+	p.check(t)
+}
+
+// A reader that keeps up sees its receive ring grow four times at a step
+// (4, 16, 64 KiB) while a stream arrives fast, never straight to the
+// largest: only a ring full of unread bytes does that.
+func TestReceiveRingGrowsInSteps(t *testing.T) {
+	p := newGrowPair(t, growFeatures, 4<<10, 64<<10, 0)
+	a, b := p.a, p.b
+	chunk := make([]byte, 1<<10)
+	buf := make([]byte, 64<<10)
+	seen := map[uint64]bool{}
+	for i := 0; i < 2000 && b.eng.State().RecvRing < 64<<10; i++ {
+		p.clk.advance(time.Millisecond)
+		a.poll(t)
+		if _, err := a.eng.Write(chunk); err != nil && err != ErrWouldBlock {
+			t.Fatal(err)
+		}
+		a.eng.Flush(a.link)
+		b.poll(t)
+		for {
+			n, err := b.eng.Read(buf)
+			if n == 0 || err != nil {
+				break
+			}
+		}
+		b.eng.Flush(b.link)
+		seen[b.eng.State().RecvRing] = true
+	}
+	if !seen[4<<10] || !seen[16<<10] || !seen[64<<10] {
+		t.Fatalf("receive ring sizes seen: %v, want 4, 16 and 64 KiB", seen)
 	}
 }
