@@ -69,7 +69,8 @@ test: deps vet host-test nocgo-test no-rdma-core-test lab-test
 # 23: descriptors, goroutines, pinned and resident memory a connection pair,
 # and pairs opened a second, at 100, 1,000 and 2,000 pairs open at once,
 # rdmanet beside Go's TCP, and the default Config at 100 and 5,000 pairs,
-# which need the VM's 8 GiB; about 4 minutes), then examples/blockstore's
+# which need the VM's 8 GiB, and 100 under an ordinary container's 8 MiB of
+# RLIMIT_MEMLOCK; about 4 minutes), then examples/blockstore's
 # storage table (about 2 minutes). Not part of `make test`. The report replaces
 # BENCHMARKS.md only if the run completed and the report ends with labbench's
 # end marker.

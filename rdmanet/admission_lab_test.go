@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/benchkit"
 	"github.com/rdmanet/sdk/internal/labenv"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/rdmanet"
@@ -36,7 +37,7 @@ func TestLabPeerMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go echoOneAndHold(ln)
+	go benchkit.EchoOneAndHold(ln)
 	d := rdmanet.Dialer{LocalAddr: &net.TCPAddr{IP: p.AddrA.AsSlice()}, Timeout: 20 * time.Second}
 	var conns []net.Conn
 	defer func() {

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/internal/benchkit"
 	"github.com/rdmanet/sdk/internal/labenv"
 	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/internal/rdmalink"
@@ -352,7 +353,7 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	warmPeer.Close()
 	ln.Close()
 	leakcheck.Released(time.Minute)
-	goroutines, fds, pinned, rss := runtime.NumGoroutine(), openFDs(t), pinnedBytes(t), procStatus("VmRSS")
+	goroutines, fds, pinned, rss := runtime.NumGoroutine(), openFDs(t), pinnedBytes(t), benchkit.ProcStatus("VmRSS")
 	lc := rdmanet.ListenConfig{Config: cfg, Backlog: 64}
 	ln, err = lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(p.AddrB, 0).String())
 	if err != nil {
@@ -426,7 +427,7 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	open := openFDs(t)
 	t.Logf("%d pairs on %s in %v: %d descriptors open (%d before, limit %d), %d goroutines (%d before); a pair: %.1f KiB pinned, %.0f KiB RSS (the provider's queues mapped in, the Go heap)",
 		pairs, p.Provider, time.Since(start).Round(time.Millisecond), open, fds, lim.Cur, runtime.NumGoroutine(), goroutines,
-		float64(pinnedBytes(t)-pinned)/1024/float64(pairs), float64(procStatus("VmRSS")-rss)/1024/float64(pairs))
+		float64(pinnedBytes(t)-pinned)/1024/float64(pairs), float64(benchkit.ProcStatus("VmRSS")-rss)/1024/float64(pairs))
 	// An idle connection has no goroutine: beside the server's echo
 	// goroutine a pair, only the devices' and the listener's own remain
 	// (a few), once the services that took the last completions end.

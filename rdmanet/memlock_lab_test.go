@@ -1,30 +1,20 @@
 package rdmanet_test
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/benchkit"
 	"github.com/rdmanet/sdk/internal/labenv"
-	"github.com/rdmanet/sdk/rdmanet"
 )
 
 // memlockPairsEnv, when set to "A B N T", makes the test binary a process
-// that opens N connection pairs from A to B, both ends its own, with a
-// round trip on each; then dials on "rdma" until a dial fails, dials once
-// on "tcp" (if T is 1: a listener that serves both transports on one port
-// cannot listen for iWARP), closes everything and reports each step on a
-// line of its own (TestLabMemlockPairs reads them).
+// that runs benchkit.MemlockPairs from A to B with N pairs (and a dial on
+// "tcp" if T is 1); TestLabMemlockPairs reads its report.
 const memlockPairsEnv = "RDMANET_TEST_MEMLOCK_PAIRS"
 
 // memlockPairs is how many pairs an ordinary container's 8 MiB of
@@ -34,131 +24,15 @@ const memlockPairs = 100
 func runMemlockPairs(args string) int {
 	f := strings.Fields(args)
 	n, _ := strconv.Atoi(f[2])
-	listen := func(network string) *rdmanet.Listener {
-		ln, err := rdmanet.Listen(network, netip.AddrPortFrom(netip.MustParseAddr(f[1]), 0).String())
-		if err != nil {
-			fmt.Println("listen:", err)
-			os.Exit(1)
-		}
-		go echoOneAndHold(ln)
-		return ln
+	if err := benchkit.MemlockPairs(netip.MustParseAddr(f[0]), netip.MustParseAddr(f[1]), n, f[3] == "1", os.Stdout); err != nil {
+		fmt.Println("memlock pairs:", err)
+		return 1
 	}
-	ln := listen("rdma")
-	defer ln.Close()
-	d := rdmanet.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(f[0])}, Timeout: 30 * time.Second}
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	roundTrip := func(c net.Conn) error {
-		c.SetDeadline(time.Now().Add(30 * time.Second))
-		var b [1]byte
-		if _, err := c.Write([]byte{7}); err != nil {
-			return err
-		}
-		_, err := io.ReadFull(c, b[:])
-		return err
-	}
-	for i := range n {
-		c, err := d.Dial("rdma", ln.Addr().String())
-		if err != nil {
-			fmt.Printf("pair %d: %v\n", i, err)
-			return 1
-		}
-		conns = append(conns, c)
-		if err := roundTrip(c); err != nil {
-			fmt.Printf("pair %d round trip: %v\n", i, err)
-			return 1
-		}
-	}
-	fmt.Printf("pairs %d pinned %d\n", n, vmPin())
-	// Beyond: the limit is met with an error that says so.
-	var beyond error
-	for i := 0; i < 4*n && beyond == nil; i++ {
-		c, err := d.Dial("rdma", ln.Addr().String())
-		if err != nil {
-			beyond = err
-			fmt.Printf("beyond after %d more: %v\n", i, err)
-			break
-		}
-		conns = append(conns, c)
-		if err := roundTrip(c); err != nil {
-			beyond = err
-			fmt.Printf("beyond after %d more (round trip): %v\n", i, err)
-		}
-	}
-	if beyond == nil {
-		fmt.Println("beyond: no dial failed")
-	}
-	// A dial on "tcp" falls back, for resources.
-	if f[3] == "1" {
-		both := listen("tcp")
-		defer both.Close()
-		if c, err := d.Dial("tcp", both.Addr().String()); err != nil {
-			fmt.Println("tcp dial:", err)
-		} else {
-			tr, why := rdmanet.TransportOf(c)
-			var fe *fallback.Error
-			if errors.As(why, &fe) {
-				fmt.Printf("tcp dial: %s %s\n", tr, string(fe.Reason))
-			} else {
-				fmt.Printf("tcp dial: %s\n", tr)
-			}
-			conns = append(conns, c)
-		}
-		both.Close()
-	}
-	for _, c := range conns {
-		c.Close()
-	}
-	conns = nil
-	ln.Close()
-	for end := time.Now().Add(10 * time.Second); vmPin() != 0 && time.Now().Before(end); {
-		time.Sleep(20 * time.Millisecond)
-	}
-	fmt.Printf("after pinned %d\n", vmPin())
 	return 0
 }
 
-// echoOneAndHold accepts until ln closes; each connection echoes its
-// first byte, then is held until the peer closes it.
-func echoOneAndHold(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			var b [1]byte
-			if _, err := io.ReadFull(c, b[:]); err == nil {
-				c.Write(b[:])
-			}
-			io.Copy(io.Discard, c)
-		}()
-	}
-}
-
 // vmPin is the process's pinned bytes (VmPin).
-func vmPin() int { return procStatus("VmPin") }
-
-// procStatus is a field of /proc/self/status in bytes (its kB figures), or
-// -1.
-func procStatus(field string) int {
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	for line := range strings.Lines(string(status)) {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			kib, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
-			return kib << 10
-		}
-	}
-	return -1
-}
+func vmPin() int { return benchkit.ProcStatus("VmPin") }
 
 // TestLabMemlockPairs: in a process limited as an ordinary container is
 // (RLIMIT_MEMLOCK 8 MiB, no CAP_IPC_LOCK), 100 connection pairs (200
@@ -174,8 +48,7 @@ func TestLabMemlockPairs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command("prlimit", "--memlock=8388608:8388608", "--",
-				"setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "--", self)
+			cmd := benchkit.MemlockCommand(self)
 			tcp := 0
 			if p.Provider != labenv.ProviderSIW {
 				tcp = 1
@@ -186,25 +59,18 @@ func TestLabMemlockPairs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("limited process: %v", err)
 			}
-			lines := map[string]string{}
-			sc := bufio.NewScanner(strings.NewReader(string(out)))
-			for sc.Scan() {
-				if k, v, ok := strings.Cut(sc.Text(), " "); ok && strings.Trim(k, ":") != "" {
-					lines[strings.TrimSuffix(k, ":")] = v
-				}
+			r := benchkit.ParseMemlock(string(out))
+			if r.Pairs != memlockPairs {
+				t.Fatalf("the limited process held %d pairs (%s), want %d", r.Pairs, r.PairErr, memlockPairs)
 			}
-			if !strings.HasPrefix(lines["pairs"], fmt.Sprint(memlockPairs)+" ") {
-				t.Fatalf("the limited process did not hold %d pairs", memlockPairs)
+			if !strings.Contains(r.BeyondErr, "RLIMIT_MEMLOCK") && !strings.Contains(r.BeyondErr, "refused") {
+				t.Errorf("the dial beyond the limit failed with %q, want an error naming RLIMIT_MEMLOCK or the server's refusal for resources", r.BeyondErr)
 			}
-			beyond := lines["beyond"]
-			if !strings.Contains(beyond, "RLIMIT_MEMLOCK") && !strings.Contains(beyond, "refused") {
-				t.Errorf("the dial beyond the limit failed with %q, want an error naming RLIMIT_MEMLOCK or the server's refusal for resources", beyond)
+			if tcp == 1 && r.TCP != "tcp resources" {
+				t.Errorf("a tcp dial beyond the limit: %q, want a fallback to TCP for resources", r.TCP)
 			}
-			if got := lines["tcp"]; tcp == 1 && got != "dial: tcp resources" {
-				t.Errorf("a tcp dial beyond the limit: %q, want a fallback to TCP for resources", got)
-			}
-			if after := lines["after"]; after != "pinned 0" {
-				t.Errorf("after closing: %q, want nothing pinned", after)
+			if r.After != 0 {
+				t.Errorf("after closing: %d bytes pinned, want none", r.After)
 			}
 		})
 	}

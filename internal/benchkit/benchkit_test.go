@@ -133,3 +133,15 @@ func TestNearestRankFew(t *testing.T) {
 		t.Errorf("p50 of nothing = %v", got)
 	}
 }
+
+func TestParseMemlock(t *testing.T) {
+	got := ParseMemlock("pairs: 100 7130000\nbeyond: 28 dial rdma 1.2.3.4:5: resources: rdmanet: RLIMIT_MEMLOCK of 8 MiB\ntcp: tcp resources\nafter: 0\n")
+	want := MemlockResult{Pairs: 100, PairsPinned: 7130000, Beyond: 28, BeyondErr: "dial rdma 1.2.3.4:5: resources: rdmanet: RLIMIT_MEMLOCK of 8 MiB", TCP: "tcp resources"}
+	if got != want {
+		t.Errorf("ParseMemlock = %+v, want %+v", got, want)
+	}
+	short := ParseMemlock("pairerr: round trip: EOF\npairs: 12 40960\n")
+	if short.Pairs != 12 || short.PairErr != "round trip: EOF" || short.After != -1 {
+		t.Errorf("a short run: %+v", short)
+	}
+}

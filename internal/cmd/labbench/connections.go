@@ -130,6 +130,7 @@ type connsRun struct {
 	defFoot   rdmanet.Footprint
 	defPairs  []int // the default Config's rows
 	steps     []connsStep
+	memlock   []memlockRow // under an ordinary container's limit
 }
 
 // connsSteps are the section's steps in the order run: for each N,
@@ -210,6 +211,9 @@ func (b *bench) runConnections() {
 		run.steps = append(run.steps, s)
 		longest = max(longest, time.Since(start))
 		fmt.Fprintf(b.log, "%s %s (%.1fs)\n", prefix, s.summary(), time.Since(start).Seconds())
+	}
+	if time.Since(b.start)+longest <= b.opt.budget {
+		b.runMemlock(run)
 	}
 }
 

@@ -64,6 +64,7 @@ func (r report) connectionsSection(w *strings.Builder) {
 		rows = append(rows, row)
 	}
 	table(w, header, rows)
+	run.memlockSection(w)
 
 	var short []string
 	for _, s := range run.steps {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmanet/sdk/internal/benchkit"
 	"github.com/rdmanet/sdk/rdmanet"
 )
 
@@ -129,6 +130,10 @@ func fakeConnections() *connsRun {
 		run.steps = append(run.steps, s)
 	}
 	run.steps[5].back = []string{"descriptors +2"}
+	run.memlock = []memlockRow{
+		{provider: "rxe", res: benchkit.MemlockResult{Pairs: 100, PairsPinned: 7 << 20, Beyond: 28, BeyondErr: "limit: RLIMIT_MEMLOCK", TCP: "tcp resources"}},
+		{provider: "siw", res: benchkit.MemlockResult{Pairs: 40, PairErr: "round trip: EOF", After: -1}, err: "exit status 1: memlock pairs: listen"},
+	}
 	return run
 }
 
@@ -147,6 +152,9 @@ func TestConnectionsReport(t *testing.T) {
 		"| Go net, TCP | 100 | 100 | 2.00 | 0.00 | 0.00 | 0.00 | 20.0 | yes (10.0 s) |",
 		"| rdmanet, default Config | 100 | 100 |",
 		"| rdmanet, default Config | 5,000 | 509 |",
+		"**Under an ordinary container's limit.** A child process limited to 8 MiB of `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`",
+		"| rdmanet, default Config, rxe | 100 | 71.68 | 28 | `limit: RLIMIT_MEMLOCK` | fell back to TCP (resources) | 0 bytes |",
+		"| rdmanet, default Config, siw | 40 | 0.00 | – | `**the child failed**: exit status 1: memlock pairs: listen` | not tried | – |",
 		"| rdmanet | 1,000 | 509 | 8.00 | 4.00 | 72.00 | 700 | 102 | yes (10.0 s) |",
 		"| Go net, TCP | 2,000 | 2,000 | 2.00 | 0.00 | 0.00 | 0.00 | 400 | yes (10.0 s) |",
 		"| rdmanet | 2,000 | 509 | 8.00 | 4.00 | 72.00 | 700 | 102 | **no**: descriptors +2 |",

@@ -87,6 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.failoverCycles, "failover-cycles", 6, "make `n` failover cycles of each kind (RDMA to RDMA, RDMA to TCP) on a resumable session; 0: none")
 	fs.StringVar(&o.blockstore, "blockstore", "", "examples/blockstore's binary (`path`), for the storage section; without it the section says it was not measured")
 	fs.DurationVar(&o.storageDuration, "storage-duration", 3*time.Second, "run each storage figure for `d` (whole seconds)")
+	memlockArgs := fs.String("memlock-child", "", "(internal) be the connections section's child under 8 MiB of RLIMIT_MEMLOCK: `\"A B N TCP\"`")
 	connPairs := fs.String("conn-pairs", "100,1000,2000", "open `n,...` connection pairs at once in the connections section (comma-separated; empty: no section)")
 	connDefaultPairs := fs.String("conn-default-pairs", "100,5000", "open `n,...` pairs with the default Config too: the first after the first -conn-pairs step, the others at the end (5,000 need a VM with 8 GiB)")
 	fs.Usage = func() {
@@ -99,6 +100,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	if *memlockArgs != "" {
+		return memlockChild(*memlockArgs)
 	}
 	var err error
 	if o.connPairs, err = parsePairs("conn-pairs", *connPairs); err != nil {
