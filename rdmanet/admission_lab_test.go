@@ -19,8 +19,8 @@ import (
 // TestLabPeerMemory: one peer cannot take more registered memory than
 // Config.PeerMemory allows. A listener refuses the connection beyond it
 // for resources (a dialer on "tcp" falls back to TCP), a dialer whose own
-// bound is reached fails with a *PeerMemoryError, and a connection closed
-// makes room again.
+// bound is reached fails with a *PeerMemoryError (a session's rings count
+// too), and a connection closed makes room again.
 func TestLabPeerMemory(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	p := env.RoCE()
@@ -97,5 +97,24 @@ func TestLabPeerMemory(t *testing.T) {
 	var pm *rdmanet.PeerMemoryError
 	if !errors.As(err, &pm) || pm.Bound != int64(fp.RegisteredBytes/2) || !errors.Is(err, fallback.ReasonResources) {
 		t.Fatalf("a dial past the dialer's own bound: %v, want a *PeerMemoryError", err)
+	}
+
+	// A session's rings, registered outside the pools on each link, count
+	// against the bound too: twice an idle connection's chunks hold no
+	// session's 256 KiB rings.
+	session := rdmanet.Config{ResumeTimeout: time.Minute}
+	slc := rdmanet.ListenConfig{Config: session}
+	ln3, err := slc.Listen(context.Background(), "rdma", netip.AddrPortFrom(p.AddrB, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln3.Close()
+	session.PeerMemory = 2 * fp.RegisteredBytes
+	sd := rdmanet.Dialer{LocalAddr: &net.TCPAddr{IP: p.AddrA.AsSlice()}, Timeout: 20 * time.Second, Config: session}
+	if c, err := sd.Dial("rdma", ln3.Addr().String()); !errors.As(err, &pm) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("a session past the dialer's bound: %v, want a *PeerMemoryError", err)
 	}
 }

@@ -209,7 +209,8 @@ type region struct {
 	b     []byte // exactly the size asked for
 	chunk *ringpool.Chunk
 	own   *verbs.Buffer // a buffer of the region's own, unmapped with it (nil: borrowed or a chunk)
-	// budget and pinned: what an own buffer took of its group's budget.
+	// budget and pinned: what a region outside the pools (an own or a
+	// borrowed buffer) took of its group's budget.
 	budget *ringpool.Budget
 	pinned int64
 }
@@ -229,20 +230,13 @@ func (r *region) RKey() uint32 { return r.mr.RKey() }
 // Beyond the group's budget it fails with a *BoundError.
 func (g *peerGroup) region(pool *ringpool.Pool, size int, access verbs.Access) (*region, error) {
 	if size > poolClasses[len(poolClasses)-1] {
-		n := int64(regionBytes(size))
-		if g.budget != nil {
-			if err := g.budget.Take(n); err != nil {
-				return nil, g.boundError(err)
+		return g.charge(size, func() (*region, error) {
+			b, mr, err := register(g.pd, size, access)
+			if err != nil {
+				return nil, err
 			}
-		}
-		b, mr, err := register(g.pd, size, access)
-		if err != nil {
-			if g.budget != nil {
-				g.budget.Give(n)
-			}
-			return nil, err
-		}
-		return &region{mr: mr, b: b.Bytes(), own: b, budget: g.budget, pinned: n}, nil
+			return &region{mr: mr, b: b.Bytes(), own: b}, nil
+		})
 	}
 	c, err := pool.Get(size)
 	if err != nil {
@@ -297,13 +291,37 @@ func register(pd *verbs.PD, size int, access verbs.Access) (*verbs.Buffer, *verb
 	return b, mr, nil
 }
 
-// borrowedRegion registers memory the caller owns (a session's rings) on pd.
-func borrowedRegion(pd *verbs.PD, b *verbs.Buffer, access verbs.Access) (*region, error) {
-	mr, err := pd.Register(b, access)
+// borrowedRegion registers memory the caller owns (a session's rings) on
+// the group's domain, within its budget.
+func (g *peerGroup) borrowedRegion(b *verbs.Buffer, access verbs.Access) (*region, error) {
+	return g.charge(len(b.Bytes()), func() (*region, error) {
+		mr, err := g.pd.Register(b, access)
+		if err != nil {
+			return nil, err
+		}
+		return &region{mr: mr, b: b.Bytes()}, nil
+	})
+}
+
+// charge takes a registration of size bytes (whole pages) from the group's
+// budget for reg, and gives it back if reg fails: what is registered
+// outside the pools counts against the peer's bound too.
+func (g *peerGroup) charge(size int, reg func() (*region, error)) (*region, error) {
+	n := int64(regionBytes(size))
+	if g.budget != nil {
+		if err := g.budget.Take(n); err != nil {
+			return nil, g.boundError(err)
+		}
+	}
+	r, err := reg()
 	if err != nil {
+		if g.budget != nil {
+			g.budget.Give(n)
+		}
 		return nil, err
 	}
-	return &region{mr: mr, b: b.Bytes()}, nil
+	r.budget, r.pinned = g.budget, n
+	return r, nil
 }
 
 // close gives the region back: after the queue pair that used it is
@@ -320,9 +338,9 @@ func (r *region) close() error {
 		if err2 := r.own.Close(); err == nil {
 			err = err2
 		}
-		if r.budget != nil {
-			r.budget.Give(r.pinned)
-		}
+	}
+	if r.budget != nil {
+		r.budget.Give(r.pinned)
 	}
 	return err
 }

@@ -97,10 +97,10 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 	remote, local := verbs.AccessLocalWrite|verbs.AccessRemoteWrite, verbs.AccessLocalWrite
 	if cfg.SendMem != nil && cfg.RecvMem != nil {
 		r.borrowed = true
-		if r.rx, err = borrowedRegion(pd, cfg.RecvMem, remote); err != nil {
+		if r.rx, err = r.group.borrowedRegion(cfg.RecvMem, remote); err != nil {
 			return nil, err
 		}
-		if r.tx, err = borrowedRegion(pd, cfg.SendMem, local); err != nil {
+		if r.tx, err = r.group.borrowedRegion(cfg.SendMem, local); err != nil {
 			return nil, err
 		}
 	} else {
