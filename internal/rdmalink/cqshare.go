@@ -291,11 +291,13 @@ func (q *sharedCQ) links() []*Link {
 }
 
 // sharedCQSize is the size of a device's next queue, when it has n: queues
-// grow by adding, each twice the last, from a size that costs the first
-// connection little (a provider may pin a queue's memory) to one that
-// holds hundreds of connections.
+// grow by adding, each about twice the last, from a size that costs the
+// first connection little (a provider may pin a queue's memory) to one
+// that holds hundreds of connections. Each is one short of a power of two:
+// rxe gives a queue of n entries the power of two above n slots, so 512
+// would take 1,024 (128 KiB), 511 takes 512.
 func sharedCQSize(n, need, maxCQE int) int {
-	size := minSharedCQ << min(n, 6)
+	size := minSharedCQ<<min(n, 6) - 1
 	return min(max(size, need), maxCQE)
 }
 

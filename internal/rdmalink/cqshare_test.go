@@ -137,8 +137,8 @@ func TestSharedCQReservations(t *testing.T) {
 		}
 		js = append(js, joined{q, slot})
 	}
-	// 256 entries hold two links of 100; the next queue, 512, the rest.
-	if len(s.queues) != 2 || s.queues[0].size != minSharedCQ || s.queues[1].size != 2*minSharedCQ {
+	// 255 entries hold two links of 100; the next queue, 511, the rest.
+	if len(s.queues) != 2 || s.queues[0].size != minSharedCQ-1 || s.queues[1].size != 2*minSharedCQ-1 {
 		t.Fatalf("%d queues after 5 links", len(s.queues))
 	}
 	for _, q := range s.queues {
