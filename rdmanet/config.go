@@ -213,10 +213,9 @@ type Footprint struct {
 	// rings and its receive and control slots. They are chunks of pools
 	// registered once per device and peer (with the defaults 16 and 4 KiB
 	// of rings, 8 KiB of receive slots, 4 KiB of control slots: 32 KiB);
-	// a pool pins up to 15 chunks of each size beyond those in use. A session's rings are registered on their
-	// own, whole. Not counted: the queues' own memory, which some
-	// providers allocate in the process and pin too (tens of KiB a queue
-	// pair on a hardware NIC; none with rxe or siw).
+	// a pool pins up to 15 chunks of each size beyond those in use. A
+	// session's rings are registered on their own, whole. The queues' own
+	// memory is apart, in Queues.
 	RegisteredBytes int
 	// StreamingRegisteredBytes is RegisteredBytes while the connection
 	// streams: its rings grow to RecvBuffer and SendBuffer, and go back
@@ -239,6 +238,15 @@ type Footprint struct {
 	// ResumeTimeout, for an accepted end, and where sessions cannot resume
 	// over TCP.
 	SessionFileDescriptors int
+	// Queues is what an end's queues take of the device provider's own
+	// memory, beside RegisteredBytes, for each provider whose sizes
+	// rdmanet knows: Soft-RoCE ("rxe") and Soft-iWARP ("siw"), where it is
+	// kernel memory mapped into the process (in its RSS, not pinned; with
+	// the defaults, about 150 and 110 KiB, most of it the send queue and
+	// the completion entries it reserves). Hardware providers allocate
+	// their queues in the process and pin them (mlx5's send queues), at
+	// sizes that depend on the device: they are not listed.
+	Queues []QueueFootprint
 	// Goroutines an idle connection holds of its own: none, as in Go's
 	// net. A blocked Read or Write takes its completions in its own
 	// goroutine; what comes while none waits is taken by a goroutine that
@@ -246,6 +254,37 @@ type Footprint struct {
 	// connections; a closed connection delivers what it wrote in one, for
 	// up to 5 s.
 	Goroutines int
+}
+
+// QueueFootprint is what one connection end's queues take of a device
+// provider's memory.
+type QueueFootprint struct {
+	Provider string // the kernel driver: "rxe" or "siw"
+	// SendQueue and RecvQueue are the end's queue pair's, as mapped
+	// (whole pages).
+	SendQueue, RecvQueue int
+	// CompletionShare is the end's part of a completion queue that the
+	// device's connections share: the entries it reserves there.
+	CompletionShare int
+	// Pinned: counted against RLIMIT_MEMLOCK (false for rxe and siw).
+	Pinned bool
+}
+
+// Bytes is the end's whole share.
+func (q QueueFootprint) Bytes() int { return q.SendQueue + q.RecvQueue + q.CompletionShare }
+
+// queueFootprints is Footprint.Queues for a link made with lc.
+func queueFootprints(lc rdmalink.Config) []QueueFootprint {
+	var qs []QueueFootprint
+	for _, p := range []struct {
+		name    string
+		notices bool
+	}{{rdmalink.ProviderRXE, false}, {rdmalink.ProviderSIW, true}} {
+		if q, ok := rdmalink.QueueMemoryOf(p.name, lc, p.notices); ok {
+			qs = append(qs, QueueFootprint{Provider: q.Provider, SendQueue: q.SendQueue, RecvQueue: q.RecvQueue, CompletionShare: q.CompletionShare, Pinned: q.Pinned})
+		}
+	}
+	return qs
 }
 
 // fdsPerConn is Footprint.FileDescriptors; TestLabFootprint counts them.
@@ -275,6 +314,7 @@ func (c Config) Footprint() (Footprint, error) {
 		RegisteredBytes:          ownRings + rdmalink.Registered(idle, false),
 		StreamingRegisteredBytes: ownRings + rdmalink.Registered(streaming, false),
 		IWARPRegisteredBytes:     ownRings + rdmalink.Registered(idle, true),
+		Queues:                   queueFootprints(idle),
 		FileDescriptors:          fdsPerConn,
 		Goroutines:               goroutinesPerConn,
 	}

@@ -3,6 +3,7 @@ package rdmanet_test
 import (
 	"os"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,6 +29,21 @@ func TestFootprint(t *testing.T) {
 	// entry (255) too, an 8 KiB chunk.
 	if iw := 16<<10 + 4<<10 + 8<<10 + 4<<10 + 8<<10; fp.IWARPRegisteredBytes != iw || fp.SessionFileDescriptors != 0 {
 		t.Errorf("default Footprint = %+v, want %d bytes on iWARP and no session descriptor", fp, iw)
+	}
+	// The queues, on 4 KiB pages. rxe: 256 slots for 255 entries, of
+	// 256 bytes (208 and 32 inline, rounded up) and 64 (40 and an SGE),
+	// behind 384 bytes of indices; 510 completion entries of 128 bytes
+	// (the kernel's 72-byte ib_wc, rounded up). siw with write notices:
+	// 512 send entries of 120 bytes, 256 receive entries of 112, 765
+	// completion entries of 32.
+	if os.Getpagesize() == 4096 {
+		want := []rdmanet.QueueFootprint{
+			{Provider: "rxe", SendQueue: 17 << 12, RecvQueue: 5 << 12, CompletionShare: 510 * 128},
+			{Provider: "siw", SendQueue: 15 << 12, RecvQueue: 7 << 12, CompletionShare: 765 * 32},
+		}
+		if !slices.Equal(fp.Queues, want) {
+			t.Errorf("default Footprint.Queues = %+v, want %+v", fp.Queues, want)
+		}
 	}
 	// On Linux a dialed session reserves its TCP port with a socket; its
 	// rings are registered whole, pages each.

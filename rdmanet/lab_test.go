@@ -3,6 +3,7 @@
 package rdmanet_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -541,10 +543,11 @@ func TestLabFootprint(t *testing.T) {
 			}
 			_, _, stopFirst := onPair()
 			defer stopFirst()
-			fds, pinned, pools := openFDs(t), pinnedBytes(t), rdmalink.Pools()
+			fds, pinned, pools, maps := openFDs(t), pinnedBytes(t), rdmalink.Pools(), deviceMappings(t)
 			_, _, stop := onPair()
-			fdsDuring, pinnedDuring, poolsDuring := openFDs(t), pinnedBytes(t), rdmalink.Pools()
+			fdsDuring, pinnedDuring, poolsDuring, mapsDuring := openFDs(t), pinnedBytes(t), rdmalink.Pools(), deviceMappings(t)
 			stop()
+			checkQueueMappings(t, p.Provider, fp, maps, mapsDuring)
 			fdsAfter, pinnedAfter := openFDs(t), pinnedBytes(t)
 			for end := time.Now().Add(leakcheck.Settle); (fdsAfter != fds || pinnedAfter != pinned) && time.Now().Before(end); {
 				time.Sleep(10 * time.Millisecond)
@@ -564,6 +567,77 @@ func TestLabFootprint(t *testing.T) {
 					pinned, pinnedDuring, used, pinnedAfter, registered)
 			}
 		})
+	}
+}
+
+// deviceMapping is one of the process's mappings of an RDMA device (the
+// queues rxe and siw map into it): the device file, the offset in it (the
+// provider's handle: rxe and siw hand them out in the order the queues
+// are made) and the size.
+type deviceMapping struct {
+	path   string
+	offset uint64
+	size   int
+}
+
+// deviceMappings are the process's mappings of RDMA devices, by address.
+func deviceMappings(t testing.TB) map[string]deviceMapping {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]deviceMapping{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.HasPrefix(f[5], "/dev/infiniband/uverbs") {
+			continue
+		}
+		var start, end, off uint64
+		if _, err := fmt.Sscanf(f[0]+" "+f[2], "%x-%x %x", &start, &end, &off); err != nil {
+			t.Fatalf("/proc/self/maps: %q: %v", line, err)
+		}
+		m[f[0]] = deviceMapping{f[5], off, int(end - start)}
+	}
+	return m
+}
+
+// checkQueueMappings: on each end's device, the mappings a connection's
+// two ends added are, in the order they were made, completion queues (a
+// device's shared queues grow by adding one) and then the end's send and
+// receive queues, of the sizes Footprint.Queues says for provider.
+func checkQueueMappings(t *testing.T, provider string, fp rdmanet.Footprint, before, during map[string]deviceMapping) {
+	t.Helper()
+	var q *rdmanet.QueueFootprint
+	for i := range fp.Queues {
+		if fp.Queues[i].Provider == provider {
+			q = &fp.Queues[i]
+		}
+	}
+	if q == nil {
+		t.Fatalf("Footprint.Queues has no %s: %+v", provider, fp.Queues)
+	}
+	added := map[string][]deviceMapping{}
+	for k, m := range during {
+		if _, ok := before[k]; !ok {
+			added[m.path] = append(added[m.path], m)
+		}
+	}
+	if len(added) != 2 {
+		t.Errorf("%s: a connection's two ends added mappings of %d devices, want 2: %+v", provider, len(added), added)
+	}
+	for path, ms := range added {
+		slices.SortFunc(ms, func(a, b deviceMapping) int { return cmp.Compare(a.offset, b.offset) })
+		var sizes []int
+		for _, m := range ms {
+			sizes = append(sizes, m.size)
+		}
+		t.Logf("%s: an end on %s mapped %v bytes (completion queues, then the send and receive queues; Footprint: %d and %d)",
+			provider, path, sizes, q.SendQueue, q.RecvQueue)
+		if n := len(sizes); n < 2 || sizes[n-2] != q.SendQueue || sizes[n-1] != q.RecvQueue {
+			t.Errorf("%s: an end on %s mapped %v bytes; Footprint.Queues says a send queue of %d and a receive queue of %d, last",
+				provider, path, sizes, q.SendQueue, q.RecvQueue)
+		}
 	}
 }
 

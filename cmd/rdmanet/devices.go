@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/verbs"
 )
 
@@ -34,19 +35,25 @@ type devicesJSON struct {
 }
 
 type deviceJSON struct {
-	Name      string     `json:"name"`
-	GUID      string     `json:"guid"`
-	Transport string     `json:"transport"` // the device's transport: "IB" (InfiniBand and RoCE), "iWARP", ...
-	Firmware  string     `json:"firmware,omitempty"`
-	VendorID  uint32     `json:"vendor_id"`
-	PartID    uint32     `json:"vendor_part_id"`
-	MaxQP     int        `json:"max_qp"`
-	MaxQPWR   int        `json:"max_qp_wr"`
-	MaxCQE    int        `json:"max_cqe"`
-	MaxMR     int        `json:"max_mr"`
-	MaxMRSize uint64     `json:"max_mr_size"`
-	Ports     []portJSON `json:"ports"`
-	Error     string     `json:"error,omitempty"` // opening or querying the device failed
+	Name      string `json:"name"`
+	GUID      string `json:"guid"`
+	Transport string `json:"transport"` // the device's transport: "IB" (InfiniBand and RoCE), "iWARP", ...
+	Firmware  string `json:"firmware,omitempty"`
+	VendorID  uint32 `json:"vendor_id"`
+	PartID    uint32 `json:"vendor_part_id"`
+	// Provider is the kernel driver where rdmanet knows it by its vendor
+	// id ("rxe", "siw"), and QueueBytes what a connection end's queues
+	// take of its memory with the default rdmanet.Config
+	// (rdmanet.Footprint.Queues); "" and 0 for other devices.
+	Provider   string     `json:"provider,omitempty"`
+	QueueBytes int        `json:"queue_bytes_per_connection,omitempty"`
+	MaxQP      int        `json:"max_qp"`
+	MaxQPWR    int        `json:"max_qp_wr"`
+	MaxCQE     int        `json:"max_cqe"`
+	MaxMR      int        `json:"max_mr"`
+	MaxMRSize  uint64     `json:"max_mr_size"`
+	Ports      []portJSON `json:"ports"`
+	Error      string     `json:"error,omitempty"` // opening or querying the device failed
 }
 
 type portJSON struct {
@@ -136,6 +143,17 @@ func runDevices(ctx context.Context, g *globals, fs *flag.FlagSet, args []string
 	return out.ExitCode
 }
 
+// queueBytesOf is what the default Footprint says a connection end's
+// queues take on provider, or 0 where it does not say.
+func queueBytesOf(provider string) int {
+	for _, q := range defaultFootprint().Queues {
+		if q.Provider == provider {
+			return q.Bytes()
+		}
+	}
+	return 0
+}
+
 // queryDevice opens d and reads its attributes, ports and GIDs.
 func queryDevice(d verbs.Device, netdevOf map[string]string) deviceJSON {
 	dj := deviceJSON{Name: d.Name, GUID: formatGUID(d.GUID), Transport: d.Transport.String(), Ports: []portJSON{}}
@@ -151,6 +169,8 @@ func queryDevice(d verbs.Device, netdevOf map[string]string) deviceJSON {
 		return dj
 	}
 	dj.Firmware, dj.VendorID, dj.PartID = a.FirmwareVersion, a.VendorID, a.VendorPartID
+	dj.Provider = rdmalink.ProviderOf(a.VendorID)
+	dj.QueueBytes = queueBytesOf(dj.Provider)
 	dj.MaxQP, dj.MaxQPWR, dj.MaxCQE, dj.MaxMR, dj.MaxMRSize = a.MaxQP, a.MaxQPWR, a.MaxCQE, a.MaxMR, a.MaxMRSize
 	for port := 1; port <= a.PhysPortCount && port <= 255; port++ {
 		pj := portJSON{Port: port, GIDs: []gidJSON{}, Netdev: netdevOf[d.Name+"/"+strconv.Itoa(port)]}
@@ -251,6 +271,10 @@ func printDevices(w io.Writer, out *devicesJSON) {
 			continue
 		}
 		fmt.Fprintf(w, ", firmware %s, vendor %#x part %d\n", orDash(d.Firmware), d.VendorID, d.PartID)
+		if d.Provider != "" {
+			fmt.Fprintf(w, "  provider %s: a connection end's queues take %s of its memory, mapped into the process (not pinned)\n",
+				d.Provider, iec(uint64(d.QueueBytes)))
+		}
 		fmt.Fprintf(w, "  max QPs %d, max QP WRs %d, max CQEs %d, max MRs %d, max MR size %s\n",
 			d.MaxQP, d.MaxQPWR, d.MaxCQE, d.MaxMR, mrSize(d.MaxMRSize))
 		for _, p := range d.Ports {

@@ -40,6 +40,9 @@ func TestLabDevices(t *testing.T) {
 			t.Errorf("%s: %+v", d.Name, d)
 			continue
 		}
+		if fp := queueBytesOf("rxe"); d.Provider != "rxe" || fp == 0 || d.QueueBytes != fp {
+			t.Errorf("%s: provider %q, %d bytes of queues an end; want rxe, %d (Footprint.Queues)", d.Name, d.Provider, d.QueueBytes, fp)
+		}
 		p := d.Ports[0]
 		if p.State != "ACTIVE" || p.Protocol != "RoCE" || p.LinkLayer != "Ethernet" || p.Netdev != w.netdev || p.MTU == 0 || p.GIDTableLen == 0 {
 			t.Errorf("%s port 1: %+v; want ACTIVE, RoCE over Ethernet, netdev %s", d.Name, p, w.netdev)
@@ -72,6 +75,9 @@ func TestLabDevices(t *testing.T) {
 		if d.Error != "" || d.Transport != "iWARP" || len(d.Ports) != 1 {
 			t.Errorf("%s: %+v; want transport iWARP, one port", d.Name, d)
 			continue
+		}
+		if fp := queueBytesOf("siw"); d.Provider != "siw" || fp == 0 || d.QueueBytes != fp {
+			t.Errorf("%s: provider %q, %d bytes of queues an end; want siw, %d (Footprint.Queues)", d.Name, d.Provider, d.QueueBytes, fp)
 		}
 		if p := d.Ports[0]; p.State != "ACTIVE" || p.Protocol != "iWARP" || p.Netdev != netdev {
 			t.Errorf("%s port 1: %+v; want ACTIVE, iWARP, netdev %s", d.Name, p, netdev)
