@@ -40,9 +40,12 @@ type Config struct {
 	// request may wait for its completion: a request posted to a peer that
 	// is gone without a disconnect (its host died, the network or the link
 	// broke, the device went silent) fails the connection when no send
-	// completed for 2 x KeepAlive while it waited. So a dead path ends Reads
+	// completed for 2 x KeepAlive while it waited, on it or on any other
+	// connection to the same peer on the device. So a dead path ends Reads
 	// and Writes within 3 x KeepAlive, with an error whose Timeout() is true;
-	// a busy machine, where completions are late but come, is not one.
+	// a busy machine, where completions are late but come, is not one: a
+	// connection that waits behind others that progress (a device with
+	// thousands of connections, in the lab) ends only after 10 x KeepAlive.
 	KeepAlive time.Duration
 	// BusyPoll, when positive, makes a blocked Read or Write of a busy
 	// connection poll its completion queue for up to this long before it

@@ -3,6 +3,9 @@ package rdmanet
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
 
 	"github.com/rdmanet/sdk/internal/stream"
 	"github.com/rdmanet/sdk/internal/wire"
@@ -31,6 +34,21 @@ func DeclareDeadPath(c *Conn) error {
 	c.eng.Fail(&stream.PathDeadError{Outstanding: 2 * c.cfg.KeepAlive})
 	c.flushLocked()
 	return nil
+}
+
+// PathProgress is what c's link knows of its path's progress
+// (link.PathWatcher): when a send last completed and a message last
+// arrived on any connection to the same peer on the device; ok is false
+// for a link that does not know.
+func PathProgress(c *Conn) (sent, heard time.Time, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, ok := c.link.(link.PathWatcher)
+	if !ok {
+		return time.Time{}, time.Time{}, false
+	}
+	sent, heard = w.PathProgress()
+	return sent, heard, true
 }
 
 // WithIWARPDataPath returns cfg with the link features of an iWARP device

@@ -339,11 +339,12 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
-	// The default Config but for a 30 s keepalive: with the default 3 s,
-	// thousands of idle ends send hundreds of signaled keepalives a second
-	// while the later ones dial, which saturated the emulated VM on a
-	// loaded host. This test is about resources at scale, not keepalive.
-	cfg := rdmanet.Config{KeepAlive: 30 * time.Second}
+	// The default Config, keepalive every 3 s included: 10,000 ends send
+	// 3,300 a second while the later ones dial. On siw that delayed one
+	// connection's messages past 2 x KeepAlive while the others' came,
+	// which failed it for a dead path until the rule counted the progress
+	// of the path's other connections (stream.Engine.PathProgress).
+	var cfg rdmanet.Config
 	// librdmacm opens a device's context (2 descriptors) the first time an
 	// ID uses it and keeps it for the process: one pair first, so that the
 	// baseline has them.
@@ -392,6 +393,10 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	var wg sync.WaitGroup
 	errs := make(chan error, pairs)
 	next := make(chan int)
+	var latest struct {
+		sync.Mutex
+		write time.Time // when the last echo began
+	}
 	for range 16 {
 		wg.Add(1)
 		go func() {
@@ -406,7 +411,13 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 				clients[i] = c
 				msg := []byte(fmt.Sprintf("connection %d says hello", i))
 				got := make([]byte, len(msg))
-				c.SetDeadline(time.Now().Add(time.Minute))
+				now := time.Now()
+				latest.Lock()
+				if now.After(latest.write) {
+					latest.write = now
+				}
+				latest.Unlock()
+				c.SetDeadline(now.Add(time.Minute))
 				if _, err := c.Write(msg); err != nil {
 					errs <- err
 					continue
@@ -425,6 +436,12 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+	// The first connection's link knows of the last echo: its path (the
+	// device and the peer) is every connection's, and a connection's wait
+	// counts as a dead path only while the path makes no progress either.
+	if _, heard, ok := rdmanet.PathProgress(clients[0].(*rdmanet.Conn)); !ok || heard.Before(latest.write) {
+		t.Errorf("the first connection's path last heard from the peer at %v (known: %v), before the last echo began (%v)", heard, ok, latest.write)
 	}
 	open := openFDs(t)
 	t.Logf("%d pairs on %s in %v: %d descriptors open (%d before, limit %d), %d goroutines (%d before); a pair: %.1f KiB pinned, %.0f KiB RSS (the provider's queues mapped in, the Go heap)",

@@ -104,6 +104,7 @@ func (d *linkDriver) QuietLocked() bool {
 func (d *linkDriver) TickLocked() time.Time {
 	c := (*Conn)(d)
 	if next := c.eng.NextTick(); !next.IsZero() && !time.Now().Before(next) {
+		c.pathProgressLocked()
 		c.eng.Tick()
 		c.eng.Flush(c.link)
 		c.lostLocked()

@@ -1,6 +1,10 @@
 package rdmanet
 
-import "time"
+import (
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+)
 
 // Keepalive and dead paths. The engine knows when it next has something to
 // check (stream.Engine.NextTick: a keepalive due on an idle connection, or
@@ -36,7 +40,17 @@ func (c *Conn) tick() {
 	if c.closing {
 		return
 	}
+	c.pathProgressLocked()
 	c.eng.Tick()
 	c.flushLocked()
 	c.rearmLocked()
+}
+
+// pathProgressLocked tells the engine how the link's path progresses
+// (other connections' completions on the same device and peer), where the
+// link knows: a connection queued behind them is late, not dead.
+func (c *Conn) pathProgressLocked() {
+	if w, ok := c.link.(link.PathWatcher); ok {
+		c.eng.PathProgress(w.PathProgress())
+	}
 }

@@ -22,6 +22,7 @@ package link
 import (
 	"errors"
 	"net/netip"
+	"time"
 	"unsafe"
 
 	"github.com/rdmanet/sdk/internal/wire"
@@ -120,6 +121,15 @@ type Rings interface {
 	// ReplaceSendRing replaces the transmit ring with one of size bytes and
 	// frees the old one. No data request is outstanding.
 	ReplaceSendRing(size int) ([]byte, error)
+}
+
+// PathWatcher is a link that shares its path (its device and the peer)
+// with other links and knows their progress: when a send last completed
+// and a message last arrived on any of them. A connection whose own
+// requests wait while the path progresses is queued behind the others on
+// a busy device, not cut off (stream.Engine.PathProgress).
+type PathWatcher interface {
+	PathProgress() (sent, heard time.Time)
 }
 
 // SameRing reports whether a and b are the same ring: the same memory,

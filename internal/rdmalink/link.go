@@ -99,7 +99,10 @@ type Link struct {
 	asyncMember *asyncMember
 }
 
-var _ link.Link = (*Link)(nil)
+var (
+	_ link.Link        = (*Link)(nil)
+	_ link.PathWatcher = (*Link)(nil)
+)
 
 // pollBatch is how many work completions one Poll takes at most.
 const pollBatch = 32
@@ -379,6 +382,7 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 	wcs := l.wcs[:min(len(cs), len(l.wcs))]
 	got := l.takePending(wcs)
 	n := 0
+	sent, heard := false, false // recorded on the peer group, once a Poll
 	for i := range wcs[:got] {
 		wc := &wcs[i]
 		if wc.Status == verbs.WCWRFlushErr {
@@ -400,7 +404,15 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 		if wc.ID&wrRecv == 0 {
 			*c = link.Completion{Kind: link.SendDone, ID: l.sendIDs[wc.ID&wrIndexMask]}
 			n++
+			if !sent {
+				sent = true
+				l.res.group.progressed(true)
+			}
 			continue
+		}
+		if !heard {
+			heard = true
+			l.res.group.progressed(false)
 		}
 		slot := int(wc.ID & wrIndexMask)
 		l.consumed = append(l.consumed, slot)
@@ -444,6 +456,16 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// PathProgress is when a send last completed and a message last arrived
+// on any link to the same peer on the same device (link.PathWatcher).
+func (l *Link) PathProgress() (sent, heard time.Time) {
+	g := l.res.group
+	if g == nil {
+		return time.Time{}, time.Time{}
+	}
+	return pathEpoch.Add(time.Duration(g.sent.Load())), pathEpoch.Add(time.Duration(g.heard.Load()))
 }
 
 // end is the completion that reports the link's end, once the queue is

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/rdmanet/sdk/internal/rdmacore"
 	"github.com/rdmanet/sdk/internal/ringpool"
@@ -28,6 +30,25 @@ type peerGroup struct {
 	// own together (admission: Config.PeerBound); nil: no bound.
 	budget *ringpool.Budget
 	refs   int // under groups.Mutex
+	// sent and heard are when a send last completed and a message last
+	// arrived on any of the group's links (Link.PathProgress), as
+	// nanoseconds since pathEpoch.
+	sent, heard atomic.Int64
+}
+
+// pathEpoch is what peerGroup's times count from: a monotonic clock.
+var pathEpoch = time.Now()
+
+// progressed sets the group's sent (a send completed) or heard (a message
+// arrived) to now. A group of nil (a test's link) records nothing.
+func (g *peerGroup) progressed(sent bool) {
+	switch {
+	case g == nil:
+	case sent:
+		g.sent.Store(int64(time.Since(pathEpoch)))
+	default:
+		g.heard.Store(int64(time.Since(pathEpoch)))
+	}
 }
 
 // groupKey names a group: connections with a different bound (Config's

@@ -218,6 +218,17 @@ func (l *Link) Caps() link.Caps {
 	return l.path.Caps()
 }
 
+// PathProgress is the current path's (link.PathWatcher), or nothing where
+// its link does not know it.
+func (l *Link) PathProgress() (sent, heard time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w, ok := l.path.(link.PathWatcher); ok {
+		return w.PathProgress()
+	}
+	return time.Time{}, time.Time{}
+}
+
 func (l *Link) SendRing() []byte { return l.tx }
 func (l *Link) RecvRing() []byte { return l.rx }
 

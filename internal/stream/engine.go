@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -56,6 +57,15 @@ type Config struct {
 // took 3.4 s to complete; with the default KeepAlive of 3 s the bound is 6 s.
 const deadFactor = 2
 
+// lateFactor times KeepAlive is how long a connection's own requests may
+// wait while other links on the same path make progress (PathProgress):
+// its requests are queued behind theirs on a busy device, not lost. (On
+// siw in the lab, 10,000 ends with a keepalive every 3 s delayed one
+// connection's messages by more than 6 s while the others' came.) Longer
+// than that, a connection whose own link is cut off alone (a TCP flow
+// that siw's queue pair uses, dropped by a middlebox) is dead too.
+const lateFactor = 10
+
 // valkeyRecvDepth is how many receives a Valkey peer keeps posted (its
 // queue pair's max_recv_wr). A peer without a Hello is taken to keep that
 // many; rdmanet peers say theirs.
@@ -98,11 +108,24 @@ var (
 // link.ErrDown, so a session layer may try another path.
 type PathDeadError struct {
 	Outstanding time.Duration // how long requests had been waiting
+	// Waited is what did not come: "no send completed", "no credit came"
+	// (receive credit), or "nothing heard from the peer" (receive credit,
+	// where a completed send proves nothing).
+	Waited string
 }
 
 func (e *PathDeadError) Error() string {
-	return "rdmanet: the path to the peer is dead: no send completed for " + e.Outstanding.Round(time.Millisecond).String()
+	waited := cmp.Or(e.Waited, waitedSend)
+	return "rdmanet: the path to the peer is dead: " + waited + " for " + e.Outstanding.Round(time.Millisecond).String()
 }
+
+// PathDeadError.Waited.
+const (
+	waitedSend   = "no send completed"
+	waitedCredit = "no credit came"
+	waitedHeard  = "nothing heard from the peer"
+)
+
 func (e *PathDeadError) Timeout() bool     { return true }
 func (e *PathDeadError) Temporary() bool   { return false }
 func (e *PathDeadError) Is(err error) bool { return err == link.ErrDown }
@@ -133,6 +156,11 @@ type Engine struct {
 	// peer answers it with a Credit).
 	lastHeard time.Time
 	probed    bool
+	// pathSent and pathHeard are when a send last completed and a message
+	// last arrived on any link of the same path (PathProgress): while
+	// they move, this connection's own waits are late, not dead, up to
+	// lateFactor x KeepAlive.
+	pathSent, pathHeard time.Time
 	// muted: this end accepted on a link whose passive side speaks second
 	// (link.Caps.SpeakSecond), and nothing has arrived yet: Flush posts
 	// no requests until something does.
@@ -341,6 +369,7 @@ func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
 	e.reshutdown = e.wrDone
 	now := e.cfg.Clock()
 	e.lastPost, e.lastProgress, e.lastHeard, e.probed = now, now, now, false
+	e.pathSent, e.pathHeard = time.Time{}, time.Time{} // the old link's path is not the new one's
 	e.flushControl()
 	return nil
 }
@@ -791,24 +820,20 @@ func (e *Engine) Tick() {
 	if e.cfg.KeepAlive <= 0 || e.err != nil || e.lost != nil || e.peerGone {
 		return
 	}
-	if e.sq.SignaledPending() {
-		if waited := now.Sub(e.lastProgress); waited >= deadFactor*e.cfg.KeepAlive {
-			e.Fail(&PathDeadError{Outstanding: waited})
-			return
-		}
+	if e.sq.SignaledPending() && !now.Before(e.deadAt(e.lastProgress, e.pathSent)) {
+		e.Fail(&PathDeadError{Outstanding: now.Sub(e.lastProgress), Waited: waitedSend})
+		return
 	}
-	if !e.creditShort.IsZero() {
-		// A peer that takes messages posts their receives again at once:
-		// credit that does not come is a dead path too.
-		if waited := now.Sub(e.creditShort); waited >= deadFactor*e.cfg.KeepAlive {
-			e.Fail(&PathDeadError{Outstanding: waited})
-			return
-		}
+	// A peer that takes messages posts their receives again at once:
+	// credit that does not come is a dead path too.
+	if !e.creditShort.IsZero() && !now.Before(e.deadAt(e.creditShort, e.pathHeard)) {
+		e.Fail(&PathDeadError{Outstanding: now.Sub(e.creditShort), Waited: waitedCredit})
+		return
 	}
 	if e.rc.on {
 		silent := now.Sub(e.lastHeard)
-		if silent >= deadFactor*e.cfg.KeepAlive {
-			e.Fail(&PathDeadError{Outstanding: silent})
+		if !now.Before(e.deadAt(e.lastHeard, e.pathHeard)) {
+			e.Fail(&PathDeadError{Outstanding: silent, Waited: waitedHeard})
 			return
 		}
 		if silent >= e.cfg.KeepAlive && !e.probed && !e.draining {
@@ -825,6 +850,41 @@ func (e *Engine) Tick() {
 	}
 }
 
+// deadAt is when a wait that began at since counts as a dead path:
+// deadFactor x KeepAlive after it, or, while the path made progress since
+// (path: its latest), deadFactor x KeepAlive after that progress, but no
+// later than lateFactor x KeepAlive after since.
+func (e *Engine) deadAt(since, path time.Time) time.Time {
+	ka := e.cfg.KeepAlive
+	dead := since.Add(deadFactor * ka)
+	if byPath := path.Add(deadFactor * ka); byPath.After(dead) {
+		dead = minTime(byPath, since.Add(lateFactor*ka))
+	}
+	return dead
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// PathProgress tells the engine when a send last completed (sent) and a
+// message last arrived (heard) on any link of the same path: the same
+// device and peer (link.PathWatcher). Tick and NextTick use the latest it
+// was told, so a connection that waits behind others on a busy device is
+// not taken for dead while they progress; a path that goes silent still
+// ends every connection on it within deadFactor x KeepAlive.
+func (e *Engine) PathProgress(sent, heard time.Time) {
+	if sent.After(e.pathSent) {
+		e.pathSent = sent
+	}
+	if heard.After(e.pathHeard) {
+		e.pathHeard = heard
+	}
+}
+
 // NextTick is when Tick has something to check: the next keepalive, or the
 // moment outstanding requests would count as a dead path. Zero: never.
 func (e *Engine) NextTick() time.Time {
@@ -833,19 +893,19 @@ func (e *Engine) NextTick() time.Time {
 	}
 	next := e.lastPost.Add(e.cfg.KeepAlive)
 	if e.sq.SignaledPending() {
-		if dead := e.lastProgress.Add(deadFactor * e.cfg.KeepAlive); dead.Before(next) || e.draining {
+		if dead := e.deadAt(e.lastProgress, e.pathSent); dead.Before(next) || e.draining {
 			next = dead
 		}
 	}
 	if !e.creditShort.IsZero() {
-		if dead := e.creditShort.Add(deadFactor * e.cfg.KeepAlive); dead.Before(next) {
+		if dead := e.deadAt(e.creditShort, e.pathHeard); dead.Before(next) {
 			next = dead
 		}
 	}
 	if e.rc.on {
 		probe := e.lastHeard.Add(e.cfg.KeepAlive)
 		if e.probed || e.draining {
-			probe = e.lastHeard.Add(deadFactor * e.cfg.KeepAlive)
+			probe = e.deadAt(e.lastHeard, e.pathHeard)
 		}
 		if probe.Before(next) {
 			next = probe

@@ -258,6 +258,87 @@ func TestEngineDeadPath(t *testing.T) {
 	}
 }
 
+// TestEngineLateIsNotDead: a connection whose keepalive waits while other
+// links on its path progress (PathProgress) is late, not dead, until
+// lateFactor x KeepAlive; once the path goes silent too, deadFactor x
+// KeepAlive after its last progress ends it. With receive credit, where
+// only the peer's messages count, the same holds for what is heard.
+func TestEngineLateIsNotDead(t *testing.T) {
+	const ka = time.Second
+	// The peer's ring: what each test engine's peer offered.
+	ringOf := func(credit bool) uint32 {
+		if credit {
+			return 64 << 10
+		}
+		return 4096
+	}
+	for _, credit := range []bool{false, true} {
+		var e *Engine
+		var r *recorder
+		var clk *clock
+		if credit {
+			e, r, clk = newIWARPEngine(t, 16, false, ka)
+		} else {
+			e, r, clk = newTestEngine(t, wire.FeatureRing, rdmanetHello, ka)
+		}
+		completeAll(e, r)
+		control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: ringOf(credit), RKey: 9})
+		e.Flush(r)
+		completeAll(e, r)
+		start := clk.now
+		// Idle for KeepAlive: a keepalive goes and never completes (and
+		// with credit, the peer says nothing); the path progresses every
+		// half second.
+		for clk.now.Sub(start) < (lateFactor-1)*ka {
+			clk.advance(ka / 2)
+			e.PathProgress(clk.now, clk.now)
+			e.Tick()
+			e.Flush(r)
+			if e.Err() != nil {
+				t.Fatalf("credit %v: failed %v in, while the path progressed: %v", credit, clk.now.Sub(start), e.Err())
+			}
+		}
+		// Still progressing, past lateFactor x KeepAlive: dead.
+		clk.advance(2 * ka)
+		e.PathProgress(clk.now, clk.now)
+		if next := e.NextTick(); next.After(clk.now) {
+			t.Fatalf("credit %v: %v in, the next check is %v later, want now", credit, clk.now.Sub(start), next.Sub(clk.now))
+		}
+		e.Tick()
+		var pd *PathDeadError
+		if !errors.As(e.Err(), &pd) || pd.Outstanding < (lateFactor-deadFactor)*ka {
+			t.Fatalf("credit %v: %v in: %v, want a dead path", credit, clk.now.Sub(start), e.Err())
+		}
+		t.Logf("credit %v: %v", credit, e.Err())
+
+		// The path goes silent: deadFactor x KeepAlive after its last
+		// progress.
+		if credit {
+			e, r, clk = newIWARPEngine(t, 16, false, ka)
+		} else {
+			e, r, clk = newTestEngine(t, wire.FeatureRing, rdmanetHello, ka)
+		}
+		completeAll(e, r)
+		control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: ringOf(credit), RKey: 9})
+		e.Flush(r)
+		completeAll(e, r)
+		clk.advance(ka)
+		e.PathProgress(clk.now, clk.now)
+		e.Tick()
+		e.Flush(r)
+		last := clk.now.Add(ka)
+		clk.advance(ka)
+		e.PathProgress(last, last)
+		for e.Err() == nil && clk.now.Sub(last) < 10*ka {
+			clk.advance(100 * time.Millisecond)
+			e.Tick()
+		}
+		if got := clk.now.Sub(last); !errors.As(e.Err(), &pd) || got < deadFactor*ka || got > deadFactor*ka+100*time.Millisecond {
+			t.Fatalf("credit %v: the path silent for %v: %v; want a dead path after %v", credit, got, e.Err(), deadFactor*ka)
+		}
+	}
+}
+
 // TestEngineBusyIsNotDead: a connection whose requests keep completing is
 // never declared dead, however long it is busy.
 func TestEngineBusyIsNotDead(t *testing.T) {
