@@ -283,8 +283,8 @@ func queueFootprints(lc rdmalink.Config) []QueueFootprint {
 		name    string
 		notices bool
 	}{{rdmalink.ProviderRXE, false}, {rdmalink.ProviderSIW, true}} {
-		if q, ok := rdmalink.QueueMemoryOf(p.name, lc, p.notices); ok {
-			qs = append(qs, QueueFootprint{Provider: q.Provider, SendQueue: q.SendQueue, RecvQueue: q.RecvQueue, CompletionShare: q.CompletionShare, Pinned: q.Pinned})
+		if sq, rq, cq, ok := rdmalink.QueueMemoryOf(p.name, lc, p.notices); ok {
+			qs = append(qs, QueueFootprint{Provider: p.name, SendQueue: sq, RecvQueue: rq, CompletionShare: cq})
 		}
 	}
 	return qs

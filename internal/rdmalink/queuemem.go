@@ -17,24 +17,6 @@ import (
 // drivers/infiniband/sw), and TestLabFootprint checks them against the
 // process's mappings of the device.
 
-// QueueMemory is what one link's queues take of a provider's memory.
-type QueueMemory struct {
-	Provider string // the kernel driver: "rxe" or "siw"
-	// SendQueue and RecvQueue are the queue pair's queues, as mapped
-	// (whole pages).
-	SendQueue, RecvQueue int
-	// CompletionShare is the link's part of a completion queue shared by
-	// the device's links: the entries it reserves there (a completion
-	// queue is made for many links, and rounded up by the provider).
-	CompletionShare int
-	// Pinned: the memory counts against RLIMIT_MEMLOCK. False on the
-	// software providers.
-	Pinned bool
-}
-
-// Bytes is the link's whole share.
-func (q QueueMemory) Bytes() int { return q.SendQueue + q.RecvQueue + q.CompletionShare }
-
 // Providers whose queue sizes QueueMemoryOf knows.
 const (
 	ProviderRXE = "rxe"
@@ -55,9 +37,12 @@ const (
 )
 
 // QueueMemoryOf is what a link made with cfg takes of provider's memory for
-// its queues, with write notices (iWARP) or not, and whether the provider
-// is one whose sizes are known.
-func QueueMemoryOf(provider string, cfg Config, notices bool) (QueueMemory, bool) {
+// its queues, with write notices (iWARP) or not: its send and receive
+// queues as mapped (whole pages), and its share of a completion queue
+// shared by the device's links (the entries it reserves there; a queue is
+// made for many links, and rounded up by the provider). ok is false for a
+// provider whose sizes are not known here. None of it is pinned.
+func QueueMemoryOf(provider string, cfg Config, notices bool) (sendQueue, recvQueue, completionShare int, ok bool) {
 	sendWRs := cfg.SendDepth
 	if notices {
 		sendWRs *= 2 // a write and its notice per data request
@@ -75,23 +60,13 @@ func QueueMemoryOf(provider string, cfg Config, notices bool) (QueueMemory, bool
 			return pages(rxeQueueBuf + pow2(wrs+1)*pow2(max(entry, rxeMinEntry)))
 		}
 		inline := int(inlineSizes[0])
-		return QueueMemory{
-			Provider:        provider,
-			SendQueue:       queue(sendWRs, rxeSendWQE+max(rxeSGE, inline)),
-			RecvQueue:       queue(cfg.RecvDepth, rxeRecvWQE+rxeSGE),
-			CompletionShare: cqEntries * pow2(rxeCQE),
-		}, true
+		return queue(sendWRs, rxeSendWQE+max(rxeSGE, inline)), queue(cfg.RecvDepth, rxeRecvWQE+rxeSGE), cqEntries * pow2(rxeCQE), true
 	case ProviderSIW:
 		// siw_create_qp and siw_create_cq: entries rounded up to a power
 		// of two, of fixed size.
-		return QueueMemory{
-			Provider:        provider,
-			SendQueue:       pages(pow2(sendWRs) * siwSQE),
-			RecvQueue:       pages(pow2(cfg.RecvDepth) * siwRQE),
-			CompletionShare: cqEntries * siwCQE,
-		}, true
+		return pages(pow2(sendWRs) * siwSQE), pages(pow2(cfg.RecvDepth) * siwRQE), cqEntries * siwCQE, true
 	}
-	return QueueMemory{Provider: provider}, false
+	return 0, 0, 0, false
 }
 
 // pow2 is the least power of two at least n (n > 0).

@@ -265,26 +265,23 @@ func TestEngineDeadPath(t *testing.T) {
 // only the peer's messages count, the same holds for what is heard.
 func TestEngineLateIsNotDead(t *testing.T) {
 	const ka = time.Second
-	// The peer's ring: what each test engine's peer offered.
-	ringOf := func(credit bool) uint32 {
-		if credit {
-			return 64 << 10
-		}
-		return 4096
-	}
 	for _, credit := range []bool{false, true} {
-		var e *Engine
-		var r *recorder
-		var clk *clock
-		if credit {
-			e, r, clk = newIWARPEngine(t, 16, false, ka)
-		} else {
-			e, r, clk = newTestEngine(t, wire.FeatureRing, rdmanetHello, ka)
+		// An engine with the peer's ring announced, idle, nothing
+		// outstanding; with receive credit, an iWARP engine.
+		idle := func() (*Engine, *recorder, *clock) {
+			e, r, clk := newTestEngine(t, wire.FeatureRing, rdmanetHello, ka)
+			ring := uint32(4096)
+			if credit {
+				e, r, clk = newIWARPEngine(t, 16, false, ka)
+				ring = 64 << 10
+			}
+			completeAll(e, r)
+			control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: ring, RKey: 9})
+			e.Flush(r)
+			completeAll(e, r)
+			return e, r, clk
 		}
-		completeAll(e, r)
-		control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: ringOf(credit), RKey: 9})
-		e.Flush(r)
-		completeAll(e, r)
+		e, r, clk := idle()
 		start := clk.now
 		// Idle for KeepAlive: a keepalive goes and never completes (and
 		// with credit, the peer says nothing); the path progresses every
@@ -313,15 +310,7 @@ func TestEngineLateIsNotDead(t *testing.T) {
 
 		// The path goes silent: deadFactor x KeepAlive after its last
 		// progress.
-		if credit {
-			e, r, clk = newIWARPEngine(t, 16, false, ka)
-		} else {
-			e, r, clk = newTestEngine(t, wire.FeatureRing, rdmanetHello, ka)
-		}
-		completeAll(e, r)
-		control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: ringOf(credit), RKey: 9})
-		e.Flush(r)
-		completeAll(e, r)
+		e, r, clk = idle()
 		clk.advance(ka)
 		e.PathProgress(clk.now, clk.now)
 		e.Tick()
