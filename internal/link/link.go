@@ -123,6 +123,17 @@ type Rings interface {
 	ReplaceSendRing(size int) ([]byte, error)
 }
 
+// RecvGranter is a link whose receives come from a pool shared with other
+// links (a shared receive queue). After the peer's messages took n
+// receives, which PostRecv gave back to the pool, the engine asks how much
+// credit to give the peer: held is what it holds now. More than n grows
+// its share (a link that streams), fewer shrinks it (the pool is short);
+// the engine never leaves the peer less than its first grant. Used only
+// where Caps.RecvGrant. Called under the same rule as PostSend.
+type RecvGranter interface {
+	Grant(held, n int) int
+}
+
 // PathWatcher is a link that shares its path (its device and the peer)
 // with other links and knows their progress: when a send last completed
 // and a message last arrived on any of them. A connection whose own
@@ -164,6 +175,12 @@ type Caps struct {
 	// sends none without a receive credit from the peer (Credit's
 	// Receives). Both ends of the link agreed on it.
 	RecvCredit bool
+	// RecvGrant: with RecvCredit, both ends agreed that a receiver may give
+	// back more credit than its receives the peer's messages took, or less
+	// (wire.FeatureRecvGrant): a link whose receives come from a pool that
+	// other links share (a shared receive queue) grants as the pool allows
+	// (RecvGranter), and RecvDepth is its first grant.
+	RecvGrant bool
 	// SpeakSecond: this end accepted the connection on a transport whose
 	// passive side must not send before the active side's first message
 	// arrived (iWARP's MPA, RFC 5044 and RFC 6581); the engine holds its

@@ -127,6 +127,10 @@ type PipeConfig struct {
 	// first request landed at this end fails the connection (ErrSpokeFirst),
 	// which is the worst an MPA peer may do with it.
 	RecvCredit, SpeakSecond bool
+	// RecvGrant is reported in Caps: both ends agreed on credit grants
+	// (a test's granting end implements link.RecvGranter around its Pipe
+	// end).
+	RecvGrant bool
 	// EarlyCompletion completes a signaled request when it is posted, not
 	// when it lands, as siw does once the kernel's TCP took the bytes: the
 	// sender may run ahead of the peer's receives, and a completion proves
@@ -223,6 +227,7 @@ func (e *Pipe) Caps() Caps {
 		Name:         "memory",
 		Transport:    "memory",
 		RecvCredit:   e.cfg.RecvCredit,
+		RecvGrant:    e.cfg.RecvGrant,
 		SpeakSecond:  e.cfg.SpeakSecond,
 	}
 }

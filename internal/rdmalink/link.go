@@ -213,6 +213,7 @@ func (l *Link) Established(features wire.Features, accepted bool) error {
 	}
 	l.notice = features&wire.FeatureWriteNotice != 0
 	l.caps.RecvCredit = features&wire.FeatureRecvCredit != 0
+	l.caps.RecvGrant = features&wire.FeatureRecvGrant != 0
 	l.caps.SpeakSecond = accepted && l.needs&wire.FeatureRecvCredit != 0
 	return nil
 }

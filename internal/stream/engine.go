@@ -233,7 +233,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, errors.New("stream: receive credit needs the ring and the peer's Hello")
 	}
 	var err error
-	if e.rc, err = newRecvCredit(cfg.Caps.RecvCredit, peerDepth, cfg.Caps.RecvDepth); err != nil {
+	if e.rc, err = newRecvCredit(cfg.Caps.RecvCredit, cfg.Caps.RecvGrant, peerDepth, cfg.Caps.RecvDepth); err != nil {
 		return nil, err
 	}
 	e.muted = cfg.Caps.SpeakSecond
@@ -334,7 +334,7 @@ func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
 	if caps.SendDepth < 1 || caps.ControlDepth < 1 {
 		return errors.New("stream: link without send or control slots")
 	}
-	rc, err := newRecvCredit(caps.RecvCredit, int(e.cfg.Peer.RecvDepth), caps.RecvDepth)
+	rc, err := newRecvCredit(caps.RecvCredit, caps.RecvGrant, int(e.cfg.Peer.RecvDepth), caps.RecvDepth)
 	if err != nil {
 		return err
 	}
@@ -781,7 +781,19 @@ func (e *Engine) Flush(l Poster) error {
 			e.Fail(err)
 			return err
 		}
-		if e.rc.postedAgain(n) {
+		g := n
+		if gr, ok := l.(link.RecvGranter); ok && e.rc.grants {
+			held := e.rc.outstanding(n)
+			if held < 0 {
+				// Its messages took receives of a pool that other links
+				// share: beyond its credit, they were other links'.
+				err := protocolErrorf("the peer sent %d messages beyond the credit it was granted", -held)
+				e.Fail(err)
+				return err
+			}
+			g = e.rc.grant(n, gr.Grant(held, n))
+		}
+		if e.rc.postedAgain(n, g) {
 			e.ctl.want |= wantCredit
 			e.flushControl()
 		}

@@ -29,6 +29,8 @@ func FuzzEngine(f *testing.F) {
 	f.Add(byte(0x87), []byte{4, 200, 5, 3, 7, 1, 7, 0x32, 0, 0x83, 0, 0x85, 7, 0})
 	// Rings that grow: data, a Ring offered, a RingAt.
 	f.Add(byte(0x0b), []byte{0, 3, 4, 200, 4, 200, 7, 3, 0, 0x86, 7, 3, 1, 10, 0, 0x87, 3, 200})
+	// Receive credit with grants: data both ways, Credits from the peer.
+	f.Add(byte(0x53), []byte{8, 1, 4, 100, 1, 9, 1, 9, 4, 100, 7, 3, 0, 0x8c, 4, 200, 1, 9})
 	f.Fuzz(func(t *testing.T, mode byte, ops []byte) {
 		features := wire.Features(mode) & (wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume)
 		if mode&0x80 != 0 && features&wire.FeatureResume != 0 {
@@ -49,10 +51,14 @@ func FuzzEngine(f *testing.F) {
 		if iwarp {
 			peer.RecvDepth += 8
 		}
+		// Bit 4, with receive credit: credit grants, this side's link
+		// granting what the input's first byte says (a quarter of what was
+		// taken per unit, from none to 63 times it).
+		grants := iwarp && mode&0x10 != 0
 		clk := &clock{now: time.Unix(0, 0)}
 		e, err := New(Config{
 			Features: features, Peer: peer, PeerHello: peer.Version != 0, Server: mode&4 != 0,
-			Caps:     link.Caps{SendDepth: 16, RecvDepth: 16, ControlDepth: 4, RecvCredit: iwarp, SpeakSecond: iwarp && mode&0x20 != 0},
+			Caps:     link.Caps{SendDepth: 16, RecvDepth: 16, ControlDepth: 4, RecvCredit: iwarp, RecvGrant: grants, SpeakSecond: iwarp && mode&0x20 != 0},
 			SendRing: make([]byte, ring), RecvRing: make([]byte, ring), RecvAddr: 1 << 20, RecvKey: 3,
 			KeepAlive: time.Second, Clock: clk.Now,
 			MaxSendRing: 4 * ring, MaxRecvRing: 4 * ring, ShrinkAfter: 3 * time.Second,
@@ -64,6 +70,9 @@ func FuzzEngine(f *testing.F) {
 		var poster Poster = r
 		if grows {
 			poster = ringRecorder{r}
+		}
+		if grants && len(ops) > 0 {
+			poster = fuzzGranter{ringRecorder{r}, int(ops[0] % 64)}
 		}
 		e.Start()
 		e.Flush(poster)
@@ -143,3 +152,12 @@ func FuzzEngine(f *testing.F) {
 		}
 	})
 }
+
+// fuzzGranter is a link with a receive pool that grants quarter times what
+// was taken (link.RecvGranter).
+type fuzzGranter struct {
+	ringRecorder
+	quarter int
+}
+
+func (g fuzzGranter) Grant(held, n int) int { return n * g.quarter / 4 }

@@ -25,8 +25,18 @@ import "github.com/rdmanet/sdk/internal/wire"
 // minRecvCreditDepth), so its Credit comes. If both sides are down to
 // their last credit, each spent it on a Credit reporting at least the
 // threshold, and each such Credit gives the other side room again.
+//
+// With grants (link.Caps.RecvGrant: both ends agreed on
+// wire.FeatureRecvGrant), a receiver whose receives come from a pool
+// shared with other links (a shared receive queue) decides how much
+// credit to give back for the receives the peer's messages took: more to a
+// link that streams, less when the pool is short (link.RecvGranter). Its
+// Hello's RecvDepth is its first grant, and it never leaves the peer less
+// than that, so the argument above holds with that depth. The sender then
+// takes reports beyond the messages it sent, up to maxGranted.
 type recvCredit struct {
-	on bool
+	on     bool
+	grants bool
 
 	// Sending: the peer's receives at the start of the link, the messages
 	// this side sent on it, and the peer's reported running total of
@@ -35,12 +45,20 @@ type recvCredit struct {
 	sent      uint64
 	peerAgain uint64
 
-	// Receiving: receives this side posted again on the link, how many of
-	// them the last Credit reported, and how many make a Credit due.
+	// Receiving: credit this side gave back on the link (receives posted
+	// again, or granted), how many of them the last Credit reported, and
+	// how many make a Credit due; with grants, the first grant (ownDepth)
+	// and the receives the peer's messages took.
 	again    uint64
 	reported uint64
 	every    uint64
+	first    uint64
+	took     uint64
 }
+
+// maxGranted is the most credit a granting peer may give: a Hello's depth
+// could say no more.
+const maxGranted = 1<<16 - 1
 
 // recvCreditReserve is how many of the peer's receives data leaves to
 // control messages: one for Credit, two for a keepalive and a Shutdown.
@@ -50,15 +68,18 @@ const recvCreditReserve = 3
 // with receive credit: below it the reserve and the threshold do not fit.
 const minRecvCreditDepth = 8
 
-func newRecvCredit(on bool, peerDepth, ownDepth int) (recvCredit, error) {
+func newRecvCredit(on, grants bool, peerDepth, ownDepth int) (recvCredit, error) {
 	if !on {
+		if grants {
+			return recvCredit{}, protocolErrorf("receive credit grants without receive credit")
+		}
 		return recvCredit{}, nil
 	}
 	if peerDepth < minRecvCreditDepth || ownDepth < minRecvCreditDepth {
 		return recvCredit{}, protocolErrorf("receive credit with %d receives posted here and %d at the peer, want at least %d each",
 			ownDepth, peerDepth, minRecvCreditDepth)
 	}
-	return recvCredit{on: true, peerDepth: uint64(peerDepth), every: uint64(max(ownDepth/4, 2))}, nil
+	return recvCredit{on: true, grants: grants, peerDepth: uint64(peerDepth), every: uint64(max(ownDepth/4, 2)), first: uint64(ownDepth)}, nil
 }
 
 // available is how many messages may be sent now.
@@ -96,7 +117,11 @@ func (c *recvCredit) peerReport(total uint32) error {
 		return nil
 	}
 	delta := uint64(total - uint32(c.peerAgain))
-	if delta > 1<<31 || c.peerAgain+delta > c.sent {
+	ahead := uint64(0) // what a granting peer may give beyond the messages sent
+	if c.grants {
+		ahead = maxGranted - c.peerDepth
+	}
+	if delta > 1<<31 || c.peerAgain+delta > c.sent+ahead {
 		return protocolErrorf("receive credit for %d receives posted again, %d reported before, %d messages sent",
 			total, uint32(c.peerAgain), c.sent)
 	}
@@ -104,14 +129,37 @@ func (c *recvCredit) peerReport(total uint32) error {
 	return nil
 }
 
-// postedAgain records n receives posted again and reports whether a
-// Credit is due.
-func (c *recvCredit) postedAgain(n int) bool {
+// outstanding is the credit the peer holds now, by this side's count: its
+// first grant and what was given back since, less the receives its
+// messages took (n of them just now, not given back yet).
+func (c *recvCredit) outstanding(n int) int {
+	return int(c.first + c.again - c.took - uint64(n))
+}
+
+// grant is how much credit to give back for n receives the peer's messages
+// took, with want the pool's answer (link.RecvGranter): never so little
+// that the peer is left less than its first grant, nor so much that it
+// holds more than maxGranted.
+func (c *recvCredit) grant(n, want int) int {
+	held := c.outstanding(n)
+	return min(max(want, int(c.first)-held, 0), maxGranted-held)
+}
+
+// postedAgain records that n receives the peer's messages took were
+// posted again, and credit for g of them given back (g is n but with
+// grants), and reports whether a Credit is due: with grants, once a
+// quarter of what the peer holds is unreported.
+func (c *recvCredit) postedAgain(n, g int) bool {
 	if !c.on {
 		return false
 	}
-	c.again += uint64(n)
-	return c.again-c.reported >= c.every
+	c.took += uint64(n)
+	c.again += uint64(g)
+	every := c.every
+	if c.grants {
+		every = uint64(max(c.outstanding(0)/4, 2))
+	}
+	return c.again-c.reported >= every
 }
 
 // stamp puts the running total into a Credit about to go.

@@ -167,3 +167,138 @@ func TestEngineRecvCreditLiveness(t *testing.T) {
 		t.Fatalf("after %v without a word from the peer: %v, want a dead path", 2*ka, e.Err())
 	}
 }
+
+// granter is a test's link with a receive pool: Grant answers what give
+// says, and records what it was asked.
+type granter struct {
+	*recorder
+	give  func(held, n int) int
+	asked [][2]int
+}
+
+func (g *granter) Grant(held, n int) int {
+	g.asked = append(g.asked, [2]int{held, n})
+	return g.give(held, n)
+}
+
+// newGrantingEngine is newIWARPEngine's engine with credit grants agreed,
+// a first grant of first, on a link that grants as give says.
+func newGrantingEngine(t *testing.T, first int, give func(held, n int) int) (*Engine, *granter) {
+	t.Helper()
+	const ring = 64 << 10
+	e, err := New(Config{
+		Features: wire.FeatureRing | wire.FeatureShutdown, PeerHello: true,
+		Peer:     wire.Hello{Version: 1, Features: wire.FeatureRing | wire.FeatureShutdown, RecvDepth: 16, RingSize: ring},
+		Caps:     link.Caps{SendDepth: 64, RecvDepth: first, ControlDepth: 4, RecvCredit: true, RecvGrant: true},
+		SendRing: make([]byte, ring), RecvRing: make([]byte, ring), RecvAddr: 0x1000, RecvKey: 7,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &granter{recorder: &recorder{}, give: give}
+	e.Start()
+	e.Flush(g)
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: ring, RKey: 9})
+	e.Flush(g)
+	return e, g
+}
+
+// credits are the Receives of the Credits posted since the last look.
+func credits(e *Engine, g *granter) []uint32 {
+	var out []uint32
+	for _, wr := range g.sent {
+		if m, _ := wire.Decode(wr.Msg[:], true); wr.Kind == link.SendControl && m.Op == wire.OpCredit {
+			out = append(out, m.Receives)
+		}
+	}
+	completeAll(e, g.recorder)
+	return out
+}
+
+// TestEngineRecvGrant: a receiver whose link grants (link.RecvGranter)
+// gives back what the pool says, with the peer's credit never under the
+// first grant nor over maxGranted, and says so in its Credits.
+func TestEngineRecvGrant(t *testing.T) {
+	const first = 8
+	arrive := func(e *Engine, g *granter, n int) {
+		for range n {
+			e.Handle(&link.Completion{Kind: link.DataArrived, N: 1})
+		}
+		e.AfterCompletions()
+		e.Flush(g)
+	}
+	// A pool with room doubles what a streaming link took. The
+	// announcement took the first receive: 2 given back, the peer holds 9.
+	e, g := newGrantingEngine(t, first, func(held, n int) int { return 2 * n })
+	if got := credits(e, g); len(got) != 1 || got[0] != 2 {
+		t.Fatalf("Credits %v after the announcement, want [2]", got)
+	}
+	arrive(e, g, 4)
+	if got := credits(e, g); len(got) != 1 || got[0] != 2+8 {
+		t.Fatalf("Credits %v after 4 receives taken and 8 granted, want [10]", got)
+	}
+	if last := g.asked[len(g.asked)-1]; last != [2]int{9 - 4, 4} {
+		t.Fatalf("Grant asked with held %d, n %d; want 5 and 4", last[0], last[1])
+	}
+	// The pool is short: it gives nothing back, but the peer keeps its
+	// first grant. It held 13; 12 taken leave 1, and 7 go back.
+	g.give = func(held, n int) int { return 0 }
+	arrive(e, g, 12)
+	if got := credits(e, g); len(got) != 1 || got[0] != 10+7 {
+		t.Fatalf("Credits %v after 12 taken from 13 with a pool that gives nothing, want [17] (back to the first grant of %d)", got, first)
+	}
+	// A pool that would give past maxGranted gives up to it: the peer held
+	// 8, 1 taken leaves 7.
+	g.give = func(held, n int) int { return 1 << 20 }
+	arrive(e, g, 1)
+	if got := credits(e, g); len(got) != 1 || got[0] != 17+maxGranted-7 {
+		t.Fatalf("Credits %v from a pool giving 2^20, want %d: the peer held at %d", got, 17+maxGranted-7, maxGranted)
+	}
+	if e.Err() != nil {
+		t.Fatal(e.Err())
+	}
+
+	// A peer that sends beyond what it holds takes other links' receives.
+	e, g = newGrantingEngine(t, first, func(held, n int) int { return n })
+	credits(e, g)
+	arrive(e, g, first+1)
+	if !errors.Is(e.Err(), wire.ErrProtocol) {
+		t.Fatalf("%d messages on a credit of %d: %v, want a protocol error", first+1, first, e.Err())
+	}
+}
+
+// TestEngineTakesGrants: with grants agreed, a peer's Credit may give more
+// than this side's messages took, up to maxGranted held; without them, or
+// beyond it, that is a protocol error.
+func TestEngineTakesGrants(t *testing.T) {
+	e, g := newGrantingEngine(t, 8, func(held, n int) int { return n })
+	buf := make([]byte, 100)
+	for range 100 {
+		e.Write(buf)
+		e.Flush(g)
+		completeAll(e, g.recorder)
+	}
+	if e.Writable() {
+		t.Fatal("Writable with no credit from the peer")
+	}
+	// 16 receives at the peer, 13 messages sent: a grant of 100 beyond
+	// them.
+	control(e, wire.Message{Op: wire.OpCredit, Receives: 13 + 100})
+	e.Flush(g)
+	if e.Err() != nil || !e.Writable() {
+		t.Fatalf("after a grant beyond the messages sent: writable %v, %v", e.Writable(), e.Err())
+	}
+	control(e, wire.Message{Op: wire.OpCredit, Receives: maxGranted + 50})
+	if !errors.Is(e.Err(), wire.ErrProtocol) {
+		t.Fatalf("a grant past %d held: %v, want a protocol error", maxGranted, e.Err())
+	}
+
+	// Without grants, the same first Credit is hostile.
+	e, r, _ := newIWARPEngine(t, 16, false, 0)
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: 64 << 10, RKey: 9})
+	e.Flush(r)
+	control(e, wire.Message{Op: wire.OpCredit, Receives: 100})
+	if !errors.Is(e.Err(), wire.ErrProtocol) {
+		t.Fatalf("credit beyond the messages sent without grants: %v, want a protocol error", e.Err())
+	}
+}

@@ -90,11 +90,19 @@ const (
 	// traffic"). The Hello's RingSize is the first ring's size. It needs
 	// FeatureRing, and is not offered with FeatureResume yet.
 	FeatureGrow
+	// FeatureRecvGrant: with FeatureRecvCredit, a receiver may give back
+	// more credit than the receives the peer's messages took, or less: a
+	// receiver whose receives come from a pool shared by many connections
+	// (a shared receive queue) grants them as the pool allows, and its
+	// Hello's RecvDepth is its first grant, which it never takes back. A
+	// Credit's Receives may then run ahead of the messages sent (the
+	// credit held stays under 65,536). A property of one link.
+	FeatureRecvGrant
 )
 
 // LinkFeatures are the features that belong to one link rather than to the
 // stream: a session's links may differ in them.
-const LinkFeatures = FeatureWriteNotice | FeatureRecvCredit
+const LinkFeatures = FeatureWriteNotice | FeatureRecvCredit | FeatureRecvGrant
 
 // HelloVersion is the version this package speaks.
 const HelloVersion = 1
@@ -112,11 +120,13 @@ const (
 )
 
 // Flags in byte 9: the connect resumes the Hello's session (sessions only);
-// the sender needs FeatureWriteNotice; it needs FeatureRecvCredit.
+// the sender needs FeatureWriteNotice; it needs FeatureRecvCredit; it
+// needs FeatureRecvGrant.
 const (
 	helloFlagResume     = 1
 	helloFlagNeedNotice = 2
 	helloFlagNeedCredit = 4
+	helloFlagNeedGrant  = 8
 )
 
 // Encode returns h in wire format.
@@ -137,6 +147,9 @@ func (h Hello) Encode() []byte {
 	}
 	if h.Needs&FeatureRecvCredit != 0 {
 		b[9] |= helloFlagNeedCredit
+	}
+	if h.Needs&FeatureRecvGrant != 0 {
+		b[9] |= helloFlagNeedGrant
 	}
 	if size == SessionHelloSize {
 		if h.Resume {
@@ -190,11 +203,17 @@ func DecodeHello(data []byte) (h Hello, ok bool, err error) {
 	if data[9]&helloFlagNeedCredit != 0 {
 		h.Needs |= FeatureRecvCredit
 	}
+	if data[9]&helloFlagNeedGrant != 0 {
+		h.Needs |= FeatureRecvGrant
+	}
 	if h.Needs&^h.Features != 0 {
 		return Hello{}, false, protocolErrorf("hello needing features %#x it does not offer (%#x)", uint32(h.Needs), uint32(h.Features))
 	}
 	if h.Features&FeatureRecvCredit != 0 && h.Features&FeatureRing == 0 {
 		return Hello{}, false, protocolErrorf("hello offering receive credit without the ring")
+	}
+	if h.Features&FeatureRecvGrant != 0 && h.Features&FeatureRecvCredit == 0 {
+		return Hello{}, false, protocolErrorf("hello offering credit grants without receive credit")
 	}
 	if h.Features&FeatureGrow != 0 && h.Features&FeatureRing == 0 {
 		return Hello{}, false, protocolErrorf("hello offering ring growth without the ring")

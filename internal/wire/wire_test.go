@@ -174,8 +174,9 @@ func TestLinkFeatureHello(t *testing.T) {
 	if FeatureWriteNotice != 8 || FeatureRecvCredit != 16 {
 		t.Fatalf("feature bits moved: write notice %d, receive credit %d", FeatureWriteNotice, FeatureRecvCredit)
 	}
-	h := Hello{Version: HelloVersion, Features: FeatureRing | FeatureShutdown | LinkFeatures, RecvDepth: 256, RingSize: 1 << 18,
-		Needs: LinkFeatures}
+	iwarp := FeatureWriteNotice | FeatureRecvCredit
+	h := Hello{Version: HelloVersion, Features: FeatureRing | FeatureShutdown | iwarp, RecvDepth: 256, RingSize: 1 << 18,
+		Needs: iwarp}
 	b := h.Encode()
 	want := unhex(t, "72646d616e657400 01 06 0000001b 0100 00040000")
 	if string(b) != string(want) {
@@ -184,6 +185,17 @@ func TestLinkFeatureHello(t *testing.T) {
 	got, ok, err := DecodeHello(b)
 	if err != nil || !ok || got != h {
 		t.Fatalf("DecodeHello = %+v, %v, %v", got, ok, err)
+	}
+	// A receiver on a shared receive queue: it offers every link feature
+	// and needs credit and grants (feature 128, byte 9's bit 8), from a
+	// first grant of 8.
+	grant := Hello{Version: HelloVersion, Features: FeatureRing | FeatureShutdown | LinkFeatures, RecvDepth: 8, RingSize: 1 << 18,
+		Needs: FeatureRecvCredit | FeatureRecvGrant}
+	if b, want := grant.Encode(), unhex(t, "72646d616e657400 01 0c 0000009b 0008 00040000"); string(b) != string(want) {
+		t.Fatalf("a granting hello encodes as % x, want % x", b, want)
+	}
+	if got, ok, err := DecodeHello(grant.Encode()); err != nil || !ok || got != grant {
+		t.Fatalf("a granting hello: DecodeHello = %+v, %v, %v", got, ok, err)
 	}
 	// With a session too: the flags share byte 9 with resume.
 	h.Features |= FeatureResume
@@ -195,6 +207,7 @@ func TestLinkFeatureHello(t *testing.T) {
 	bad := map[string]Hello{
 		"needs what it does not offer": {Version: 1, Features: FeatureRing, RecvDepth: 8, RingSize: 1, Needs: FeatureWriteNotice},
 		"credit without the ring":      {Version: 1, Features: FeatureRecvCredit, RecvDepth: 8, RingSize: 1},
+		"grants without credit":        {Version: 1, Features: FeatureRing | FeatureRecvGrant, RecvDepth: 8, RingSize: 1},
 	}
 	for name, h := range bad {
 		if _, ok, err := DecodeHello(h.Encode()); ok || !errors.Is(err, ErrProtocol) {
