@@ -56,7 +56,9 @@ type Pipe struct {
 	disconnecting bool // Disconnect was called: later requests are flushed
 
 	heard      bool // a request of the peer's landed here (SpeakSecond)
-	recvPosted int  // receives posted now
+	recvPosted int  // receives posted now (without a RecvPool)
+	held       int  // with a RecvPool: the credit the peer holds (Grant)
+	taken      int  // with a RecvPool: receives the peer's messages took, not posted again
 	withheld   int  // receives PostRecv accepted while StopReposting
 	stopRepost bool // StopReposting(true)
 
@@ -127,10 +129,12 @@ type PipeConfig struct {
 	// first request landed at this end fails the connection (ErrSpokeFirst),
 	// which is the worst an MPA peer may do with it.
 	RecvCredit, SpeakSecond bool
-	// RecvGrant is reported in Caps: both ends agreed on credit grants
-	// (a test's granting end implements link.RecvGranter around its Pipe
-	// end).
+	// RecvGrant is reported in Caps: both ends agreed on credit grants.
 	RecvGrant bool
+	// RecvPool, when set, is where the peer's messages to this end take
+	// their receives (recvpool.go): RecvDepth is then the end's first
+	// grant, and it needs RecvCredit and RecvGrant.
+	RecvPool *RecvPool
 	// EarlyCompletion completes a signaled request when it is posted, not
 	// when it lands, as siw does once the kernel's TCP took the bytes: the
 	// sender may run ahead of the peer's receives, and a completion proves
@@ -195,6 +199,9 @@ func newEnd(p *pair, cfg PipeConfig) *Pipe {
 		// A test's own mistake, not the engine's: fail loudly.
 		panic(fmt.Sprintf("link: NewPipe: negative value in %+v", cfg))
 	}
+	if cfg.RecvPool != nil && (!cfg.RecvCredit || !cfg.RecvGrant) {
+		panic("link: NewPipe: a RecvPool without RecvCredit and RecvGrant")
+	}
 	// The id only labels the end: its address, and where its ring seems to be.
 	id := endCount.Add(1) & 0xff_ffff
 	e := &Pipe{
@@ -213,9 +220,52 @@ func newEnd(p *pair, cfg PipeConfig) *Pipe {
 	if e.recv == nil {
 		e.recv = make([]byte, cfg.RecvRing)
 	}
+	if pool := cfg.RecvPool; pool != nil {
+		e.recvPosted, e.held = 0, cfg.RecvDepth
+		pool.join(cfg.RecvDepth)
+	}
 	e.cond.L = &p.mu
 	return e
 }
+
+var _ RecvGranter = (*Pipe)(nil)
+
+// Grant is the credit this end gives for n receives the peer's messages
+// took (RecvGranter): without a RecvPool, the n posted again; with one,
+// what the pool has for it.
+func (e *Pipe) Grant(held, n int) int {
+	e.pair.mu.Lock()
+	defer e.pair.mu.Unlock()
+	pool := e.cfg.RecvPool
+	if pool == nil || e.closed {
+		return n
+	}
+	g := pool.grant(held, n, e.cfg.RecvDepth)
+	e.held = held + g
+	return g
+}
+
+// takeRecv takes a receive at this end for a message landing, or reports
+// that none is posted.
+func (e *Pipe) takeRecv() bool {
+	if pool := e.cfg.RecvPool; pool != nil {
+		if !pool.take() {
+			return false
+		}
+		e.taken++
+		return true
+	}
+	if e.recvPosted == 0 {
+		return false
+	}
+	e.recvPosted--
+	return true
+}
+
+// poolRetry is how long a message that found a RecvPool dry waits before
+// it tries again, as a receiver-not-ready timer (the pool's PostRecv is
+// another pipe's, and cannot wake this one).
+const poolRetry = time.Millisecond
 
 // Caps returns the configured depths; nothing is sent inline, and the name
 // is "memory".
@@ -323,6 +373,13 @@ func (e *Pipe) PostRecv(n int) error {
 	}
 	if n < 0 {
 		return misuse("PostRecv(%d)", n)
+	}
+	if pool := e.cfg.RecvPool; pool != nil {
+		if n > e.taken {
+			return misuse("PostRecv: %d to post again, %d taken from the pool", n, e.taken)
+		}
+		e.taken -= n
+		return pool.post(n)
 	}
 	// Withheld receives count: the caller believes they are posted.
 	if posted := e.recvPosted + e.withheld; posted+n > e.cfg.RecvDepth {
@@ -483,6 +540,12 @@ func (e *Pipe) Close() error {
 	if d := e.cfg.Device; d != nil {
 		d.remove(e, len(e.cq))
 	}
+	if pool := e.cfg.RecvPool; pool != nil {
+		// The receives its peer's messages took go back with it, as an
+		// application posts its buffers again when a queue pair goes.
+		pool.leave(e.held)
+		pool.post(e.taken)
+	}
 	if !e.pair.over && !e.pair.silent {
 		e.pair.shut(e, Completion{}, Completion{Kind: Disconnected})
 	}
@@ -526,7 +589,7 @@ func (e *Pipe) land(now bool) {
 				return
 			}
 		}
-		if r.wr.Kind != SendMarker && t.recvPosted == 0 {
+		if r.wr.Kind != SendMarker && !t.takeRecv() {
 			if e.cfg.RNRRetry == 0 {
 				e.failRequest(r, ErrRNR)
 				return
@@ -534,6 +597,9 @@ func (e *Pipe) land(now bool) {
 			if !r.waited {
 				r.waited = true
 				e.stats.RNRWaits++
+			}
+			if t.cfg.RecvPool != nil {
+				e.armTimer(time.Now().Add(poolRetry))
 			}
 			return // PostRecv at the peer pumps again
 		}
@@ -546,11 +612,9 @@ func (e *Pipe) land(now bool) {
 			} else {
 				copy(dst, e.send[r.wr.Off:r.wr.Off+r.wr.N])
 			}
-			t.recvPosted--
 			t.push(Completion{Kind: DataArrived, N: r.wr.N}, 0)
 			e.stats.BytesLanded += uint64(r.wr.N)
 		case SendControl:
-			t.recvPosted--
 			t.push(Completion{Kind: ControlArrived, Msg: r.wr.Msg}, 0)
 		}
 		if r.wr.Signaled && !e.cfg.EarlyCompletion {
