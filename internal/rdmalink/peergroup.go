@@ -40,14 +40,19 @@ type peerGroup struct {
 var pathEpoch = time.Now()
 
 // progressed sets the group's sent (a send completed) or heard (a message
-// arrived) to now. A group of nil (a test's link) records nothing.
+// arrived) to now. A group of nil (a test's link) records nothing. A time
+// less than a millisecond old stays: the links of a busy group do not all
+// write the same word on every poll.
 func (g *peerGroup) progressed(sent bool) {
-	switch {
-	case g == nil:
-	case sent:
-		g.sent.Store(int64(time.Since(pathEpoch)))
-	default:
-		g.heard.Store(int64(time.Since(pathEpoch)))
+	if g == nil {
+		return
+	}
+	t := &g.heard
+	if sent {
+		t = &g.sent
+	}
+	if now := int64(time.Since(pathEpoch)); now-t.Load() >= int64(time.Millisecond) {
+		t.Store(now)
 	}
 }
 
