@@ -437,10 +437,11 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	// The first connection's link knows of the last echo: its path (the
-	// device and the peer) is every connection's, and a connection's wait
-	// counts as a dead path only while the path makes no progress either.
-	if _, heard, ok := rdmanet.PathProgress(clients[0].(*rdmanet.Conn)); !ok || heard.Before(latest.write) {
+	// The first connection's link knows of the last echo (to the
+	// millisecond it is kept to): its path (the device and the peer) is
+	// every connection's, and a connection's wait counts as a dead path
+	// only while the path makes no progress either.
+	if _, heard, ok := rdmanet.PathProgress(clients[0].(*rdmanet.Conn)); !ok || heard.Before(latest.write.Add(-time.Millisecond)) {
 		t.Errorf("the first connection's path last heard from the peer at %v (known: %v), before the last echo began (%v)", heard, ok, latest.write)
 	}
 	open := openFDs(t)
