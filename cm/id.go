@@ -527,6 +527,10 @@ type QPConfig struct {
 	SendCQ, RecvCQ *verbs.CQ
 	Cap            verbs.QPCap // requested; the QP reports the actual sizes
 	SignalAll      bool        // every send completes with a completion entry
+	// SRQ, if set, is where the queue pair's receives come from (its own
+	// receive queue is not made: Cap's receive sizes are ignored). It must
+	// be in the same protection domain.
+	SRQ *verbs.SRQ
 }
 
 // CreateQP creates the ID's reliable-connected queue pair in pd, which must
@@ -539,7 +543,11 @@ func (id *ID) CreateQP(pd *verbs.PD, cfg QPConfig) (*verbs.QP, error) {
 	if id.qp != nil {
 		return nil, fmt.Errorf("cm: ID already has a queue pair")
 	}
-	raw, got, err := rdmacore.CreateQP(id.raw, pd.Raw(), cqRaw(cfg.SendCQ), cqRaw(cfg.RecvCQ), cfg.Cap, cfg.SignalAll)
+	var srq rdmacore.SRQ
+	if cfg.SRQ != nil {
+		srq = cfg.SRQ.Raw()
+	}
+	raw, got, err := rdmacore.CreateQP(id.raw, pd.Raw(), cqRaw(cfg.SendCQ), cqRaw(cfg.RecvCQ), srq, cfg.Cap, cfg.SignalAll)
 	if err != nil {
 		return nil, err
 	}

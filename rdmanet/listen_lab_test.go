@@ -195,7 +195,7 @@ func stalledRequest(t *testing.T, src netip.Addr, dst netip.AddrPort) {
 	if cq, err = dev.NewCQ(8, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := rdmacore.CreateQP(id, pd.Raw(), cq.Raw(), cq.Raw(), verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}, false); err != nil {
+	if _, _, err := rdmacore.CreateQP(id, pd.Raw(), cq.Raw(), cq.Raw(), nil, verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}, false); err != nil {
 		t.Fatal(err)
 	}
 	qp = true

@@ -92,10 +92,11 @@ func (t AsyncEventType) IsPort() bool {
 // (*CQ).Raw()); the objects may be gone by the time it is read.
 type AsyncEvent struct {
 	Type  AsyncEventType
-	Port  uint8       // port events
-	QPNum uint32      // queue pair events
-	QP    rdmacore.QP // queue pair events
-	CQ    rdmacore.CQ // CQ_ERR's CQ; a queue pair event's send CQ
+	Port  uint8        // port events
+	QPNum uint32       // queue pair events
+	QP    rdmacore.QP  // queue pair events
+	CQ    rdmacore.CQ  // CQ_ERR's CQ; a queue pair event's send CQ
+	SRQ   rdmacore.SRQ // SRQ events' queue (compare with (*SRQ).Raw())
 }
 
 func (e AsyncEvent) String() string {
@@ -159,7 +160,7 @@ func (a *AsyncEvents) read() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	a.got = AsyncEvent{Type: AsyncEventType(ev.Type), Port: ev.Port, QPNum: ev.QPNum, QP: ev.QP, CQ: ev.CQ}
+	a.got = AsyncEvent{Type: AsyncEventType(ev.Type), Port: ev.Port, QPNum: ev.QPNum, QP: ev.QP, CQ: ev.CQ, SRQ: ev.SRQ}
 	return true, nil
 }
 

@@ -52,12 +52,12 @@ func Available() error { return rdmacore.Load() }
 // live counts every object this package created and has not yet closed, so
 // tests and operators can see leaks (Resources).
 var live struct {
-	contexts, pds, mrs, cqs, channels, qps, buffers atomic.Int64
+	contexts, pds, mrs, cqs, channels, qps, srqs, buffers atomic.Int64
 }
 
 // ResourceCounts is the number of live objects of each kind.
 type ResourceCounts struct {
-	Contexts, PDs, MRs, CQs, CompChannels, QPs, Buffers int64
+	Contexts, PDs, MRs, CQs, CompChannels, QPs, SRQs, Buffers int64
 }
 
 // Resources returns how many objects of each kind are open in this process.
@@ -70,6 +70,7 @@ func Resources() ResourceCounts {
 		CQs:          live.cqs.Load(),
 		CompChannels: live.channels.Load(),
 		QPs:          live.qps.Load(),
+		SRQs:         live.srqs.Load(),
 		Buffers:      live.buffers.Load(),
 	}
 }

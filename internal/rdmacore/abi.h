@@ -28,17 +28,21 @@ struct rn_ibv_device {                // allocated by libibverbs
 struct rn_ibv_context;
 struct rn_ibv_cq;
 struct rn_ibv_qp;
+struct rn_ibv_srq;
 struct rn_ibv_wc;
 struct rn_ibv_send_wr;
 struct rn_ibv_recv_wr;
 
-// The inline verbs (ibv_poll_cq, ibv_req_notify_cq, ibv_post_send, ibv_post_recv)
-// are static functions in verbs.h that call through this table.
+// The inline verbs (ibv_poll_cq, ibv_req_notify_cq, ibv_post_srq_recv,
+// ibv_post_send, ibv_post_recv) are static functions in verbs.h that call
+// through this table.
 struct rn_ibv_context_ops {
 	void *_before_poll_cq[11];
 	int (*poll_cq)(struct rn_ibv_cq *cq, int num_entries, struct rn_ibv_wc *wc);
 	int (*req_notify_cq)(struct rn_ibv_cq *cq, int solicited_only);
-	void *_before_post_send[12];
+	void *_before_post_srq_recv[7];
+	int (*post_srq_recv)(struct rn_ibv_srq *srq, struct rn_ibv_recv_wr *wr, struct rn_ibv_recv_wr **bad_wr);
+	void *_before_post_send[4];
 	int (*post_send)(struct rn_ibv_qp *qp, struct rn_ibv_send_wr *wr, struct rn_ibv_send_wr **bad_wr);
 	int (*post_recv)(struct rn_ibv_qp *qp, struct rn_ibv_recv_wr *wr, struct rn_ibv_recv_wr **bad_wr);
 	void *_after_post_recv[5];
@@ -78,6 +82,28 @@ struct rn_ibv_qp {                    // allocated by libibverbs
 	int state;
 	int qp_type;
 };
+
+struct rn_ibv_srq {                   // allocated by libibverbs
+	struct rn_ibv_context *context;
+	void *srq_context;
+	void *pd;
+	uint32_t handle;
+};
+
+struct rn_ibv_srq_attr {
+	uint32_t max_wr;
+	uint32_t max_sge;
+	uint32_t srq_limit;
+};
+
+struct rn_ibv_srq_init_attr {
+	void *srq_context;
+	struct rn_ibv_srq_attr attr;
+};
+
+// enum ibv_srq_attr_mask
+#define RN_IBV_SRQ_MAX_WR 1
+#define RN_IBV_SRQ_LIMIT 2
 
 struct rn_ibv_mr {                    // allocated by libibverbs
 	struct rn_ibv_context *context;

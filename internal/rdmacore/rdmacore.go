@@ -169,6 +169,7 @@ type (
 	CompChannel  unsafe.Pointer // struct ibv_comp_channel *
 	CQ           unsafe.Pointer // struct ibv_cq *
 	QP           unsafe.Pointer // struct ibv_qp *
+	SRQ          unsafe.Pointer // struct ibv_srq *
 	EventChannel unsafe.Pointer // struct rdma_event_channel *
 	CMID         unsafe.Pointer // struct rdma_cm_id *
 )
@@ -302,7 +303,7 @@ type AsyncEvent struct {
 	QPNum uint32
 	CQ    CQ
 	QP    QP
-	SRQ   unsafe.Pointer
+	SRQ   SRQ
 }
 
 // Sockaddr is a struct sockaddr_storage as Linux lays it out.

@@ -298,6 +298,48 @@ func PostRecv(qp QP, reqs []RecvReq) (int, error) {
 	return posted, nil
 }
 
+// ---- shared receive queues -------------------------------------------------
+
+// CreateSRQ creates a shared receive queue in pd for maxWR receives of one
+// SGE each, armed to raise SRQ_LIMIT_REACHED below limit receives (0: not
+// armed), and returns it with the size the provider gave it.
+func CreateSRQ(pd PD, maxWR, limit int) (SRQ, int, error) {
+	wr := C.uint32_t(maxWR)
+	srq, err := C.rn_create_srq(unsafe.Pointer(pd), &wr, C.uint32_t(limit))
+	if srq == nil {
+		return nil, 0, callError("ibv_create_srq", errnoOf(err))
+	}
+	return SRQ(srq), int(wr), nil
+}
+
+// ArmSRQ sets srq's limit (ibv_modify_srq with IBV_SRQ_LIMIT).
+func ArmSRQ(srq SRQ, limit int) error {
+	if rc := C.rn_arm_srq((*C.struct_rn_ibv_srq)(srq), C.uint32_t(limit)); rc != 0 {
+		return callError("ibv_modify_srq", syscall.Errno(rc))
+	}
+	return nil
+}
+
+func DestroySRQ(srq SRQ) error {
+	if rc := C.rn_destroy_srq((*C.struct_rn_ibv_srq)(srq)); rc != 0 {
+		return callError("ibv_destroy_srq", syscall.Errno(rc))
+	}
+	return nil
+}
+
+// PostSRQRecv is PostRecv for a shared receive queue.
+func PostSRQRecv(srq SRQ, reqs []RecvReq) (int, error) {
+	if len(reqs) == 0 {
+		return 0, nil
+	}
+	r := C.rn_post_srq_recv((*C.struct_rn_ibv_srq)(srq), (*C.struct_rn_recv_req)(unsafe.Pointer(&reqs[0])), C.int(len(reqs)))
+	posted, rc := int(uint32(r)), syscall.Errno(r>>32)
+	if rc != 0 {
+		return posted, callError("ibv_post_srq_recv", rc)
+	}
+	return posted, nil
+}
+
 // ---- rdma_cm ---------------------------------------------------------------
 
 // CreateEventChannel returns the channel and its file descriptor.
@@ -418,8 +460,9 @@ func GetCMEvent(ch EventChannel) (CMEvent, error) {
 }
 
 // CreateQP creates an RC queue pair on id (rdma_create_qp) and returns it with
-// the actual capacities.
-func CreateQP(id CMID, pd PD, sendCQ, recvCQ CQ, want QPCap, signalAll bool) (QP, QPCap, error) {
+// the actual capacities. With srq, its receives come from the shared queue
+// (want.MaxRecvWR is ignored).
+func CreateQP(id CMID, pd PD, sendCQ, recvCQ CQ, srq SRQ, want QPCap, signalAll bool) (QP, QPCap, error) {
 	c := C.struct_rn_ibv_qp_cap{
 		max_send_wr:     C.uint32_t(want.MaxSendWR),
 		max_recv_wr:     C.uint32_t(want.MaxRecvWR),
@@ -431,7 +474,10 @@ func CreateQP(id CMID, pd PD, sendCQ, recvCQ CQ, want QPCap, signalAll bool) (QP
 	if signalAll {
 		all = 1
 	}
-	rc, err := C.rn_create_qp((*C.struct_rn_rdma_cm_id)(id), unsafe.Pointer(pd), (*C.struct_rn_ibv_cq)(sendCQ), (*C.struct_rn_ibv_cq)(recvCQ), &c, all)
+	if srq != nil {
+		c.max_recv_wr, c.max_recv_sge = 0, 0
+	}
+	rc, err := C.rn_create_qp((*C.struct_rn_rdma_cm_id)(id), unsafe.Pointer(pd), (*C.struct_rn_ibv_cq)(sendCQ), (*C.struct_rn_ibv_cq)(recvCQ), (*C.struct_rn_ibv_srq)(srq), &c, all)
 	if rc != 0 {
 		return nil, QPCap{}, callError("rdma_create_qp", errnoOf(err))
 	}
@@ -499,6 +545,6 @@ func GetAsyncEvent(ctx Context) (AsyncEvent, error) {
 		QPNum: uint32(out.qp_num),
 		CQ:    CQ(out.cq),
 		QP:    QP(out.qp),
-		SRQ:   unsafe.Pointer(out.srq),
+		SRQ:   SRQ(out.srq),
 	}, nil
 }

@@ -48,7 +48,11 @@ func Reject(CMID, []byte) error                                { return ErrNotSu
 func Disconnect(CMID) error                                    { return ErrNotSupported }
 func MigrateID(CMID, EventChannel) error                       { return ErrNotSupported }
 func GetCMEvent(EventChannel) (CMEvent, error)                 { return CMEvent{}, ErrNotSupported }
-func CreateQP(CMID, PD, CQ, CQ, QPCap, bool) (QP, QPCap, error) {
+func CreateSRQ(PD, int, int) (SRQ, int, error)                 { return nil, 0, ErrNotSupported }
+func ArmSRQ(SRQ, int) error                                    { return ErrNotSupported }
+func DestroySRQ(SRQ) error                                     { return ErrNotSupported }
+func PostSRQRecv(SRQ, []RecvReq) (int, error)                  { return 0, ErrNotSupported }
+func CreateQP(CMID, PD, CQ, CQ, SRQ, QPCap, bool) (QP, QPCap, error) {
 	return nil, QPCap{}, ErrNotSupported
 }
 func DestroyQP(CMID)                            {}

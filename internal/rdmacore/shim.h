@@ -96,7 +96,10 @@ struct rn_async_event_out {
 	X(ibv_get_cq_event, "IBVERBS_1.1", int, (struct rn_ibv_comp_channel *, struct rn_ibv_cq **, void **)) \
 	X(ibv_ack_cq_events, "IBVERBS_1.1", void, (struct rn_ibv_cq *, unsigned int)) \
 	X(ibv_get_async_event, "IBVERBS_1.1", int, (struct rn_ibv_context *, struct rn_ibv_async_event *)) \
-	X(ibv_ack_async_event, "IBVERBS_1.1", void, (struct rn_ibv_async_event *))
+	X(ibv_ack_async_event, "IBVERBS_1.1", void, (struct rn_ibv_async_event *)) \
+	X(ibv_create_srq, "IBVERBS_1.1", struct rn_ibv_srq *, (void *, struct rn_ibv_srq_init_attr *)) \
+	X(ibv_modify_srq, "IBVERBS_1.1", int, (struct rn_ibv_srq *, struct rn_ibv_srq_attr *, int)) \
+	X(ibv_destroy_srq, "IBVERBS_1.1", int, (struct rn_ibv_srq *))
 
 #define RN_CM_SYMBOLS(X) \
 	X(rdma_create_event_channel, "RDMACM_1.0", struct rn_rdma_event_channel *, (void)) \
@@ -257,6 +260,60 @@ static int64_t rn_post_recv(struct rn_ibv_qp *qp, const struct rn_recv_req *req,
 	return (uint32_t)posted;
 }
 
+// rn_post_srq_recv is rn_post_recv for a shared receive queue.
+static int64_t rn_post_srq_recv(struct rn_ibv_srq *srq, const struct rn_recv_req *req, int n) {
+	int posted = 0;
+	struct rn_ibv_recv_wr wr[RN_BATCH];
+	struct rn_ibv_sge sge[RN_BATCH];
+	while (posted < n) {
+		int m = n - posted;
+		if (m > RN_BATCH) m = RN_BATCH;
+		for (int i = 0; i < m; i++) {
+			const struct rn_recv_req *r = &req[posted + i];
+			sge[i].addr = r->addr;
+			sge[i].length = r->length;
+			sge[i].lkey = r->lkey;
+			wr[i].wr_id = r->wr_id;
+			wr[i].next = i + 1 < m ? &wr[i + 1] : NULL;
+			wr[i].sg_list = &sge[i];
+			wr[i].num_sge = r->length ? 1 : 0;
+		}
+		struct rn_ibv_recv_wr *bad = NULL;
+		int rc = srq->context->ops.post_srq_recv(srq, wr, &bad);
+		if (rc) {
+			if (bad) posted += (int)(bad - wr);
+			return ((int64_t)rc << 32) | (uint32_t)posted;
+		}
+		posted += m;
+	}
+	return (uint32_t)posted;
+}
+
+// rn_create_srq creates a shared receive queue of max_wr receives of one
+// SGE each in pd, and returns the sizes the provider gave it in *max_wr.
+static struct rn_ibv_srq *rn_create_srq(void *pd, uint32_t *max_wr, uint32_t limit) {
+	struct rn_ibv_srq_init_attr attr;
+	memset(&attr, 0, sizeof(attr));
+	attr.attr.max_wr = *max_wr;
+	attr.attr.max_sge = 1;
+	attr.attr.srq_limit = limit;
+	struct rn_ibv_srq *srq = p_ibv_create_srq(pd, &attr);
+	if (srq) *max_wr = attr.attr.max_wr;
+	return srq;
+}
+
+// rn_arm_srq sets the queue's limit: when fewer receives than limit are
+// posted, the device raises SRQ_LIMIT_REACHED once (and the limit is off
+// until set again).
+static int rn_arm_srq(struct rn_ibv_srq *srq, uint32_t limit) {
+	struct rn_ibv_srq_attr attr;
+	memset(&attr, 0, sizeof(attr));
+	attr.srq_limit = limit;
+	return p_ibv_modify_srq(srq, &attr, RN_IBV_SRQ_LIMIT);
+}
+
+static int rn_destroy_srq(struct rn_ibv_srq *srq) { return p_ibv_destroy_srq(srq); }
+
 // rn_poll_cq returns the number of completions written to out, or a negative
 // value on error.
 static int rn_poll_cq(struct rn_ibv_cq *cq, struct rn_wc *out, int n) {
@@ -320,11 +377,12 @@ static int rn_get_cm_event(struct rn_rdma_event_channel *ch, struct rn_cm_event_
 }
 
 static int rn_create_qp(struct rn_rdma_cm_id *id, void *pd, struct rn_ibv_cq *send_cq,
-		struct rn_ibv_cq *recv_cq, struct rn_ibv_qp_cap *cap, int sq_sig_all) {
+		struct rn_ibv_cq *recv_cq, struct rn_ibv_srq *srq, struct rn_ibv_qp_cap *cap, int sq_sig_all) {
 	struct rn_ibv_qp_init_attr attr;
 	memset(&attr, 0, sizeof(attr));
 	attr.send_cq = send_cq;
 	attr.recv_cq = recv_cq;
+	attr.srq = srq;
 	attr.cap = *cap;
 	attr.qp_type = RN_IBV_QPT_RC;
 	attr.sq_sig_all = sq_sig_all;
