@@ -85,7 +85,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var (
 		verbose   = fs.Bool("v", false, "show QEMU's command line, the kernel console and the lab's set-up steps on stderr")
-		timeout   = fs.Duration("timeout", 30*time.Minute, "kill the VM after this `duration` (0: never)")
+		timeout   = fs.Duration("timeout", 30*time.Minute, "kill the VM after this `duration`, counted once no other lab VM runs (0: never)")
 		kernel    = fs.String("kernel", "", "kernel image to boot (`bzImage`; default the newest /boot/vmlinuz-*)")
 		memory    = fs.Int("m", lab.DefaultMemoryMiB, "guest memory in `MiB` (TMPDIR is a tmpfs in it)")
 		cpus      = fs.Int("smp", lab.DefaultCPUs, "guest CPUs")

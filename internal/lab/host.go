@@ -37,7 +37,7 @@ type Config struct {
 	Kernel     string        // bzImage to boot; empty means the newest /boot/vmlinuz-*
 	MemoryMiB  int           // guest memory; 0 means DefaultMemoryMiB
 	CPUs       int           // guest CPUs; 0 means DefaultCPUs
-	Timeout    time.Duration // kill the VM after this long; 0 means no limit
+	Timeout    time.Duration // kill the VM this long after it may start (another lab VM's run not counted); 0 means no limit
 	Verbose    bool          // show QEMU, the kernel console and the set-up steps on Stderr
 	ReportBoot bool          // print the boot time on Stderr even if not Verbose
 	Stdout     io.Writer
@@ -51,11 +51,6 @@ type Config struct {
 func Run(ctx context.Context, cfg Config) (int, error) {
 	if len(cfg.Args) == 0 {
 		return 0, errors.New("no command to run")
-	}
-	if cfg.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, cfg.Timeout, &TimeoutError{After: cfg.Timeout})
-		defer cancel()
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
@@ -71,6 +66,14 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return 0, err
 	}
 	defer unlock()
+	// The VM's time starts once it may start: waiting for another lab VM
+	// (go test -exec runs packages in parallel, one VM at a time) is not
+	// its time.
+	if cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, cfg.Timeout, &TimeoutError{After: cfg.Timeout})
+		defer cancel()
+	}
 	runDir, err := os.MkdirTemp("", "rdmanet-lab-")
 	if err != nil {
 		return 0, err
