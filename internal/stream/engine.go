@@ -161,6 +161,9 @@ type Engine struct {
 	// they move, this connection's own waits are late, not dead, up to
 	// lateFactor x KeepAlive.
 	pathSent, pathHeard time.Time
+	// tickDue is when NextTick last said to Tick (zero once a Tick took
+	// it): a Tick much later than that ran on a machine that stalled.
+	tickDue time.Time
 	// muted: this end accepted on a link whose passive side speaks second
 	// (link.Caps.SpeakSecond), and nothing has arrived yet: Flush posts
 	// no requests until something does.
@@ -832,6 +835,7 @@ func (e *Engine) Tick() {
 	if e.cfg.KeepAlive <= 0 || e.err != nil || e.lost != nil || e.peerGone {
 		return
 	}
+	e.skipStall(now)
 	if e.sq.SignaledPending() && !now.Before(e.deadAt(e.lastProgress, e.pathSent)) {
 		e.Fail(&PathDeadError{Outstanding: now.Sub(e.lastProgress), Waited: waitedSend})
 		return
@@ -859,6 +863,32 @@ func (e *Engine) Tick() {
 		e.ctl.want |= wantKeepalive
 		e.flushControl()
 		e.lastPost = now // one Keepalive per period, even while it waits for a slot
+	}
+}
+
+// skipStall takes out of every wait the time this side could not run: a
+// Tick more than half a KeepAlive later than NextTick said ran on a
+// machine that stalled (a loaded host, a virtual machine descheduled),
+// and a wait it could not watch is no evidence of a dead path: what came
+// meanwhile may not have been polled yet, and the peer's keepalive may be
+// about to go. Every wait is moved on by the stall, and so that it has
+// half a KeepAlive at least left before it counts as a dead path.
+func (e *Engine) skipStall(now time.Time) {
+	due := e.tickDue
+	e.tickDue = time.Time{}
+	ka := e.cfg.KeepAlive
+	late := now.Sub(due)
+	if due.IsZero() || late <= ka/2 {
+		return
+	}
+	for _, t := range []*time.Time{&e.lastProgress, &e.lastHeard, &e.creditShort, &e.pathSent, &e.pathHeard} {
+		if !t.IsZero() && t.Before(due) {
+			moved := t.Add(late)
+			if least := now.Add(ka/2 - deadFactor*ka); moved.Before(least) {
+				moved = least
+			}
+			*t = minTime(moved, now)
+		}
 	}
 }
 
@@ -922,6 +952,11 @@ func (e *Engine) NextTick() time.Time {
 		if probe.Before(next) {
 			next = probe
 		}
+	}
+	// A Tick is due then, or at once if that has passed.
+	e.tickDue = next
+	if now := e.cfg.Clock(); now.After(next) {
+		e.tickDue = now
 	}
 	return next
 }

@@ -328,6 +328,44 @@ func TestEngineLateIsNotDead(t *testing.T) {
 	}
 }
 
+// TestEngineStallIsNotDead: a Tick that runs long after NextTick said (the
+// machine stalled: nothing ran, not the peer's keepalive either) does not
+// count the stall as waiting; a wait that goes on once it runs again is a
+// dead path deadFactor x KeepAlive later, as ever.
+func TestEngineStallIsNotDead(t *testing.T) {
+	const ka = time.Second
+	e, r, clk := newTestEngine(t, wire.FeatureRing, rdmanetHello, ka)
+	completeAll(e, r)
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: 4096, RKey: 9})
+	e.Flush(r)
+	completeAll(e, r)
+	// The keepalive goes at KeepAlive, and never completes.
+	clk.advance(e.NextTick().Sub(clk.now))
+	e.Tick()
+	e.Flush(r)
+	if len(r.sent) != 1 {
+		t.Fatalf("idle for KeepAlive: posted %d requests, want a keepalive", len(r.sent))
+	}
+	// The next check is due at deadFactor x KeepAlive; it runs 5 s late.
+	due := e.NextTick()
+	clk.advance(due.Sub(clk.now) + 5*time.Second)
+	e.Tick()
+	if e.Err() != nil {
+		t.Fatalf("a Tick 5 s late failed the connection: %v", e.Err())
+	}
+	// Running again, with no completion: dead deadFactor x KeepAlive after
+	// the keepalive, the stall not counted.
+	resumed := clk.now
+	for e.Err() == nil && clk.now.Sub(resumed) < 10*ka {
+		clk.advance(min(e.NextTick().Sub(clk.now), 100*time.Millisecond))
+		e.Tick()
+	}
+	var pd *PathDeadError
+	if got := clk.now.Sub(resumed); !errors.As(e.Err(), &pd) || got < ka/2 || got > deadFactor*ka {
+		t.Fatalf("%v after the stall: %v; want a dead path after %v (time to take what came meanwhile) and within %v", got, e.Err(), ka/2, deadFactor*ka)
+	}
+}
+
 // TestEngineBusyIsNotDead: a connection whose requests keep completing is
 // never declared dead, however long it is busy.
 func TestEngineBusyIsNotDead(t *testing.T) {
