@@ -380,9 +380,13 @@ func (s *rdmaSide) accept(ctx context.Context, req *cm.Request) (net.Conn, error
 	if agreed&wire.FeatureResume != 0 {
 		mem, err = newRingMem(s.cfg)
 	}
+	// A shared receive queue toward a dialer that takes credit grants; a
+	// session's links keep receives of their own for now.
+	grants := wire.FeatureRecvCredit | wire.FeatureRecvGrant
+	shared := s.cfg.sharedRecv && ok && h.Features&grants == grants && mem == nil
 	var c *Conn
 	if err == nil {
-		c, err = newConn(req.ID, s.cfg, true, mem)
+		c, err = newConn(req.ID, s.cfg, true, mem, shared)
 	}
 	acceptSetups.leave()
 	var linkFeatures wire.Features
@@ -402,6 +406,8 @@ func (s *rdmaSide) accept(ctx context.Context, req *cm.Request) (net.Conn, error
 	}
 	agreed |= linkFeatures
 	accept := s.cfg.helloOf(agreed)
+	// A link on a shared receive queue starts its peer at its first grant.
+	accept.RecvDepth = uint16(c.rdma.Caps().RecvDepth)
 	if mem != nil {
 		accept = s.acceptNewSession(c, agreed, h, req.ID.RemoteAddr().Addr())
 	}

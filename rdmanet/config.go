@@ -102,6 +102,11 @@ type Config struct {
 	// linkNeeds adds to the link features the device needs: tests run
 	// the iWARP data path (write notices, receive credit) on Soft-RoCE.
 	linkNeeds wire.Features
+	// sharedRecv: a listener's connections from dialers that take credit
+	// grants take their receives from a shared receive queue per device
+	// and peer (internal/rdmalink/sharedrecv.go). Tests only, until make
+	// bench has measured it beside receives of each connection's own.
+	sharedRecv bool
 }
 
 // extensions are the features this side offers or accepts.

@@ -18,8 +18,10 @@ import (
 
 // newConn makes the verbs objects of a connection on id and posts its
 // receives. With mem (a connection that may become a resumable session),
-// its rings are mem's, which the connection owns from now on.
-func newConn(id *cm.ID, cfg Config, server bool, mem *ringMem) (*Conn, error) {
+// its rings are mem's, which the connection owns from now on. With shared,
+// its receives are its peer group's shared receive queue's (an accepted
+// connection whose dialer offered credit grants, Config.sharedRecv).
+func newConn(id *cm.ID, cfg Config, server bool, mem *ringMem, shared bool) (*Conn, error) {
 	lc := cfg.firstRings()
 	if mem != nil {
 		lc = cfg.linkConfig()
@@ -27,6 +29,7 @@ func newConn(id *cm.ID, cfg Config, server bool, mem *ringMem) (*Conn, error) {
 			return nil, err
 		}
 	}
+	lc.SharedRecv = shared
 	l, err := rdmalink.New(id, lc)
 	if err != nil {
 		return nil, peerMemoryError(err)

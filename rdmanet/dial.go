@@ -225,7 +225,7 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []netip.
 		}
 	}()
 	if err == nil {
-		c, err = newConn(id, cfg, false, mem)
+		c, err = newConn(id, cfg, false, mem, false)
 	}
 	dialSetups.leave()
 	if err != nil {

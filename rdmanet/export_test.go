@@ -51,6 +51,21 @@ func PathProgress(c *Conn) (sent, heard time.Time, ok bool) {
 	return sent, heard, true
 }
 
+// WithSharedRecv returns cfg with a listener's connections from dialers
+// that take credit grants on a shared receive queue (Config.sharedRecv).
+func WithSharedRecv(cfg Config) Config {
+	cfg.sharedRecv = true
+	return cfg
+}
+
+// SharedRecv reports whether c's link takes its receives from a shared
+// receive queue.
+func SharedRecv(c *Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rdma != nil && c.rdma.SharedRecv()
+}
+
 // WithIWARPDataPath returns cfg with the link features of an iWARP device
 // (write notices, receive credit) needed whatever the device: the lab runs
 // iWARP's data path on Soft-RoCE with it.

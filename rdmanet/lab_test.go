@@ -100,11 +100,16 @@ func TestLabNetConn(t *testing.T) {
 	busyPoll.name, busyPoll.cfg.BusyPoll = "rdmanet busy-polling", 50*time.Microsecond
 	session := modes[0]
 	session.name, session.cfg.ResumeTimeout = "rdmanet session", 30*time.Second
-	for _, m := range append(modes, busyPoll, session) {
+	shared := modes[0]
+	shared.name, shared.cfg = "rdmanet shared receive queue", rdmanet.WithSharedRecv(rdmanet.Config{})
+	for _, m := range append(modes, busyPoll, session, shared) {
 		t.Run(m.name, func(t *testing.T) {
 			leakcheck.Check(t)
 			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 				c1, c2, stop = pipe(t, env, m.cfg)
+				if got, want := rdmanet.SharedRecv(c2.(*rdmanet.Conn)), m.name == shared.name; got != want {
+					t.Fatalf("the accepted connection's receives are a shared queue's: %v, want %v", got, want)
+				}
 				for _, c := range []net.Conn{c1, c2} {
 					if p := c.(*rdmanet.Conn).Protocol(); p != m.want {
 						t.Fatalf("connection speaks %q, want %q", p, m.want)

@@ -2,6 +2,7 @@ package link
 
 import (
 	"fmt"
+	"math"
 	"sync"
 )
 
@@ -91,17 +92,25 @@ func (p *RecvPool) post(n int) error {
 }
 
 // grant is the credit an end gives its peer for n receives its messages
-// took, the peer holding held now (the n taken off), with a first grant of
-// first: the n back, and n more while the pool has them free; back to the
-// first grant at least, when it is short.
+// took (PoolGrant), the peer holding held now, with a first grant of
+// first.
 func (p *RecvPool) grant(held, n, first int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.granted -= n // the peer spent them
-	free := p.size - p.granted
-	g := min(2*n, max(free, 0))
-	g = max(g, first-held)
+	g := PoolGrant(p.size-p.granted, held, n, first, math.MaxInt)
 	p.granted += g
 	p.most = max(p.most, p.granted)
 	return g
+}
+
+// PoolGrant is the credit a receiver on a shared pool of receives gives its
+// peer for n receives the peer's messages took (link.RecvGranter): the n
+// back and n more while the pool has them free (free: what no peer holds,
+// the n back in it), up to most held; back to its first grant at least,
+// when the pool is short. held is what the peer holds now, the n taken
+// off.
+func PoolGrant(free, held, n, first, most int) int {
+	g := min(2*n, max(free, 0), most-held)
+	return max(g, first-held)
 }

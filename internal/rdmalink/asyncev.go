@@ -127,7 +127,8 @@ type asyncMember struct {
 	qpNum uint32
 	qp    rdmacore.QP
 	cq    rdmacore.CQ
-	queue *sharedCQ // cq, shared with other links (nil in tests)
+	queue *sharedCQ    // cq, shared with other links (nil in tests)
+	srq   rdmacore.SRQ // the shared receive queue its receives come from, if any
 }
 
 // asyncDevice is one context's reader and links.
@@ -244,6 +245,14 @@ func (r *asyncRegistry) dispatchLocked(d *asyncDevice, ev verbs.AsyncEvent) {
 				fail(m)
 			}
 		}
+	case verbs.EventSRQErr:
+		// A shared receive queue failed: every link taking its receives
+		// from it fails.
+		for m := range d.members {
+			if m.srq != nil && m.srq == ev.SRQ {
+				fail(m)
+			}
+		}
 	case verbs.EventPortErr:
 		if !d.src.PortDown(ev.Port) {
 			slog.Info("rdmanet: RDMA port reported down, and is active again: no connection failed", "device", d.name, "port", ev.Port)
@@ -270,9 +279,11 @@ func (r *asyncRegistry) dispatchLocked(d *asyncDevice, ev verbs.AsyncEvent) {
 		if ev.Type.IsPort() {
 			slog.Info("rdmanet: RDMA port event", "device", d.name, "port", ev.Port, "event", ev.Type.String())
 		}
-		// PATH_MIG, COMM_EST, SQ_DRAINED, SRQ_LIMIT_REACHED,
-		// QP_LAST_WQE_REACHED (no SRQ yet), SRQ_ERR, WQ_FATAL and unknown
-		// types: counted only.
+		// PATH_MIG, COMM_EST, SQ_DRAINED, SRQ_LIMIT_REACHED (not
+		// armed: credit grants keep a shared queue from running dry),
+		// QP_LAST_WQE_REACHED (a shared queue's receive a queue pair that
+		// went took comes back through the completion queue), WQ_FATAL
+		// and unknown types: counted only.
 	}
 }
 
@@ -302,6 +313,9 @@ func (l *Link) watchAsync() error {
 		return nil
 	}
 	m := &asyncMember{t: l, port: l.res.port, qpNum: l.res.qpNum, qp: l.res.qp.Raw(), cq: l.res.cq.vcq.Raw(), queue: l.res.cq}
+	if s := l.res.shared; s != nil {
+		m.srq = s.srq.Raw()
+	}
 	key := ctx.Raw()
 	err := asyncEvents.add(key, ctx.Name(), func() (asyncSource, error) {
 		ev, err := ctx.NewAsyncEvents()

@@ -111,7 +111,7 @@ func fakeLink(s *compShare, q *sharedCQ, need int) *Link {
 	l := &Link{res: &resources{share: s, cq: q, slot: slot, gen: gen, need: need},
 		events: make(chan struct{}, 1), wakes: make(chan struct{}, 1),
 		tag: wrTag(slot, gen), sendIDs: make([]uint64, need)}
-	q.attach(slot, l)
+	q.attach(slot, l, 0)
 	return l
 }
 

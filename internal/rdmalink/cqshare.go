@@ -51,11 +51,12 @@ type sharedCQ struct {
 	// mu: one poller at a time; guards members, free, reserved, err and wcs.
 	mu       sync.Mutex
 	members  []cqMember
-	free     []uint32 // free slots in members
-	reserved int      // what the members may have on the queue at worst
-	err      error    // polling failed: the queue is unusable
-	gone     bool     // its last link left: it is destroyed, and an event read late polls nothing
-	told     uint64   // links told of their completions, ever
+	free     []uint32          // free slots in members
+	byQPN    map[uint32]uint32 // the slot of each queue pair on a shared receive queue, by number
+	reserved int               // what the members may have on the queue at worst
+	err      error             // polling failed: the queue is unusable
+	gone     bool              // its last link left: it is destroyed, and an event read late polls nothing
+	told     uint64            // links told of their completions, ever
 	wcs      [pollBatch]verbs.WorkCompletion
 
 	// armedLinks counts the links that armed (Link.Arm) and were not told
@@ -75,13 +76,20 @@ type cqMember struct {
 // wr_id layout. Every work request's id carries its link's slot and the
 // slot's generation, and an index: a receive's slot in the control buffer,
 // or a send's place in the link's table of the engine's ids (Link.sendIDs).
+//
+// A receive of a shared receive queue (wrShared, sharedrecv.go) names the
+// queue and its slot instead, and reaches its link by the queue pair
+// number the completion gives.
 const (
 	wrRecv      = 1 << 63
+	wrShared    = 1 << 62
 	wrSlotShift = 43
-	wrSlotBits  = 20 // a million links a queue
+	wrSlotBits  = 19 // half a million links a queue
 	wrGenShift  = 32
 	wrGenBits   = 11
 	wrIndexMask = 1<<32 - 1
+	// A shared receive's queue id: the bits between the index and wrShared.
+	wrSharedIDMask = 1<<30 - 1
 )
 
 // wrTag is the part of every id of slot's link of generation gen.
@@ -123,9 +131,17 @@ func (q *sharedCQ) take(need int) (slot, gen uint32, ok bool) {
 }
 
 // attach makes l the link of slot: its completions reach it from now on.
-func (q *sharedCQ) attach(slot uint32, l *Link) {
+// A link on a shared receive queue gives its queue pair's number (qpn),
+// which its receives' completions carry; others give 0.
+func (q *sharedCQ) attach(slot uint32, l *Link, qpn uint32) {
 	q.mu.Lock()
 	q.members[slot].link = l
+	if qpn != 0 {
+		if q.byQPN == nil {
+			q.byQPN = make(map[uint32]uint32)
+		}
+		q.byQPN[qpn] = slot
+	}
 	q.mu.Unlock()
 }
 
@@ -143,6 +159,13 @@ func (q *sharedCQ) leave(slot uint32, need int) (remain int) {
 	q.members[slot].gen++
 	if q.err == nil {
 		q.drainLocked(nil)
+	}
+	for qpn, s := range q.byQPN {
+		if s == slot {
+			// Its queue pair is gone: no completion names it any more,
+			// and its number may be given to another.
+			delete(q.byQPN, qpn)
+		}
 	}
 	q.reserved -= need
 	q.free = append(q.free, slot)
@@ -186,13 +209,25 @@ func (q *sharedCQ) drainLocked(caller *Link) error {
 		}
 		for i := range q.wcs[:n] {
 			wc := &q.wcs[i]
-			slot := wrSlot(wc.ID)
-			if int(slot) >= len(q.members) {
-				continue
-			}
-			m := &q.members[slot]
-			if m.link == nil || m.gen&(1<<wrGenBits-1) != wrGen(wc.ID) {
-				continue // a link that left: its completions concern nobody
+			var m *cqMember
+			if wc.ID&wrShared != 0 {
+				// A shared queue's receive: its link by queue pair number,
+				// or back to the queue when the link has left.
+				if slot, ok := q.byQPN[wc.QPNum]; ok && q.members[slot].link != nil {
+					m = &q.members[slot]
+				} else {
+					giveBackShared(wc.ID)
+					continue
+				}
+			} else {
+				slot := wrSlot(wc.ID)
+				if int(slot) >= len(q.members) {
+					continue
+				}
+				m = &q.members[slot]
+				if m.link == nil || m.gen&(1<<wrGenBits-1) != wrGen(wc.ID) {
+					continue // a link that left: its completions concern nobody
+				}
 			}
 			m.link.deliver(wc)
 			if m.link != caller && m.link.armed.CompareAndSwap(true, false) {

@@ -2,6 +2,7 @@ package rdmalink
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -348,5 +349,48 @@ func TestSharedCQOnePollARoundTrip(t *testing.T) {
 	}
 	if k, _ := l.Poll(cs); k != 0 || f.polls.Load() == polls {
 		t.Fatalf("the next Poll: %d completions, queue polled: %v", k, f.polls.Load() != polls)
+	}
+}
+
+// TestSharedCQRoutesSharedReceives: a shared receive queue's completions
+// carry no slot of a link's: they reach the link whose queue pair took
+// them, by its number, and once that link has left (its queue pair
+// destroyed), none reaches anyone, whichever link polls.
+func TestSharedCQRoutesSharedReceives(t *testing.T) {
+	_, q, f, links := sharedLinks(2, 64, 8)
+	for i, l := range links {
+		q.attach(l.res.slot, l, uint32(100+i))
+	}
+	shared := func(qpn uint32, slot int, n uint32) verbs.WorkCompletion {
+		s := &sharedRecv{id: 5}
+		return verbs.WorkCompletion{ID: s.wrID(slot), Opcode: verbs.WCRecvRDMAWithImm, Imm: n, QPNum: qpn}
+	}
+	f.add(shared(101, 3, 11), shared(100, 4, 22), shared(101, 5, 33))
+	cs := make([]link.Completion, 8)
+	for i, want := range [][]uint32{{22}, {11, 33}} {
+		k, err := links[i].Poll(cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []uint32
+		for _, c := range cs[:k] {
+			got = append(got, c.N)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("link %d (queue pair %d) got %v, want %v", i, 100+i, got, want)
+		}
+		if fmt.Sprint(links[i].consumed) != fmt.Sprint(map[int][]int{0: {4}, 1: {3, 5}}[i]) {
+			t.Errorf("link %d consumed shared slots %v", i, links[i].consumed)
+		}
+	}
+	// Link 1 leaves; a completion its queue pair left behind concerns
+	// nobody, and its number is free.
+	q.leave(links[1].res.slot, 8)
+	f.add(shared(101, 6, 44))
+	if k, err := links[0].Poll(cs); err != nil || k != 0 {
+		t.Fatalf("link 0 polled %d completions (%v) of a queue pair that left", k, err)
+	}
+	if _, ok := q.byQPN[101]; ok {
+		t.Error("the number of a queue pair that left still routes")
 	}
 }

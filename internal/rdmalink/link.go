@@ -65,10 +65,12 @@ type Link struct {
 	armed    atomic.Bool
 	ctlNext  uint64 // control messages posted, ever: the next one's slot is ctlNext % ControlDepth
 
-	// needs are the link features this end's device cannot do without;
+	// needs are the link features this end cannot do without: its
+	// device's and Config.Needs (ownNeeds), and a shared receive queue's;
 	// notice, whether data goes with write notices on this connection
 	// (Established); noticeNext numbers them, as ctlNext control messages.
 	needs      wire.Features
+	ownNeeds   wire.Features
 	notice     bool
 	noticeNext uint64
 
@@ -133,6 +135,13 @@ type Config struct {
 	// Needs adds to the link features the device needs (DeviceNeeds):
 	// tests run the iWARP data path on Soft-RoCE with it.
 	Needs wire.Features
+	// SharedRecv: the link takes its peer's messages into receives of its
+	// peer group's shared receive queue (sharedrecv.go), not receives of
+	// its own, and so needs receive credit and grants of the peer: its
+	// Caps' RecvDepth is its first grant, and RecvDepth the most it
+	// grants. Not on a device that needs write notices (iWARP), where it
+	// is ignored.
+	SharedRecv bool
 }
 
 // New makes the verbs objects of a connection on id and posts every
@@ -150,7 +159,7 @@ func New(id *cm.ID, cfg Config) (*Link, error) {
 		return nil, err
 	}
 	l := &Link{
-		id: id, res: res, needs: needs,
+		id: id, res: res, needs: needs, ownNeeds: needs,
 		caps: link.Caps{
 			SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth, ControlDepth: cfg.ControlDepth,
 			MaxInline: int(res.maxInline), Name: res.name, Transport: "rdma",
@@ -158,12 +167,19 @@ func New(id *cm.ID, cfg Config) (*Link, error) {
 		consumed: make([]int, 0, cfg.RecvDepth),
 		events:   make(chan struct{}, 1),
 		wakes:    make(chan struct{}, 1),
-		recvWRs:  make([]verbs.RecvWR, cfg.RecvDepth),
 		sendWRs:  make([]verbs.SendWR, 0, res.sendWRs),
 		sendIDs:  make([]uint64, res.sendWRs),
 		tag:      wrTag(res.slot, res.gen),
 	}
-	res.cq.attach(res.slot, l)
+	if res.shared != nil {
+		// Its receives are the shared queue's, its peer's credit granted.
+		l.needs |= wire.FeatureRecvCredit | wire.FeatureRecvGrant
+		l.caps.RecvDepth = firstGrant
+		res.cq.attach(res.slot, l, res.qpNum)
+		return l, nil
+	}
+	res.cq.attach(res.slot, l, 0)
+	l.recvWRs = make([]verbs.RecvWR, cfg.RecvDepth)
 	for i := range l.recvWRs {
 		l.recvWRs[i] = verbs.RecvWR{ID: l.recvID(i), Local: res.recvSlot(i)}
 	}
@@ -214,7 +230,8 @@ func (l *Link) Established(features wire.Features, accepted bool) error {
 	l.notice = features&wire.FeatureWriteNotice != 0
 	l.caps.RecvCredit = features&wire.FeatureRecvCredit != 0
 	l.caps.RecvGrant = features&wire.FeatureRecvGrant != 0
-	l.caps.SpeakSecond = accepted && l.needs&wire.FeatureRecvCredit != 0
+	// MPA's rule (iWARP): not a shared receive queue's credit.
+	l.caps.SpeakSecond = accepted && l.ownNeeds&wire.FeatureRecvCredit != 0
 	return nil
 }
 
@@ -356,6 +373,11 @@ func (l *Link) PostRecv(n int) error {
 	if n > len(l.consumed) {
 		return fmt.Errorf("rdmanet: %d receives to post again, %d were consumed", n, len(l.consumed))
 	}
+	if s := l.res.shared; s != nil {
+		err := s.post(l.consumed[:n])
+		l.consumed = l.consumed[:copy(l.consumed, l.consumed[n:])]
+		return err
+	}
 	wrs := l.recvWRs[:0]
 	for _, slot := range l.consumed[:n] {
 		wrs = append(wrs, verbs.RecvWR{ID: l.recvID(slot), Local: l.res.recvSlot(slot)})
@@ -389,11 +411,17 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 		if wc.Status == verbs.WCWRFlushErr {
 			// The queue pair is in error: flushed requests carry nothing.
 			// The event that explains it (DISCONNECTED), or flushGrace,
-			// ends the link.
+			// ends the link. A shared queue's receive goes back to it.
+			if wc.ID&wrShared != 0 {
+				giveBackShared(wc.ID)
+			}
 			l.flushed()
 			continue
 		}
 		if err := wc.Err(); err != nil {
+			if wc.ID&wrShared != 0 {
+				giveBackShared(wc.ID)
+			}
 			if pathFailure(wc.Status) {
 				err = fmt.Errorf("%w (%w)", err, link.ErrDown)
 			}
@@ -426,7 +454,7 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 				l.reported = true
 				return n + 1, nil
 			}
-			msg := l.res.recvSlotBytes(slot)
+			msg := l.res.recvMsg(wc.ID)
 			if l.notice && wire.Opcode(binary.BigEndian.Uint16(msg)) == wire.OpWritten {
 				m, err := wire.Decode(msg, true)
 				if err != nil {
@@ -653,6 +681,22 @@ func (l *Link) Close() error {
 	l.closed = true
 	l.mu.Unlock()
 	err := l.id.Close()
+	if s := l.res.shared; s != nil {
+		// The receives its peer's messages took and the engine did not
+		// post again go back to the shared queue, and so do those whose
+		// completions it did not take (the rest come back as the
+		// completion queue is drained, res.close).
+		err = errors.Join(err, s.post(l.consumed))
+		l.consumed = l.consumed[:0]
+		l.pmu.Lock()
+		for _, wc := range l.pend[l.pendHead:] {
+			if wc.ID&wrShared != 0 && wc.ID&wrRecv != 0 {
+				giveBackShared(wc.ID)
+			}
+		}
+		l.pend, l.pendHead = l.pend[:0], 0
+		l.pmu.Unlock()
+	}
 	return errors.Join(err, l.res.close())
 }
 

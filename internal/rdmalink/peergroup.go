@@ -30,6 +30,9 @@ type peerGroup struct {
 	// own together (admission: Config.PeerBound); nil: no bound.
 	budget *ringpool.Budget
 	refs   int // under groups.Mutex
+	// shared are the group's shared receive queues (sharedrecv.go).
+	smu    sync.Mutex
+	shared []*sharedRecv
 	// sent and heard are when a send last completed and a message last
 	// arrived on any of the group's links (Link.PathProgress), as
 	// nanoseconds since pathEpoch.
@@ -202,8 +205,15 @@ func (g *peerGroup) release() error {
 	if !last {
 		return nil
 	}
-	// The domain goes only once no slab is registered on it.
-	if err := errors.Join(g.remote.Close(), g.local.Close()); err != nil {
+	// Its shared receive queues go with its last queue pair, and give
+	// their slots back; the domain goes only once no slab is registered
+	// on it.
+	var errs []error
+	for _, s := range g.shared {
+		errs = append(errs, s.close())
+	}
+	g.shared = nil
+	if err := errors.Join(append(errs, g.remote.Close(), g.local.Close())...); err != nil {
 		return err
 	}
 	return g.pd.Close()

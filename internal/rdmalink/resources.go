@@ -3,6 +3,7 @@ package rdmalink
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"unsafe"
 
 	"github.com/rdmanet/sdk/cm"
@@ -22,8 +23,13 @@ type resources struct {
 	qp    *verbs.QP
 	rx    *region // the peer writes here
 	tx    *region // the transmit ring
-	recvs *region // receive slots, 32 bytes each
-	ctl   *region // control send slots, 32 bytes each
+	recvs *region // receive slots, 32 bytes each (none with shared)
+	// shared is the peer group's shared receive queue the queue pair takes
+	// its receives from (Config.SharedRecv), and held the credit the peer
+	// holds on it (Link.Grant).
+	shared *sharedRecv
+	held   int
+	ctl    *region // control send slots, 32 bytes each
 	// Notice slots (write notices), 32 bytes each: sent inline where the
 	// device can (unregistered memory, noticeMem: it pins nothing), or
 	// from registered memory where it cannot (notice).
@@ -67,7 +73,9 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 		r.sendWRs, noticeSlots = 2*cfg.SendDepth, cfg.SendDepth
 	}
 	// A queue pair that fails may flush every request it holds, signaled
-	// or not: its shared completion queue keeps room for all of them.
+	// or not: its shared completion queue keeps room for all of them. On a
+	// shared receive queue, its receives are the credit its peer holds:
+	// at most RecvDepth.
 	need := r.sendWRs + cfg.RecvDepth
 	attr, err := checkLimits(ctx, r.sendWRs, cfg.RecvDepth, need)
 	if err != nil {
@@ -113,8 +121,19 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 	}
 	// Two regions, not one: each fills its pool's class (8 KiB of
 	// receive slots for the default 256) with little left over.
-	if r.recvs, err = r.group.region(r.group.local, cfg.RecvDepth*wire.MessageSize, local); err != nil {
-		return nil, err
+	if cfg.SharedRecv && !notices {
+		// A device or a bound that refuses a shared queue leaves the link
+		// receives of its own, as without one.
+		if r.shared, err = r.group.joinShared(firstGrant); err == nil {
+			r.held = firstGrant
+		} else {
+			slog.Debug("rdmanet: no shared receive queue; the connection keeps receives of its own", "device", ctx.Name(), "err", err)
+		}
+	}
+	if r.shared == nil {
+		if r.recvs, err = r.group.region(r.group.local, cfg.RecvDepth*wire.MessageSize, local); err != nil {
+			return nil, err
+		}
 	}
 	if r.ctl, err = r.group.region(r.group.local, cfg.ControlDepth*wire.MessageSize, local); err != nil {
 		return nil, err
@@ -123,6 +142,9 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 		MaxSendWR: uint32(r.sendWRs), MaxRecvWR: uint32(cfg.RecvDepth),
 		MaxSendSGE: 1, MaxRecvSGE: 1,
 	}}
+	if r.shared != nil {
+		qpc.SRQ = r.shared.srq
+	}
 	// Devices differ in how much they send inline (some none, some Intel
 	// E810 firmware under 102 bytes): ask for the most that helps and back
 	// off until the device takes it. A failure with no inline at all is the
@@ -168,6 +190,15 @@ func (r *resources) recvSlot(i int) verbs.SGE {
 
 func (r *resources) recvSlotBytes(i int) []byte {
 	return r.recvs.Bytes()[i*wire.MessageSize : (i+1)*wire.MessageSize]
+}
+
+// recvMsg is the message a receive completion with work request id id
+// landed: in a slot of the link's, or of its shared queue's.
+func (r *resources) recvMsg(id uint64) []byte {
+	if id&wrShared != 0 {
+		return r.shared.slotBytes(int(id & wrIndexMask))
+	}
+	return r.recvSlotBytes(int(id & wrIndexMask))
 }
 
 func (r *resources) ctlSlotBytes(i int) []byte {
@@ -226,6 +257,12 @@ func (r *resources) close() error {
 	if release {
 		// After the queue: the channel goes with its last queue.
 		r.share.release()
+	}
+	if r.shared != nil {
+		// After the queue pair and the queue's drain: its receives are
+		// back on the shared queue; the credit its peer held is free.
+		r.shared.leave(firstGrant, r.held)
+		r.shared = nil
 	}
 	// After the queue pair: nothing lands in the rings any more, and a
 	// chunk may go to another connection of the peer.
