@@ -1,0 +1,5 @@
+//go:build !race
+
+package rdmanet_test
+
+const raceEnabled = false
