@@ -229,6 +229,20 @@ static int64_t rn_post_send(struct rn_ibv_qp *qp, const struct rn_send_req *req,
 	return (uint32_t)posted;
 }
 
+// rn_fill_recvs chains m receive requests in wr and sge, for one provider
+// call.
+static void rn_fill_recvs(struct rn_ibv_recv_wr *wr, struct rn_ibv_sge *sge, const struct rn_recv_req *req, int m) {
+	for (int i = 0; i < m; i++) {
+		sge[i].addr = req[i].addr;
+		sge[i].length = req[i].length;
+		sge[i].lkey = req[i].lkey;
+		wr[i].wr_id = req[i].wr_id;
+		wr[i].next = i + 1 < m ? &wr[i + 1] : NULL;
+		wr[i].sg_list = &sge[i];
+		wr[i].num_sge = req[i].length ? 1 : 0;
+	}
+}
+
 // rn_post_recv returns the provider's error (0 or an errno) in the high 32 bits
 // and how many requests were posted in the low 32: an out-parameter would make
 // Go allocate on every call.
@@ -239,16 +253,7 @@ static int64_t rn_post_recv(struct rn_ibv_qp *qp, const struct rn_recv_req *req,
 	while (posted < n) {
 		int m = n - posted;
 		if (m > RN_BATCH) m = RN_BATCH;
-		for (int i = 0; i < m; i++) {
-			const struct rn_recv_req *r = &req[posted + i];
-			sge[i].addr = r->addr;
-			sge[i].length = r->length;
-			sge[i].lkey = r->lkey;
-			wr[i].wr_id = r->wr_id;
-			wr[i].next = i + 1 < m ? &wr[i + 1] : NULL;
-			wr[i].sg_list = &sge[i];
-			wr[i].num_sge = r->length ? 1 : 0;
-		}
+		rn_fill_recvs(wr, sge, &req[posted], m);
 		struct rn_ibv_recv_wr *bad = NULL;
 		int rc = qp->context->ops.post_recv(qp, wr, &bad);
 		if (rc) {
@@ -268,16 +273,7 @@ static int64_t rn_post_srq_recv(struct rn_ibv_srq *srq, const struct rn_recv_req
 	while (posted < n) {
 		int m = n - posted;
 		if (m > RN_BATCH) m = RN_BATCH;
-		for (int i = 0; i < m; i++) {
-			const struct rn_recv_req *r = &req[posted + i];
-			sge[i].addr = r->addr;
-			sge[i].length = r->length;
-			sge[i].lkey = r->lkey;
-			wr[i].wr_id = r->wr_id;
-			wr[i].next = i + 1 < m ? &wr[i + 1] : NULL;
-			wr[i].sg_list = &sge[i];
-			wr[i].num_sge = r->length ? 1 : 0;
-		}
+		rn_fill_recvs(wr, sge, &req[posted], m);
 		struct rn_ibv_recv_wr *bad = NULL;
 		int rc = srq->context->ops.post_srq_recv(srq, wr, &bad);
 		if (rc) {
