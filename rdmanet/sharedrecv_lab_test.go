@@ -20,7 +20,7 @@ import (
 
 // TestLabSharedRecv: a listener whose connections take their receives from
 // a shared receive queue per device and peer (with credit grants) serves
-// 64 connections streaming 1 MiB each way at once, every byte intact
+// 64 connections streaming 256 KiB each way at once, every byte intact
 // (SHA-256 at both ends), with one shared queue for all where 64 would
 // each keep receives of their own, and gives everything back at the close.
 // On siw (iWARP), where a queue of its own is the rule, the same listener
@@ -30,7 +30,11 @@ func TestLabSharedRecv(t *testing.T) {
 	for _, p := range env.Pairs() {
 		t.Run(p.Provider, func(t *testing.T) {
 			leakcheck.Check(t)
-			const pairs, size = 64, 1 << 20
+			// siw only shows that it keeps receives of its own: a few pairs.
+			pairs, size := 64, 256<<10
+			if p.Provider == labenv.ProviderSIW {
+				pairs = 8
+			}
 			srqsBefore := verbs.Resources().SRQs
 			lc := rdmanet.ListenConfig{Config: rdmanet.WithSharedRecv(rdmanet.Config{})}
 			ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(p.AddrB, 0).String())
@@ -106,8 +110,8 @@ func TestLabSharedRecv(t *testing.T) {
 					}()
 					h := sha256.New()
 					n, err := io.Copy(h, c)
-					if err != nil || n != size || [32]byte(h.Sum(nil)) != sha256.Sum256(src) {
-						errs <- fmt.Errorf("connection %d: %d bytes back (%v), intact: %v", i, n, err, n == size && [32]byte(h.Sum(nil)) == sha256.Sum256(src))
+					if err != nil || n != int64(size) || [32]byte(h.Sum(nil)) != sha256.Sum256(src) {
+						errs <- fmt.Errorf("connection %d: %d bytes back (%v), intact: %v", i, n, err, n == int64(size) && [32]byte(h.Sum(nil)) == sha256.Sum256(src))
 					}
 				}()
 			}
