@@ -40,7 +40,6 @@ type sharedRecv struct {
 	wrs      []verbs.RecvWR // scratch for posting, under mu
 	reserved int            // the first grants of the links on it
 	granted  int            // what their peers hold
-	links    int
 }
 
 // sharedRecvs are the live queues by id, for completions whose queue pair
@@ -116,7 +115,6 @@ func (s *sharedRecv) join(first int) bool {
 	}
 	s.reserved += first
 	s.granted += first
-	s.links++
 	return true
 }
 
@@ -126,7 +124,6 @@ func (s *sharedRecv) leave(first, held int) {
 	defer s.mu.Unlock()
 	s.reserved -= first
 	s.granted -= held
-	s.links--
 }
 
 // grant is link.PoolGrant from the queue.
