@@ -104,11 +104,11 @@ func (f *fakeCQ) RequestNotify(bool) error { f.arms.Add(1); return nil }
 
 // fakeLink makes a link with a slot on q, as New does.
 func fakeLink(s *compShare, q *sharedCQ, need int) *Link {
-	slot, gen, ok := q.take(need)
+	slot, gen, ok := q.take(cqNeed{entries: need})
 	if !ok {
 		panic("no room on the queue")
 	}
-	l := &Link{res: &resources{share: s, cq: q, slot: slot, gen: gen, need: need},
+	l := &Link{res: &resources{share: s, cq: q, slot: slot, gen: gen, need: cqNeed{entries: need}},
 		events: make(chan struct{}, 1), wakes: make(chan struct{}, 1),
 		tag: wrTag(slot, gen), sendIDs: make([]uint64, need)}
 	q.attach(slot, l, 0)

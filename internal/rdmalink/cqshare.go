@@ -14,7 +14,11 @@ import (
 // A queue pair joins a queue only with its worst case reserved: every
 // request it may have outstanding, sends and receives, since a queue pair
 // in error flushes all of them, signaled or not, and an overrun kills
-// every queue pair on the queue. A device whose queues are full adds a
+// every queue pair on the queue. The receives of a shared receive queue
+// are reserved once on each queue its queue pairs complete on, not once a
+// queue pair (cqNeed): they cannot complete more than it has posted, and a
+// peer that sends beyond its credit takes them from its neighbours, not
+// from the completion queue. A device whose queues are full adds a
 // queue (iWARP devices cannot resize one); a queue goes with its last
 // link.
 //
@@ -54,6 +58,9 @@ type sharedCQ struct {
 	free     []uint32          // free slots in members
 	byQPN    map[uint32]uint32 // the slot of each queue pair on a shared receive queue, by number
 	reserved int               // what the members may have on the queue at worst
+	// recvQueues counts the members on each shared receive queue (by
+	// id): its receives are reserved while any is on the queue.
+	recvQueues map[uint32]int
 	err      error             // polling failed: the queue is unusable
 	gone     bool              // its last link left: it is destroyed, and an event read late polls nothing
 	told     uint64            // links told of their completions, ever
@@ -109,12 +116,31 @@ func newSharedCQ(cq completionQueue, size int) *sharedCQ {
 	return &sharedCQ{cq: cq, size: size}
 }
 
-// take reserves need entries and a slot, if the queue has room: the slot's
-// link is set by attach.
-func (q *sharedCQ) take(need int) (slot, gen uint32, ok bool) {
+// cqNeed is what a queue pair may put on its completion queue at worst:
+// its own requests, and the receives of the shared receive queue it takes
+// them from, if any (recvEntries receives, of the queue recvQueue).
+type cqNeed struct {
+	entries     int
+	recvQueue   uint32
+	recvEntries int
+}
+
+// moreLocked is what need adds to q's reservation: its entries, and its shared
+// receive queue's unless another member holds them already.
+func (q *sharedCQ) moreLocked(need cqNeed) int {
+	if need.recvEntries > 0 && q.recvQueues[need.recvQueue] == 0 {
+		return need.entries + need.recvEntries
+	}
+	return need.entries
+}
+
+// take reserves need and a slot, if the queue has room: the slot's link is
+// set by attach.
+func (q *sharedCQ) take(need cqNeed) (slot, gen uint32, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.err != nil || q.gone || q.size-q.reserved < need {
+	more := q.moreLocked(need)
+	if q.err != nil || q.gone || q.size-q.reserved < more {
 		return 0, 0, false
 	}
 	if n := len(q.free); n > 0 {
@@ -126,7 +152,13 @@ func (q *sharedCQ) take(need int) (slot, gen uint32, ok bool) {
 		slot = uint32(len(q.members))
 		q.members = append(q.members, cqMember{})
 	}
-	q.reserved += need
+	q.reserved += more
+	if need.recvEntries > 0 {
+		if q.recvQueues == nil {
+			q.recvQueues = make(map[uint32]int)
+		}
+		q.recvQueues[need.recvQueue]++
+	}
 	return slot, q.members[slot].gen, true
 }
 
@@ -145,11 +177,11 @@ func (q *sharedCQ) attach(slot uint32, l *Link, qpn uint32) {
 	q.mu.Unlock()
 }
 
-// leave gives back slot and its reservation of need entries, once the
+// leave gives back slot and its reservation, need, once the
 // queue pair that used them is destroyed: the queue is polled empty first,
 // so that none of its completions is left on the queue. It reports how
 // many links remain.
-func (q *sharedCQ) leave(slot uint32, need int) (remain int) {
+func (q *sharedCQ) leave(slot uint32, need cqNeed) (remain int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if l := q.members[slot].link; l != nil && l.armed.CompareAndSwap(true, false) {
@@ -167,7 +199,13 @@ func (q *sharedCQ) leave(slot uint32, need int) (remain int) {
 			delete(q.byQPN, qpn)
 		}
 	}
-	q.reserved -= need
+	q.reserved -= need.entries
+	if need.recvEntries > 0 {
+		if q.recvQueues[need.recvQueue]--; q.recvQueues[need.recvQueue] == 0 {
+			delete(q.recvQueues, need.recvQueue)
+			q.reserved -= need.recvEntries
+		}
+	}
 	q.free = append(q.free, slot)
 	remain = len(q.members) - len(q.free)
 	q.gone = remain == 0
@@ -340,9 +378,9 @@ func sharedCQSize(n, need, maxCQE int) int {
 // connections' worst cases.
 const minSharedCQ = 256
 
-// joinCQ reserves need entries on one of s's queues, adding a queue when
-// none has room; newCQ makes a queue of the size asked.
-func (s *compShare) joinCQ(need, maxCQE int, newCQ func(size int) (*sharedCQ, error)) (q *sharedCQ, slot, gen uint32, err error) {
+// joinCQ reserves need on one of s's queues, adding a queue when none has
+// room; newCQ makes a queue of the size asked.
+func (s *compShare) joinCQ(need cqNeed, maxCQE int, newCQ func(size int) (*sharedCQ, error)) (q *sharedCQ, slot, gen uint32, err error) {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
 	for _, q := range s.queues {
@@ -350,7 +388,7 @@ func (s *compShare) joinCQ(need, maxCQE int, newCQ func(size int) (*sharedCQ, er
 			return q, slot, gen, nil
 		}
 	}
-	q, err = newCQ(sharedCQSize(len(s.queues), need, maxCQE))
+	q, err = newCQ(sharedCQSize(len(s.queues), need.entries+need.recvEntries, maxCQE))
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -369,7 +407,7 @@ func (s *compShare) joinCQ(need, maxCQE int, newCQ func(size int) (*sharedCQ, er
 
 // leaveCQ gives back a link's slot on q (leave); a queue left with no
 // link is removed from s and returned, to be destroyed.
-func (s *compShare) leaveCQ(q *sharedCQ, slot uint32, need int) (empty *sharedCQ) {
+func (s *compShare) leaveCQ(q *sharedCQ, slot uint32, need cqNeed) (empty *sharedCQ) {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
 	if q.leave(slot, need) > 0 {

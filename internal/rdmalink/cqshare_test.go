@@ -132,7 +132,7 @@ func TestSharedCQReservations(t *testing.T) {
 	}
 	var js []joined
 	for range 5 {
-		q, slot, _, err := s.joinCQ(100, 1<<20, newCQ)
+		q, slot, _, err := s.joinCQ(cqNeed{entries: 100}, 1<<20, newCQ)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +160,7 @@ func TestSharedCQReservations(t *testing.T) {
 	}
 	// Leaving drains the queue first.
 	made[0].add(verbs.WorkCompletion{ID: wrTag(js[0].slot, 0)})
-	if s.leaveCQ(js[0].q, js[0].slot, 100) != nil {
+	if s.leaveCQ(js[0].q, js[0].slot, cqNeed{entries: 100}) != nil {
 		t.Fatal("a queue with a link left was given back")
 	}
 	if len(made[0].wcs) != 0 {
@@ -171,7 +171,7 @@ func TestSharedCQReservations(t *testing.T) {
 	}
 	var empty []*sharedCQ
 	for _, j := range js[1:] {
-		if q := s.leaveCQ(j.q, j.slot, 100); q != nil {
+		if q := s.leaveCQ(j.q, j.slot, cqNeed{entries: 100}); q != nil {
 			empty = append(empty, q)
 		}
 	}
@@ -250,7 +250,7 @@ func TestSharedCQPollFails(t *testing.T) {
 	if told.n == 0 {
 		t.Fatal("the other link was not told")
 	}
-	q2, _, _, err := s.joinCQ(16, 1<<20, func(size int) (*sharedCQ, error) { return newSharedCQ(&fakeCQ{}, size), nil })
+	q2, _, _, err := s.joinCQ(cqNeed{entries: 16}, 1<<20, func(size int) (*sharedCQ, error) { return newSharedCQ(&fakeCQ{}, size), nil })
 	if err != nil || q2 == q {
 		t.Fatalf("a new link joined the broken queue (%v)", err)
 	}
@@ -293,14 +293,14 @@ func TestSharedCQEndAfterOwnCompletions(t *testing.T) {
 // left (and the queue was destroyed) polls nothing and fails no one.
 func TestSharedCQEventAfterGone(t *testing.T) {
 	s, q, f, links := sharedLinks(1, 256, 16)
-	if s.leaveCQ(q, links[0].res.slot, 16) != q {
+	if s.leaveCQ(q, links[0].res.slot, cqNeed{entries: 16}) != q {
 		t.Fatal("the queue's last link left, and the queue was kept")
 	}
 	f.pollErr = errors.New("polled a destroyed queue")
 	if mine, told, err := q.event(nil); mine || told || err != nil {
 		t.Fatalf("a late event: %v %v %v", mine, told, err)
 	}
-	if _, _, ok := q.take(16); ok {
+	if _, _, ok := q.take(cqNeed{entries: 16}); ok {
 		t.Fatal("a link joined a destroyed queue")
 	}
 }
@@ -385,12 +385,63 @@ func TestSharedCQRoutesSharedReceives(t *testing.T) {
 	}
 	// Link 1 leaves; a completion its queue pair left behind concerns
 	// nobody, and its number is free.
-	q.leave(links[1].res.slot, 8)
+	q.leave(links[1].res.slot, cqNeed{entries: 8})
 	f.add(shared(101, 6, 44))
 	if k, err := links[0].Poll(cs); err != nil || k != 0 {
 		t.Fatalf("link 0 polled %d completions (%v) of a queue pair that left", k, err)
 	}
 	if _, ok := q.byQPN[101]; ok {
 		t.Error("the number of a queue pair that left still routes")
+	}
+}
+
+// A shared receive queue's receives are reserved once on a completion
+// queue, while any of its queue pairs is on it: together they cannot
+// complete more than it has posted, however their peers send.
+func TestSharedRecvReservedOnce(t *testing.T) {
+	q := newSharedCQ(&fakeCQ{}, 1023)
+	onA := cqNeed{entries: 100, recvQueue: 7, recvEntries: 255}
+	onB := cqNeed{entries: 100, recvQueue: 8, recvEntries: 255}
+	onC := cqNeed{entries: 100, recvQueue: 9, recvEntries: 255}
+	plain := cqNeed{entries: 100}
+	var slots []uint32
+	for i, step := range []struct {
+		need     cqNeed
+		ok       bool
+		reserved int
+	}{
+		{onA, true, 355},
+		{onA, true, 455}, // A's receives are held already
+		{onB, true, 810},
+		{onB, true, 910},
+		{onC, false, 910}, // 355 more does not fit in 1,023
+		{plain, true, 1010},
+	} {
+		slot, _, ok := q.take(step.need)
+		if ok != step.ok || q.reserved != step.reserved {
+			t.Fatalf("step %d: take(%+v) = %v, %d reserved; want %v, %d", i, step.need, ok, q.reserved, step.ok, step.reserved)
+		}
+		if ok {
+			slots = append(slots, slot)
+		}
+	}
+	for i, step := range []struct {
+		slot     uint32
+		need     cqNeed
+		reserved int
+	}{
+		{slots[0], onA, 910}, // the other on A holds its receives
+		{slots[1], onA, 555},
+		{slots[2], onB, 455},
+		{slots[4], plain, 355},
+		{slots[3], onB, 0},
+	} {
+		q.leave(step.slot, step.need)
+		if q.reserved != step.reserved {
+			t.Fatalf("leave %d: %d reserved, want %d", i, q.reserved, step.reserved)
+		}
+	}
+	if len(q.recvQueues) != 0 {
+		t.Fatalf("shared receive queues still counted: %v", q.recvQueues)
 	}
 }

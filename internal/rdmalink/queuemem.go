@@ -47,7 +47,7 @@ func QueueMemoryOf(provider string, cfg Config, notices bool) (sendQueue, recvQu
 	if notices {
 		sendWRs *= 2 // a write and its notice per data request
 	}
-	cqEntries := sendWRs + cfg.RecvDepth // reserved on the shared queue (resources.need)
+	cqEntries := sendWRs + cfg.RecvDepth // reserved on the shared queue (resources.need, with receives of its own)
 	page := os.Getpagesize()
 	pages := func(n int) int { return (n + page - 1) / page * page }
 	switch provider {

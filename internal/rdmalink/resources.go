@@ -19,7 +19,7 @@ type resources struct {
 	cq    *sharedCQ  // the queue the queue pair completes on (cqshare.go)
 	slot  uint32     // the link's slot on cq, and the slot's generation
 	gen   uint32
-	need  int // the entries reserved on cq: every request the queue pair may hold
+	need  cqNeed // reserved on cq: every request the queue pair may hold
 	qp    *verbs.QP
 	rx    *region // the peer writes here
 	tx    *region // the transmit ring
@@ -74,10 +74,9 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 	}
 	// A queue pair that fails may flush every request it holds, signaled
 	// or not: its shared completion queue keeps room for all of them. On a
-	// shared receive queue, its receives are the credit its peer holds:
-	// at most RecvDepth.
-	need := r.sendWRs + cfg.RecvDepth
-	attr, err := checkLimits(ctx, r.sendWRs, cfg.RecvDepth, need)
+	// shared receive queue, its receives are that queue's (cqNeed).
+	need := cqNeed{entries: r.sendWRs + cfg.RecvDepth}
+	attr, err := checkLimits(ctx, r.sendWRs, cfg.RecvDepth, need.entries)
 	if err != nil {
 		return nil, err
 	}
@@ -85,6 +84,16 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 		return nil, err
 	}
 	pd := r.group.pd
+	if cfg.SharedRecv && !notices {
+		// A device or a bound that refuses a shared queue leaves the link
+		// receives of its own, as without one.
+		if r.shared, err = r.group.joinShared(firstGrant); err == nil {
+			r.held = firstGrant
+			need = cqNeed{entries: r.sendWRs, recvQueue: r.shared.id, recvEntries: r.shared.size}
+		} else {
+			slog.Debug("rdmanet: no shared receive queue; the connection keeps receives of its own", "device", ctx.Name(), "err", err)
+		}
+	}
 	if r.share, err = acquireCompShare(ctx); err != nil {
 		return nil, err
 	}
@@ -121,15 +130,6 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 	}
 	// Two regions, not one: each fills its pool's class (8 KiB of
 	// receive slots for the default 256) with little left over.
-	if cfg.SharedRecv && !notices {
-		// A device or a bound that refuses a shared queue leaves the link
-		// receives of its own, as without one.
-		if r.shared, err = r.group.joinShared(firstGrant); err == nil {
-			r.held = firstGrant
-		} else {
-			slog.Debug("rdmanet: no shared receive queue; the connection keeps receives of its own", "device", ctx.Name(), "err", err)
-		}
-	}
 	if r.shared == nil {
 		if r.recvs, err = r.group.region(r.group.local, cfg.RecvDepth*wire.MessageSize, local); err != nil {
 			return nil, err
