@@ -61,10 +61,10 @@ type sharedCQ struct {
 	// recvQueues counts the members on each shared receive queue (by
 	// id): its receives are reserved while any is on the queue.
 	recvQueues map[uint32]int
-	err      error             // polling failed: the queue is unusable
-	gone     bool              // its last link left: it is destroyed, and an event read late polls nothing
-	told     uint64            // links told of their completions, ever
-	wcs      [pollBatch]verbs.WorkCompletion
+	err        error  // polling failed: the queue is unusable
+	gone       bool   // its last link left: it is destroyed, and an event read late polls nothing
+	told       uint64 // links told of their completions, ever
+	wcs        [pollBatch]verbs.WorkCompletion
 
 	// armedLinks counts the links that armed (Link.Arm) and were not told
 	// of a completion since; notifying: the queue is armed, an event is on
