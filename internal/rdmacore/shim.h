@@ -243,10 +243,11 @@ static void rn_fill_recvs(struct rn_ibv_recv_wr *wr, struct rn_ibv_sge *sge, con
 	}
 }
 
-// rn_post_recv returns the provider's error (0 or an errno) in the high 32 bits
-// and how many requests were posted in the low 32: an out-parameter would make
-// Go allocate on every call.
-static int64_t rn_post_recv(struct rn_ibv_qp *qp, const struct rn_recv_req *req, int n) {
+// rn_post_recvs posts n receives to qp or, if srq is set, to srq, in
+// batches. It returns the provider's error (0 or an errno) in the high 32
+// bits and how many requests were posted in the low 32: an out-parameter
+// would make Go allocate on every call.
+static int64_t rn_post_recvs(struct rn_ibv_qp *qp, struct rn_ibv_srq *srq, const struct rn_recv_req *req, int n) {
 	int posted = 0;
 	struct rn_ibv_recv_wr wr[RN_BATCH];
 	struct rn_ibv_sge sge[RN_BATCH];
@@ -255,7 +256,8 @@ static int64_t rn_post_recv(struct rn_ibv_qp *qp, const struct rn_recv_req *req,
 		if (m > RN_BATCH) m = RN_BATCH;
 		rn_fill_recvs(wr, sge, &req[posted], m);
 		struct rn_ibv_recv_wr *bad = NULL;
-		int rc = qp->context->ops.post_recv(qp, wr, &bad);
+		int rc = srq ? srq->context->ops.post_srq_recv(srq, wr, &bad)
+		             : qp->context->ops.post_recv(qp, wr, &bad);
 		if (rc) {
 			if (bad) posted += (int)(bad - wr);
 			return ((int64_t)rc << 32) | (uint32_t)posted;
@@ -265,24 +267,12 @@ static int64_t rn_post_recv(struct rn_ibv_qp *qp, const struct rn_recv_req *req,
 	return (uint32_t)posted;
 }
 
-// rn_post_srq_recv is rn_post_recv for a shared receive queue.
+static int64_t rn_post_recv(struct rn_ibv_qp *qp, const struct rn_recv_req *req, int n) {
+	return rn_post_recvs(qp, NULL, req, n);
+}
+
 static int64_t rn_post_srq_recv(struct rn_ibv_srq *srq, const struct rn_recv_req *req, int n) {
-	int posted = 0;
-	struct rn_ibv_recv_wr wr[RN_BATCH];
-	struct rn_ibv_sge sge[RN_BATCH];
-	while (posted < n) {
-		int m = n - posted;
-		if (m > RN_BATCH) m = RN_BATCH;
-		rn_fill_recvs(wr, sge, &req[posted], m);
-		struct rn_ibv_recv_wr *bad = NULL;
-		int rc = srq->context->ops.post_srq_recv(srq, wr, &bad);
-		if (rc) {
-			if (bad) posted += (int)(bad - wr);
-			return ((int64_t)rc << 32) | (uint32_t)posted;
-		}
-		posted += m;
-	}
-	return (uint32_t)posted;
+	return rn_post_recvs(NULL, srq, req, n);
 }
 
 // rn_create_srq creates a shared receive queue of max_wr receives of one
