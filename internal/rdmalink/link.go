@@ -43,7 +43,9 @@ type Link struct {
 	local, peer netip.AddrPort
 
 	// Receive slots the peer's messages consumed, oldest first: PostRecv
-	// posts them again.
+	// posts them again. consumed and the scratch slices of work requests
+	// grow with use: an idle connection holds a few of each, not its
+	// queues' depths (20 KiB with the defaults).
 	consumed []int
 	recvWRs  []verbs.RecvWR
 	sendWRs  []verbs.SendWR
@@ -164,12 +166,10 @@ func New(id *cm.ID, cfg Config) (*Link, error) {
 			SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth, ControlDepth: cfg.ControlDepth,
 			MaxInline: int(res.maxInline), Name: res.name, Transport: "rdma",
 		},
-		consumed: make([]int, 0, cfg.RecvDepth),
-		events:   make(chan struct{}, 1),
-		wakes:    make(chan struct{}, 1),
-		sendWRs:  make([]verbs.SendWR, 0, res.sendWRs),
-		sendIDs:  make([]uint64, res.sendWRs),
-		tag:      wrTag(res.slot, res.gen),
+		events:  make(chan struct{}, 1),
+		wakes:   make(chan struct{}, 1),
+		sendIDs: make([]uint64, res.sendWRs),
+		tag:     wrTag(res.slot, res.gen),
 	}
 	if res.shared != nil {
 		// Its receives are the shared queue's, its peer's credit granted.
@@ -179,11 +179,13 @@ func New(id *cm.ID, cfg Config) (*Link, error) {
 		return l, nil
 	}
 	res.cq.attach(res.slot, l, 0)
-	l.recvWRs = make([]verbs.RecvWR, cfg.RecvDepth)
-	for i := range l.recvWRs {
-		l.recvWRs[i] = verbs.RecvWR{ID: l.recvID(i), Local: res.recvSlot(i)}
+	// All its receives at once, from a slice it does not keep: PostRecv
+	// reposts a few at a time.
+	wrs := make([]verbs.RecvWR, cfg.RecvDepth)
+	for i := range wrs {
+		wrs[i] = verbs.RecvWR{ID: l.recvID(i), Local: res.recvSlot(i)}
 	}
-	if err := res.qp.PostRecv(l.recvWRs); err != nil {
+	if err := res.qp.PostRecv(wrs); err != nil {
 		res.close()
 		return nil, err
 	}
@@ -320,6 +322,7 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 	}
 	err := l.res.qp.PostSend(out)
 	clear(out)
+	l.sendWRs = out[:0]
 	return l.postFailed(err)
 }
 
@@ -383,7 +386,9 @@ func (l *Link) PostRecv(n int) error {
 		wrs = append(wrs, verbs.RecvWR{ID: l.recvID(slot), Local: l.res.recvSlot(slot)})
 	}
 	l.consumed = l.consumed[:copy(l.consumed, l.consumed[n:])]
-	return l.postFailed(l.res.qp.PostRecv(wrs))
+	err := l.res.qp.PostRecv(wrs)
+	l.recvWRs = wrs[:0]
+	return l.postFailed(err)
 }
 
 // Poll takes completions and says what they mean. The link's end comes

@@ -257,7 +257,8 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.grow = newGrowth(cfg)
 	e.ctl = controlQueue{announce: announce, slots: cfg.Caps.ControlDepth}
-	e.out = make([]link.SendWR, 0, e.sq.depth)
+	// e.out grows with the batches the connection posts (at most its
+	// send depth): an idle connection holds a few requests, not 255.
 	return e, nil
 }
 

@@ -27,7 +27,9 @@ type SendQueue struct {
 	retain bool
 	acked  uint64
 
-	// Signaled work requests not yet completed, oldest first.
+	// Signaled work requests not yet completed, oldest first: a circle
+	// that grows with what the connection has in flight, up to depth,
+	// so that an idle connection holds a few.
 	pending []pendingSignal
 	head    int
 	count   int
@@ -47,7 +49,7 @@ func NewSendQueue(depth int, ringSize uint64) *SendQueue {
 		depth:   depth,
 		ring:    ringSize,
 		chunk:   max(ringSize/4, 1),
-		pending: make([]pendingSignal, depth),
+		pending: make([]pendingSignal, min(depth, 4)),
 	}
 }
 
@@ -122,6 +124,13 @@ func (q *SendQueue) PostControl() (id uint64) {
 func (q *SendQueue) signal(control bool) uint64 {
 	q.sinceSignal = 0
 	p := pendingSignal{id: q.posted, posted: q.posted, put: q.put, control: control}
+	if q.count == len(q.pending) {
+		grown := make([]pendingSignal, min(2*len(q.pending), q.depth))
+		for i := range q.count {
+			grown[i] = q.pending[(q.head+i)%len(q.pending)]
+		}
+		q.pending, q.head = grown, 0
+	}
 	q.pending[(q.head+q.count)%len(q.pending)] = p
 	q.count++
 	return p.id
