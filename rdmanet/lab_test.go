@@ -375,8 +375,14 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The server echoes each connection's bytes back.
+	// The server echoes each connection's bytes back, and keeps why an
+	// end of its ended (a client's error is often only that the server
+	// closed it).
 	var served sync.WaitGroup
+	var serverErrs struct {
+		sync.Mutex
+		errs []error
+	}
 	t.Cleanup(func() { ln.Close(); served.Wait() })
 	go func() {
 		for {
@@ -386,10 +392,15 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 				served.Done()
 				return
 			}
+			accepted := time.Now()
 			go func() {
 				defer served.Done()
 				defer c.Close()
-				io.Copy(c, c)
+				if _, err := io.Copy(c, c); err != nil {
+					serverErrs.Lock()
+					serverErrs.errs = append(serverErrs.errs, fmt.Errorf("%v, %v after it was accepted: %w", c.RemoteAddr(), time.Since(accepted).Round(time.Millisecond), err))
+					serverErrs.Unlock()
+				}
 			}()
 		}
 	}()
@@ -448,7 +459,10 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Fatal(err)
+		serverErrs.Lock()
+		ends := serverErrs.errs[:min(len(serverErrs.errs), 4)]
+		serverErrs.Unlock()
+		t.Fatalf("%v (%d failed; the server's ends that failed: %v)", err, len(errs)+1, ends)
 	}
 	// The first connection's link knows of the last echo (to the
 	// millisecond it is kept to): its path (the device and the peer) is
