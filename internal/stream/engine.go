@@ -140,7 +140,7 @@ type Engine struct {
 	ctl  controlQueue
 	grow growth // rings that follow traffic (grow.go)
 
-	out     []link.SendWR // requests to post (Flush)
+	out     []link.SendWR // requests to post (Flush); grows with the batches posted, so an idle connection holds a few
 	reposts int           // receives the peer's messages consumed, to post again
 
 	// rc accounts for the peer's receives on a link without
@@ -257,8 +257,6 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.grow = newGrowth(cfg)
 	e.ctl = controlQueue{announce: announce, slots: cfg.Caps.ControlDepth}
-	// e.out grows with the batches the connection posts (at most its
-	// send depth): an idle connection holds a few requests, not 255.
 	return e, nil
 }
 
