@@ -36,7 +36,10 @@ type Config struct {
 	// power of two above n slots, so 256 would take 512.
 	RecvDepth int
 	// KeepAlive is how often an idle connection sends Keepalive (default 3 s,
-	// as Valkey's server; negative disables). It also bounds how long a
+	// as Valkey's server; negative disables); while other connections to
+	// the same peer on the device are busy, which proves the path alive,
+	// up to 4 x KeepAlive, so that thousands of idle connections do not
+	// load the device with keepalives. It also bounds how long a
 	// request may wait for its completion: a request posted to a peer that
 	// is gone without a disconnect (its host died, the network or the link
 	// broke, the device went silent) fails the connection when no send

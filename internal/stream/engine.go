@@ -66,6 +66,19 @@ const deadFactor = 2
 // that siw's queue pair uses, dropped by a middlebox) is dead too.
 const lateFactor = 10
 
+// idleFactor times KeepAlive is the longest an idle connection goes
+// without its own keepalive (or, where only the peer's messages count,
+// without asking for one) while its path is busy: sends complete and
+// messages arrive on other connections to the same peer on the device
+// (PathProgress). Those prove the device and the peer alive, so 10,000
+// idle ends need not each send every KeepAlive: in the lab, on a loaded
+// host, that many keepalives overloaded rxe (docs/engine.md, "Keepalives
+// at scale"). A keepalive every idleFactor x KeepAlive keeps the peer's
+// waits for this connection far under their lateFactor cap. Once the path
+// is quiet for half a KeepAlive, every connection sends each KeepAlive
+// again, so a path that dies is found within 3 x KeepAlive as before.
+const idleFactor = 4
+
 // valkeyRecvDepth is how many receives a Valkey peer keeps posted (its
 // queue pair's max_recv_wr). A peer without a Hello is taken to keep that
 // many; rdmanet peers say theirs.
@@ -826,7 +839,8 @@ type Poster interface {
 }
 
 // Tick is called when the time NextTick returned comes (later is fine).
-// It sends Keepalive on a connection that posted nothing for KeepAlive, and
+// It sends Keepalive on a connection that posted nothing for KeepAlive
+// (longer while its path is busy: idleFactor), and
 // fails the stream with a *PathDeadError when requests have been
 // outstanding with no completion for deadFactor x KeepAlive.
 func (e *Engine) Tick() {
@@ -851,18 +865,41 @@ func (e *Engine) Tick() {
 			e.Fail(&PathDeadError{Outstanding: silent, Waited: waitedHeard})
 			return
 		}
-		if silent >= e.cfg.KeepAlive && !e.probed && !e.draining {
+		if !e.probed && !e.draining && !now.Before(e.idleDue(e.lastHeard, now)) {
 			e.probed = true
 			e.ctl.want |= wantKeepalive
 			e.flushControl()
 		}
 	}
 	e.shrinkIdle(now)
-	if !e.draining && now.Sub(e.lastPost) >= e.cfg.KeepAlive {
+	if !e.draining && !now.Before(e.idleDue(e.lastPost, now)) {
 		e.ctl.want |= wantKeepalive
 		e.flushControl()
 		e.lastPost = now // one Keepalive per period, even while it waits for a slot
 	}
+}
+
+// idleDue is when an idle wait that began at since (the last post, for a
+// keepalive; the last message heard, for a probe) next needs a Tick:
+// KeepAlive after since, or, while the path is busy, half a KeepAlive
+// later each time it is still busy then (so that a path that goes quiet
+// gets its keepalives no later than before), up to idleFactor x
+// KeepAlive after since. Tick sends when it is not after now.
+func (e *Engine) idleDue(since, now time.Time) time.Time {
+	ka := e.cfg.KeepAlive
+	due := since.Add(ka)
+	if now.Before(due) || !e.pathBusy(now) {
+		return due
+	}
+	return minTime(now.Add(ka/2), since.Add(idleFactor*ka))
+}
+
+// pathBusy: a send completed and a message arrived on the connection's
+// path (PathProgress) within the last half KeepAlive. Both: a path that
+// carries one way only is not well.
+func (e *Engine) pathBusy(now time.Time) bool {
+	half := e.cfg.KeepAlive / 2
+	return !e.pathSent.IsZero() && !e.pathHeard.IsZero() && now.Sub(e.pathSent) < half && now.Sub(e.pathHeard) < half
 }
 
 // skipStall takes out of every wait the time this side could not run: a
@@ -932,7 +969,8 @@ func (e *Engine) NextTick() time.Time {
 	if e.cfg.KeepAlive <= 0 || e.err != nil || e.lost != nil || e.peerGone {
 		return time.Time{}
 	}
-	next := e.lastPost.Add(e.cfg.KeepAlive)
+	now := e.cfg.Clock()
+	next := e.idleDue(e.lastPost, now)
 	if e.sq.SignaledPending() {
 		if dead := e.deadAt(e.lastProgress, e.pathSent); dead.Before(next) || e.draining {
 			next = dead
@@ -944,7 +982,7 @@ func (e *Engine) NextTick() time.Time {
 		}
 	}
 	if e.rc.on {
-		probe := e.lastHeard.Add(e.cfg.KeepAlive)
+		probe := e.idleDue(e.lastHeard, now)
 		if e.probed || e.draining {
 			probe = e.deadAt(e.lastHeard, e.pathHeard)
 		}
@@ -954,7 +992,7 @@ func (e *Engine) NextTick() time.Time {
 	}
 	// A Tick is due then, or at once if that has passed.
 	e.tickDue = next
-	if now := e.cfg.Clock(); now.After(next) {
+	if now.After(next) {
 		e.tickDue = now
 	}
 	return next

@@ -283,12 +283,14 @@ func TestEngineLateIsNotDead(t *testing.T) {
 		}
 		e, r, clk := idle()
 		start := clk.now
-		// Idle for KeepAlive: a keepalive goes and never completes (and
-		// with credit, the peer says nothing); the path progresses every
-		// half second.
+		// Idle for KeepAlive on a quiet path: a keepalive goes and never
+		// completes (and with credit, the peer says nothing); from then on
+		// the path progresses every half second.
 		for clk.now.Sub(start) < (lateFactor-1)*ka {
 			clk.advance(ka / 2)
-			e.PathProgress(clk.now, clk.now)
+			if clk.now.Sub(start) > ka {
+				e.PathProgress(clk.now, clk.now)
+			}
 			e.Tick()
 			e.Flush(r)
 			if e.Err() != nil {
@@ -312,9 +314,9 @@ func TestEngineLateIsNotDead(t *testing.T) {
 		// progress.
 		e, r, clk = idle()
 		clk.advance(ka)
-		e.PathProgress(clk.now, clk.now)
 		e.Tick()
 		e.Flush(r)
+		e.PathProgress(clk.now, clk.now)
 		last := clk.now.Add(ka)
 		clk.advance(ka)
 		e.PathProgress(last, last)
@@ -324,6 +326,84 @@ func TestEngineLateIsNotDead(t *testing.T) {
 		}
 		if got := clk.now.Sub(last); !errors.As(e.Err(), &pd) || got < deadFactor*ka || got > deadFactor*ka+100*time.Millisecond {
 			t.Fatalf("credit %v: the path silent for %v: %v; want a dead path after %v", credit, got, e.Err(), deadFactor*ka)
+		}
+	}
+}
+
+// TestEngineKeepaliveFollowsPath: an idle connection on a busy path (sends
+// complete and messages arrive on other connections to the peer) sends a
+// keepalive every idleFactor x KeepAlive, not every KeepAlive; once the
+// path goes quiet it sends one within KeepAlive, and a path that stays
+// silent is dead within 3 x KeepAlive of its last progress, as on a
+// connection alone. With receive credit (iWARP), where only the peer's
+// messages count, the same holds for asking the peer for one.
+func TestEngineKeepaliveFollowsPath(t *testing.T) {
+	const ka = time.Second
+	const step = ka / 10
+	for _, credit := range []bool{false, true} {
+		e, r, clk := newTestEngine(t, wire.FeatureRing, rdmanetHello, ka)
+		ring := uint32(4096)
+		if credit {
+			e, r, clk = newIWARPEngine(t, 16, false, ka)
+			ring = 64 << 10
+		}
+		completeAll(e, r)
+		control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: ring, RKey: 9})
+		e.Flush(r)
+		completeAll(e, r)
+		// keepalives takes what was posted and counts the keepalives;
+		// answer: they complete, and with credit the peer answers with a
+		// Credit that gives back the receives they took.
+		var sentAt []time.Time
+		keepalives := func(answer bool) {
+			for _, wr := range r.sent {
+				if m, _ := wire.Decode(wr.Msg[:], true); wr.Kind == link.SendControl && m.Op == wire.OpKeepalive {
+					sentAt = append(sentAt, clk.now)
+				}
+			}
+			if answer {
+				completeAll(e, r)
+				if credit && len(sentAt) > 0 && sentAt[len(sentAt)-1].Equal(clk.now) {
+					control(e, wire.Message{Op: wire.OpCredit, Receives: uint32(e.rc.sent)})
+					e.Flush(r)
+					completeAll(e, r)
+				}
+			}
+		}
+		start := clk.now
+		for clk.now.Sub(start) < 40*ka {
+			clk.advance(step)
+			e.PathProgress(clk.now, clk.now)
+			e.Tick()
+			e.Flush(r)
+			keepalives(true)
+			if e.Err() != nil {
+				t.Fatalf("credit %v: %v in on a busy path: %v (keepalives at %v)", credit, clk.now.Sub(start), e.Err(), sentAt)
+			}
+		}
+		if n := len(sentAt); n < 40/idleFactor-1 || n > 40/idleFactor+1 {
+			t.Fatalf("credit %v: %d keepalives in 40 x KeepAlive on a busy path, want about %d", credit, n, 40/idleFactor)
+		}
+		for i := 1; i < len(sentAt); i++ {
+			if gap := sentAt[i].Sub(sentAt[i-1]); gap > idleFactor*ka+step {
+				t.Fatalf("credit %v: keepalives %v apart on a busy path, bound %v", credit, gap, idleFactor*ka)
+			}
+		}
+		// The path goes quiet, and nothing this connection sends from
+		// now on completes or is answered.
+		quiet, before := clk.now, len(sentAt)
+		for e.Err() == nil && clk.now.Sub(quiet) < 10*ka {
+			clk.advance(step)
+			e.Tick()
+			e.Flush(r)
+			keepalives(false)
+		}
+		if len(sentAt) == before || sentAt[before].Sub(quiet) > ka {
+			t.Fatalf("credit %v: no keepalive within KeepAlive of the path going quiet: %v", credit, sentAt[before:])
+		}
+		var pd *PathDeadError
+		if got := clk.now.Sub(quiet); !errors.As(e.Err(), &pd) || got > 3*ka {
+			t.Fatalf("credit %v: the path silent for %v: %v; want a dead path within %v", credit, got, e.Err(), 3*ka)
 		}
 	}
 }
