@@ -344,20 +344,15 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
-	// The default Config, keepalive every 3 s included: 10,000 ends send
-	// 3,300 a second while the later ones dial. On siw that delayed one
-	// connection's messages past 2 x KeepAlive while the others' came,
-	// which failed it for a dead path until the rule counted the progress
-	// of the path's other connections (stream.Engine.PathProgress). Under
-	// the race detector (scripts/lab-test's first pass, 1,000 pairs) the
-	// keepalive is 30 s: there the engine costs several times the CPU, and
-	// on a loaded host 2,000 ends' keepalives every 3 s saturated the
-	// emulated CPU until rxe's own retries ran out. The 5,000 pairs run
-	// without it.
+	// The default Config, keepalive every 3 s included. On siw, 10,000
+	// ends each sending one every 3 s delayed one connection's messages
+	// past 2 x KeepAlive while the others' came, which failed it for a
+	// dead path until the rule counted the progress of the path's other
+	// connections (stream.Engine.PathProgress); on rxe with the host
+	// loaded, they overloaded the device until keepalives went 30 s
+	// without completing. Now an idle end on a busy path sends one every
+	// 4 x KeepAlive (docs/engine.md, "Keepalives at scale").
 	var cfg rdmanet.Config
-	if raceEnabled {
-		cfg.KeepAlive = 30 * time.Second
-	}
 	// librdmacm opens a device's context (2 descriptors) the first time an
 	// ID uses it and keeps it for the process: one pair first, so that the
 	// baseline has them.

@@ -1,5 +1,0 @@
-//go:build !race
-
-package rdmanet_test
-
-const raceEnabled = false
