@@ -157,10 +157,13 @@ func TestLabKernelBlockDevice(t *testing.T) {
 	}
 
 	// fio, verifying what it wrote: random 4 KiB writes at queue depth 16,
-	// and sequential 128 KiB writes at queue depth 4 further on.
+	// and sequential 128 KiB writes at queue depth 4 further on. 16 MiB
+	// each: this checks what arrives, not how fast (BENCHMARKS.md does),
+	// and under the race detector on a loaded host 64 MiB at 128 KiB went
+	// past runTool's bound.
 	for _, job := range [][]string{
-		{"--name=rand4k", "--rw=randwrite", "--bs=4k", "--iodepth=16", "--offset=0", "--size=32m"},
-		{"--name=seq128k", "--rw=write", "--bs=128k", "--iodepth=4", "--offset=64m", "--size=64m"},
+		{"--name=rand4k", "--rw=randwrite", "--bs=4k", "--iodepth=16", "--offset=0", "--size=16m"},
+		{"--name=seq128k", "--rw=write", "--bs=128k", "--iodepth=4", "--offset=64m", "--size=16m"},
 	} {
 		out := runTool(t, fio, append(job, "--filename="+dev, "--ioengine=libaio", "--direct=1",
 			"--verify=crc32c", "--verify_fatal=1", "--do_verify=1", "--output-format=json")...)
