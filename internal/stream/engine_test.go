@@ -258,6 +258,23 @@ func TestEngineDeadPath(t *testing.T) {
 	}
 }
 
+// idleEngine is an engine with the peer's ring announced, idle, nothing
+// outstanding; with receive credit, an iWARP engine.
+func idleEngine(t *testing.T, credit bool, ka time.Duration) (*Engine, *recorder, *clock) {
+	t.Helper()
+	e, r, clk := newTestEngine(t, wire.FeatureRing, rdmanetHello, ka)
+	ring := uint32(4096)
+	if credit {
+		e, r, clk = newIWARPEngine(t, 16, false, ka)
+		ring = 64 << 10
+	}
+	completeAll(e, r)
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: ring, RKey: 9})
+	e.Flush(r)
+	completeAll(e, r)
+	return e, r, clk
+}
+
 // TestEngineLateIsNotDead: a connection whose keepalive waits while other
 // links on its path progress (PathProgress) is late, not dead, until
 // lateFactor x KeepAlive; once the path goes silent too, deadFactor x
@@ -266,21 +283,7 @@ func TestEngineDeadPath(t *testing.T) {
 func TestEngineLateIsNotDead(t *testing.T) {
 	const ka = time.Second
 	for _, credit := range []bool{false, true} {
-		// An engine with the peer's ring announced, idle, nothing
-		// outstanding; with receive credit, an iWARP engine.
-		idle := func() (*Engine, *recorder, *clock) {
-			e, r, clk := newTestEngine(t, wire.FeatureRing, rdmanetHello, ka)
-			ring := uint32(4096)
-			if credit {
-				e, r, clk = newIWARPEngine(t, 16, false, ka)
-				ring = 64 << 10
-			}
-			completeAll(e, r)
-			control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: ring, RKey: 9})
-			e.Flush(r)
-			completeAll(e, r)
-			return e, r, clk
-		}
+		idle := func() (*Engine, *recorder, *clock) { return idleEngine(t, credit, ka) }
 		e, r, clk := idle()
 		start := clk.now
 		// Idle for KeepAlive on a quiet path: a keepalive goes and never
@@ -341,16 +344,7 @@ func TestEngineKeepaliveFollowsPath(t *testing.T) {
 	const ka = time.Second
 	const step = ka / 10
 	for _, credit := range []bool{false, true} {
-		e, r, clk := newTestEngine(t, wire.FeatureRing, rdmanetHello, ka)
-		ring := uint32(4096)
-		if credit {
-			e, r, clk = newIWARPEngine(t, 16, false, ka)
-			ring = 64 << 10
-		}
-		completeAll(e, r)
-		control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: ring, RKey: 9})
-		e.Flush(r)
-		completeAll(e, r)
+		e, r, clk := idleEngine(t, credit, ka)
 		// keepalives takes what was posted and counts the keepalives;
 		// answer: they complete, and with credit the peer answers with a
 		// Credit that gives back the receives they took.
