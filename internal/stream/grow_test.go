@@ -465,3 +465,57 @@ func TestReceiveRingGrowsInSteps(t *testing.T) {
 		t.Fatalf("receive ring sizes seen: %v, want 4, 16 and 64 KiB", seen)
 	}
 }
+
+// TestGrownRingsWriteWhole: once rings that started small have grown,
+// writes that divide the ring go as one request each, as over rings of
+// that size from the start. Two phases could split every one: the
+// receive ring grown at a position the writes do not divide (so it
+// wrapped in the middle of a write), and Credits that ran from the one a
+// ring switch sends (so the sender's room ended in the middle of one).
+// Together they made 1.5 requests a write, and half the throughput.
+func TestGrownRingsWriteWhole(t *testing.T) {
+	const write, ring = 64 << 10, 256 << 10
+	requestsPerWrite := func(first int) float64 {
+		p := newGrowPair(t, wire.FeatureRing|wire.FeatureGrow, first, ring, 0)
+		src := make([]byte, write)
+		buf := make([]byte, 32<<10)
+		writes, off, posted := 0, 0, uint64(0)
+		for steps := 0; writes < 600; steps++ {
+			if steps > 1_000_000 {
+				t.Fatalf("first rings of %d: stuck after %d writes", first, writes)
+			}
+			p.clk.advance(time.Millisecond)
+			p.a.poll(t)
+			k, err := p.a.eng.Write(src[off:])
+			if err != nil && err != ErrWouldBlock {
+				t.Fatal(err)
+			}
+			if off += k; off == write {
+				writes, off = writes+1, 0
+				if writes == 100 { // grown by now
+					posted = p.a.eng.State().Posted
+				}
+			}
+			p.a.eng.Flush(p.a.link)
+			p.b.poll(t)
+			for {
+				if k, _ := p.b.eng.Read(buf); k == 0 {
+					break
+				}
+			}
+			p.b.eng.Flush(p.b.link)
+		}
+		if st := p.a.eng.State(); st.SendRing != ring {
+			t.Fatalf("first rings of %d: the transmit ring is %d bytes, want %d", first, st.SendRing, ring)
+		}
+		if st := p.b.eng.State(); st.RecvRing != ring {
+			t.Fatalf("first rings of %d: the receive ring is %d bytes, want %d", first, st.RecvRing, ring)
+		}
+		return float64(p.a.eng.State().Posted-posted) / 500
+	}
+	fixed, grown := requestsPerWrite(ring), requestsPerWrite(16<<10)
+	t.Logf("requests a %d-byte write: %.3f over fixed rings, %.3f over rings grown from 16 KiB", write, fixed, grown)
+	if grown > fixed*1.02 {
+		t.Fatalf("%.3f requests a write over grown rings, %.3f over fixed ones", grown, fixed)
+	}
+}

@@ -14,25 +14,29 @@ import "github.com/rdmanet/sdk/internal/wire"
 // replaced mid-stream (grow.go): this side offers a new ring (Ring), the
 // peer answers with the position where its bytes start going there
 // (RingAt), and the old ring is read up to that position and then given
-// back. Offsets in a ring count from base, the stream position at its
-// offset 0.
+// back. In every ring, the byte at stream position p is at offset p
+// modulo the ring's size, as in a ring that was there from the start: so
+// a ring that grew wraps where a fixed one of its size would, at the same
+// stream positions as the sender's transmit ring (SendQueue), and a
+// stream of writes that divide the ring is never split at its end.
 type RecvRing struct {
 	mem           []byte // the ring being read
-	size, base    uint64
+	size          uint64
 	written, read uint64 // running totals
 	credited      uint64 // read, as last told to the peer
 	creditEvery   uint64
 	peerRetain    uint64
 
 	offered *ringSpan // a ring offered to the peer, which it has not yet switched to
-	next    *ringSpan // the ring the peer switched to, from next.base on
+	next    *ringSpan // the ring the peer switched to, from next.at on
 	retired [][]byte  // rings nothing lands in and nothing reads any more
 }
 
-// ringSpan is a receive ring and the stream position at its offset 0.
+// ringSpan is a receive ring and the stream position from which the
+// peer's bytes land in it.
 type ringSpan struct {
-	mem  []byte
-	base uint64
+	mem []byte
+	at  uint64
 }
 
 // NewRecvRing returns the state of a ring of size bytes. Credit goes back
@@ -66,14 +70,14 @@ func (r *RecvRing) Relinked() { r.credited = r.read }
 // (in the ring it switched to, if it did). A write that overruns the space
 // the peer was given, or crosses the ring's end, is a protocol error.
 func (r *RecvRing) Arrived(n uint32) error {
-	size, base := r.size, r.base
+	size := r.size
 	if r.next != nil {
-		size, base = uint64(len(r.next.mem)), r.next.base
+		size = uint64(len(r.next.mem))
 	}
 	if unread := r.written - r.read; unread > size || uint64(n) > size-unread {
 		return protocolErrorf("peer wrote %d bytes into a ring with %d free", n, size-min(size, unread))
 	}
-	if off := (r.written - base) % size; off+uint64(n) > size {
+	if off := r.written % size; off+uint64(n) > size {
 		return protocolErrorf("peer write of %d bytes at ring offset %d crosses the ring's end", n, off)
 	}
 	r.written += uint64(n)
@@ -85,34 +89,38 @@ func (r *RecvRing) Readable() (off, n uint32) {
 	r.advance()
 	limit := r.written
 	if r.next != nil {
-		limit = r.next.base
+		limit = r.next.at
 	}
-	o := (r.read - r.base) % r.size
+	o := r.read % r.size
 	return uint32(o), uint32(min(limit-r.read, r.size-o))
 }
 
 // advance moves reading to the ring the peer switched to, once everything
 // before the switch was read; the old ring is retired.
 func (r *RecvRing) advance() {
-	if r.next == nil || r.read != r.next.base {
+	if r.next == nil || r.read != r.next.at {
 		return
 	}
 	if r.mem != nil {
 		r.retired = append(r.retired, r.mem)
 	}
-	r.mem, r.size, r.base, r.next = r.next.mem, uint64(len(r.next.mem)), r.next.base, nil
+	r.mem, r.size, r.next = r.next.mem, uint64(len(r.next.mem)), nil
 	r.setCreditEvery()
 }
 
 // Consume marks n readable bytes as read and returns the Credit message to
-// send, if enough was consumed since the last one.
+// send, if the read crossed a multiple of creditEvery since the last one.
+// Multiples, not creditEvery after the last Credit: a Credit sent between
+// them (a ring switch sends one) would shift every later one, and the
+// sender, whose room ends at what was credited, would split each write
+// that the ring divides into two (half the throughput, on the host).
 func (r *RecvRing) Consume(n uint32) (credit wire.Message, send bool) {
 	if uint64(n) > r.written-r.read {
 		panic("stream: Consume beyond what arrived")
 	}
 	r.read += uint64(n)
 	r.advance()
-	if r.read-r.credited < r.creditEvery {
+	if r.read/r.creditEvery == r.credited/r.creditEvery {
 		return wire.Message{}, false
 	}
 	return r.credit()
@@ -156,7 +164,7 @@ func (r *RecvRing) SwitchAt(at uint64) (credit wire.Message, send bool, err erro
 		return wire.Message{}, false, protocolErrorf("RingAt at %d bytes; %d arrived before it", at, r.written)
 	}
 	r.next, r.offered = r.offered, nil
-	r.next.base = at
+	r.next.at = at
 	r.creditEvery = min(r.creditEvery, max(uint64(len(r.next.mem))/4, 1))
 	credit, send = r.credit()
 	r.advance()
@@ -166,12 +174,12 @@ func (r *RecvRing) SwitchAt(at uint64) (credit wire.Message, send bool, err erro
 // SendRing is the peer's receive ring as this side writes into it. With
 // FeatureGrow the peer may offer another (Offer): this side writes no more
 // until it switched (Switch, when its RingAt is posted), and from then on
-// the stream's bytes go to the new ring, from its start.
+// the stream's bytes go to the new ring, each at its stream position
+// modulo the ring's size (RecvRing).
 type SendRing struct {
 	addr           uint64
 	size           uint64
 	rkey           uint32
-	base           uint64 // the stream position at the ring's offset 0
 	announced      bool
 	sent, peerRead uint64 // running totals
 	offer          *wire.Message
@@ -208,7 +216,7 @@ func (s *SendRing) Offer(m wire.Message) error {
 // RingAt that tells the peer so.
 func (s *SendRing) Switch() wire.Message {
 	m := s.offer
-	s.addr, s.size, s.rkey, s.base, s.offer = m.Addr, uint64(m.Length), m.RKey, s.sent, nil
+	s.addr, s.size, s.rkey, s.offer = m.Addr, uint64(m.Length), m.RKey, nil
 	return wire.Message{Op: wire.OpRingAt, At: s.sent}
 }
 
@@ -231,14 +239,14 @@ func (s *SendRing) Room() uint32 {
 	if !s.announced || s.offer != nil || s.sent-s.peerRead >= s.size {
 		return 0
 	}
-	off := (s.sent - s.base) % s.size
+	off := s.sent % s.size
 	return uint32(min(s.size-(s.sent-s.peerRead), s.size-off))
 }
 
 // Take reserves up to n bytes and returns where they go.
 func (s *SendRing) Take(n uint32) (remoteAddr uint64, rkey uint32, got uint32) {
 	got = min(n, s.Room())
-	remoteAddr = s.addr + (s.sent-s.base)%s.size
+	remoteAddr = s.addr + s.sent%s.size
 	s.sent += uint64(got)
 	return remoteAddr, s.rkey, got
 }

@@ -56,7 +56,8 @@ const (
 	OpRing Opcode = 0x7206
 	// OpRingAt, with FeatureGrow, answers OpRing: the sender's stream bytes
 	// from position At on (a running total, as Credit's) go into the
-	// offered ring, from its start; those before At went into the old one.
+	// offered ring, each at its position modulo the ring's size (as in
+	// every ring); those before At went into the old one.
 	// It follows every write before At and precedes every write after, so
 	// once it arrived nothing more lands in the old ring.
 	OpRingAt Opcode = 0x7207
@@ -110,7 +111,7 @@ type Message struct {
 	Receives      uint32 // Credit
 	// Resume: the running total of bytes received (arrived, read or not).
 	ReceivedBytes uint64
-	// RingAt: the stream position where the offered ring starts.
+	// RingAt: the stream position from which bytes go to the offered ring.
 	At uint64
 }
 
