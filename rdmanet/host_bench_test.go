@@ -13,7 +13,9 @@ import (
 //	go test -run '^$' -bench Host -benchmem -count 5 ./rdmanet/ | go run ./internal/cmd/benchtable
 
 // hostPairs are the connections compared: rdmanet's two protocols over the
-// in-memory link, and TCP over loopback.
+// in-memory link (rdmanet's with rings that start small and grow, and with
+// fixed rings of Config's size, issue 24's reference), and TCP over
+// loopback.
 func hostPairs(b *testing.B) []struct {
 	name string
 	make func() (net.Conn, net.Conn, func())
@@ -24,6 +26,10 @@ func hostPairs(b *testing.B) []struct {
 	}{
 		{"mem-rdmanet", func() (net.Conn, net.Conn, func()) {
 			a, c, _, _ := memPair(b, Config{}, hostModes[0].features)
+			return a, c, func() { closeAndWait(b, a); closeAndWait(b, c) }
+		}},
+		{"mem-rdmanet-fixed", func() (net.Conn, net.Conn, func()) {
+			a, c, _, _ := memPair(b, Config{FixedRings: true}, hostModes[0].features)
 			return a, c, func() { closeAndWait(b, a); closeAndWait(b, c) }
 		}},
 		{"mem-valkey", func() (net.Conn, net.Conn, func()) {
