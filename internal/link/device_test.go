@@ -1,4 +1,4 @@
-package link
+package link_test
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	. "github.com/rdmanet/sdk/internal/link"
 )
 
 // onDevice is testConfig on d.
@@ -29,8 +31,7 @@ func TestDeviceNotifies(t *testing.T) {
 		t.Cleanup(func() { a.Close(); b.Close() })
 		pipes = append(pipes, [2]*Pipe{a, b})
 		b.SetNotify(func() {
-			b.pair.mu.Lock() // the poster's lock: free, or this hangs
-			b.pair.mu.Unlock()
+			LockPoster(b) // the poster's lock: free, or this hangs
 			told[i].Add(1)
 		})
 		if err := b.Arm(); err != nil {

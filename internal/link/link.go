@@ -134,6 +134,12 @@ type RecvGranter interface {
 	Grant(held, n int) int
 }
 
+// ErrMisuse is wrapped by the errors a link's calls return when the caller
+// breaks Link's contract (more requests than Caps allow, a range outside
+// the rings, an unknown kind), so that the conformance suite
+// (internal/linktest) tells misuse from a broken link.
+var ErrMisuse = errors.New("misuse")
+
 // PathWatcher is a link that shares its path (its device and the peer)
 // with other links and knows their progress: when a send last completed
 // and a message last arrived on any of them. A connection whose own

@@ -165,10 +165,6 @@ var ErrSpokeFirst = errors.New("link: the passive side sent before the active si
 // or SendMarker wrote outside the peer's announced ring or with the wrong key.
 var ErrRemoteAccess = errors.New("link: remote access error")
 
-// errMisuse is wrapped by the errors PostSend and PostRecv return when the
-// caller breaks Link's contract, so that tests can tell misuse from the rest.
-var errMisuse = errors.New("misuse")
-
 // ringBase is where the fake addresses of the receive rings start: a
 // user-space-looking address, so a ring offset passed as an address fails.
 const ringBase = 0x7f00_0000_0000
@@ -742,5 +738,5 @@ func closedError(op string) error {
 }
 
 func misuse(format string, args ...any) error {
-	return fmt.Errorf("link: memory: %s: %w", fmt.Sprintf(format, args...), errMisuse)
+	return fmt.Errorf("link: memory: %s: %w", fmt.Sprintf(format, args...), ErrMisuse)
 }

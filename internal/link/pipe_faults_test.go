@@ -1,4 +1,4 @@
-package link
+package link_test
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	. "github.com/rdmanet/sdk/internal/link"
 )
 
 // goWait runs e.Wait in a goroutine and returns its result's channel.
@@ -388,7 +390,7 @@ func TestPipeFailNext(t *testing.T) {
 		a.FailNext(nil)
 		post(t, a, marker(b, 1))
 		ca := waitFor(t, a, 1)
-		wantFailed(t, "a", ca[0], []error{errInjected})
+		wantFailed(t, "a", ca[0], []error{ErrInjected})
 	})
 }
 

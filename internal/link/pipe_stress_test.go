@@ -1,4 +1,4 @@
-package link
+package link_test
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	. "github.com/rdmanet/sdk/internal/link"
 )
 
 // errHang is how the stress test's hang guard cuts the pipe.

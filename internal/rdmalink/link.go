@@ -316,7 +316,7 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 		case link.SendMarker:
 			v.Opcode, v.RemoteAddr, v.RKey = verbs.OpRDMAWrite, wr.Remote, wr.RKey
 		default:
-			return fmt.Errorf("rdmanet: send request of kind %v", wr.Kind)
+			return fmt.Errorf("rdmanet: send request of kind %v: %w", wr.Kind, link.ErrMisuse)
 		}
 		out = append(out, v)
 	}
@@ -374,7 +374,7 @@ func (l *Link) flushed() {
 // PostRecv posts again the n receive slots consumed longest ago.
 func (l *Link) PostRecv(n int) error {
 	if n > len(l.consumed) {
-		return fmt.Errorf("rdmanet: %d receives to post again, %d were consumed", n, len(l.consumed))
+		return fmt.Errorf("rdmanet: %d receives to post again, %d were consumed: %w", n, len(l.consumed), link.ErrMisuse)
 	}
 	if s := l.res.shared; s != nil {
 		err := s.post(l.consumed[:n])

@@ -1,21 +1,35 @@
 package tcplink
 
 import (
-	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
-	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/linktest"
 )
 
 // hangGuard bounds every wait in these tests. It only turns a hang into a
 // failure: no test compares how long something took against an upper bound.
-const hangGuard = 60 * time.Second
+const hangGuard = linktest.HangGuard
+
+// The helpers of link tests (internal/linktest), by the names these tests
+// use.
+var (
+	checkGoroutines = linktest.CheckGoroutines
+	pollAll         = linktest.PollAll
+	waitFor         = linktest.WaitFor
+	waitEnd         = linktest.WaitEnd
+	kinds           = linktest.Kinds
+	wantKinds       = linktest.WantKinds
+	checkEnd        = linktest.CheckEnd
+	data            = linktest.Data
+	control         = linktest.Control
+	marker          = linktest.Marker
+	post            = linktest.Post
+	fill            = linktest.Fill
+)
 
 // spec sizes one end.
 type spec struct {
@@ -107,182 +121,6 @@ func newLinks(t testing.TB, ca, cb net.Conn, sa, sb spec) (*Link, *Link) {
 func forEachTransport(t *testing.T, f func(t *testing.T, tr string)) {
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) { f(t, tr) })
-	}
-}
-
-// checkGoroutines fails t if, once t's later cleanups ran, more goroutines
-// run than before; it waits for them to end, up to hangGuard.
-func checkGoroutines(t testing.TB) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(hangGuard)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("%d goroutines before the test, %d after:\n%s",
-					before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-}
-
-// pollAll takes every completion queued now.
-func pollAll(t testing.TB, l *Link) []link.Completion {
-	t.Helper()
-	var all []link.Completion
-	cs := make([]link.Completion, 3) // small, so that Poll is called more than once
-	for {
-		n, err := l.Poll(cs)
-		if err != nil {
-			t.Fatalf("Poll: %v", err)
-		}
-		if n == 0 {
-			return all
-		}
-		all = append(all, cs[:n]...)
-	}
-}
-
-// waitFor takes n completions, sleeping in Wait between them as the engine
-// does (arm, poll once more, wait).
-func waitFor(t testing.TB, l *Link, n int) []link.Completion {
-	t.Helper()
-	guard := time.AfterFunc(hangGuard, l.Wake)
-	defer guard.Stop()
-	var all []link.Completion
-	cs := make([]link.Completion, n)
-	for len(all) < n {
-		k, err := l.Poll(cs[:n-len(all)])
-		if err != nil {
-			t.Fatalf("Poll: %v", err)
-		}
-		if k > 0 {
-			all = append(all, cs[:k]...)
-			continue
-		}
-		if err := l.Arm(); err != nil {
-			t.Fatalf("Arm: %v", err)
-		}
-		if k, err = l.Poll(cs[:n-len(all)]); err != nil {
-			t.Fatalf("Poll: %v", err)
-		}
-		if k > 0 {
-			all = append(all, cs[:k]...)
-			continue
-		}
-		if err := l.Wait(); err != nil {
-			t.Fatalf("Wait, with %d of %d completions (%v): %v", len(all), n, kinds(all), err)
-		}
-	}
-	return all
-}
-
-// waitEnd takes completions until the link's last one (Disconnected or
-// Failed), reposting receives as messages consume them, and returns them
-// all.
-func waitEnd(t testing.TB, l *Link) []link.Completion {
-	t.Helper()
-	var all []link.Completion
-	for {
-		c := waitFor(t, l, 1)[0]
-		all = append(all, c)
-		switch c.Kind {
-		case link.Disconnected, link.Failed:
-			if more := pollAll(t, l); len(more) > 0 {
-				t.Fatalf("completions after the last one: %v", kinds(more))
-			}
-			return all
-		case link.DataArrived, link.ControlArrived:
-			if err := l.PostRecv(1); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
-
-// kinds summarizes completions: "send-done 1", "data-arrived 100",
-// "control-arrived", "disconnected", "failed".
-func kinds(cs []link.Completion) []string {
-	var s []string
-	for _, c := range cs {
-		switch c.Kind {
-		case link.SendDone:
-			s = append(s, fmt.Sprintf("%v %d", c.Kind, c.ID))
-		case link.DataArrived:
-			s = append(s, fmt.Sprintf("%v %d", c.Kind, c.N))
-		default:
-			s = append(s, c.Kind.String())
-		}
-	}
-	return s
-}
-
-func wantKinds(t testing.TB, who string, got []link.Completion, want ...string) {
-	t.Helper()
-	g := kinds(got)
-	if fmt.Sprint(g) != fmt.Sprint(want) {
-		t.Errorf("%s's completions: %q, want %q", who, g, want)
-	}
-}
-
-// data returns a SendData request writing SendRing[off:off+n] at offset
-// remote of the peer's ring.
-func data(peer *Link, off, n, remote uint32, signaled bool, id uint64) link.SendWR {
-	addr, rkey := peer.RecvRingKey()
-	return link.SendWR{Kind: link.SendData, Signaled: signaled, ID: id, Off: off, N: n, Remote: addr + uint64(remote), RKey: rkey}
-}
-
-func control(id uint64, b byte) link.SendWR {
-	wr := link.SendWR{Kind: link.SendControl, Signaled: true, ID: id}
-	for i := range wr.Msg {
-		wr.Msg[i] = b + byte(i)
-	}
-	return wr
-}
-
-func marker(peer *Link, id uint64) link.SendWR {
-	addr, rkey := peer.RecvRingKey()
-	return link.SendWR{Kind: link.SendMarker, Signaled: true, ID: id, Remote: addr, RKey: rkey}
-}
-
-func post(t testing.TB, l *Link, wrs ...link.SendWR) {
-	t.Helper()
-	if err := l.PostSend(wrs); err != nil {
-		t.Fatalf("PostSend: %v", err)
-	}
-}
-
-func fill(b []byte, seed byte) {
-	for i := range b {
-		b[i] = seed + byte(i*7)
-	}
-}
-
-// checkEnd checks that cs are first (in order), then any of maybe (each at
-// most once, in any order), then Disconnected.
-func checkEnd(t testing.TB, who string, cs []link.Completion, first []string, maybe ...string) {
-	t.Helper()
-	g := kinds(cs)
-	bad := func() {
-		t.Errorf("%s's completions %q: want %q, then any of %q, then disconnected", who, g, first, maybe)
-	}
-	if len(g) < len(first)+1 || fmt.Sprint(g[:len(first)]) != fmt.Sprint(first) || g[len(g)-1] != "disconnected" {
-		bad()
-		return
-	}
-	left := append([]string(nil), maybe...)
-next:
-	for _, k := range g[len(first) : len(g)-1] {
-		for i, m := range left {
-			if k == m {
-				left = append(left[:i], left[i+1:]...)
-				continue next
-			}
-		}
-		bad()
-		return
 	}
 }
 

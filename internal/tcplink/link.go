@@ -135,9 +135,6 @@ type entry struct {
 	seq uint64
 }
 
-// errMisuse is wrapped by the errors of calls that break Link's contract.
-var errMisuse = errors.New("misuse")
-
 // New makes a link over c, on which the caller has done any handshake, and
 // starts its reader and writer. The link owns c from now on: Close closes
 // it. New clears any deadline the handshake left on c (the link's reader
@@ -492,5 +489,5 @@ func (l *Link) closedError(op string) error {
 }
 
 func (l *Link) misuse(format string, args ...any) error {
-	return fmt.Errorf("tcplink: %s: %s: %w", l.cfg.Name, fmt.Sprintf(format, args...), errMisuse)
+	return fmt.Errorf("tcplink: %s: %s: %w", l.cfg.Name, fmt.Sprintf(format, args...), link.ErrMisuse)
 }
