@@ -12,20 +12,7 @@ import (
 // rdmanet's RDMA links are set up.
 func TestPipeConformance(t *testing.T) {
 	linktest.Run(t, func(t *testing.T, a, b linktest.Spec) (link.Link, link.Link) {
-		linktest.CheckGoroutines(t)
-		pa, pb := link.NewPipe(pipeConfig(a), pipeConfig(b))
-		t.Cleanup(func() {
-			pa.Close()
-			pb.Close()
-		})
+		pa, pb := linktest.PipePair(t, a, b)
 		return pa, pb
 	})
-}
-
-func pipeConfig(s linktest.Spec) link.PipeConfig {
-	return link.PipeConfig{
-		SendRing: s.SendRing, RecvRing: s.RecvRing,
-		SendDepth: s.SendDepth, RecvDepth: s.RecvDepth, ControlDepth: s.ControlDepth,
-		RNRRetry: 7,
-	}
 }

@@ -486,3 +486,24 @@ func testUseAfterClose(t *testing.T, pair MakePair) {
 	a.Wake()
 	WantKinds(t, "b", WaitEnd(t, b), "disconnected")
 }
+
+// PipePair is MakePair over the in-memory link: two pipes, with
+// receiver-not-ready retried for ever (RNRRetry 7), closed when the test
+// ends, after which t fails if goroutines outlive them.
+func PipePair(t *testing.T, a, b Spec) (*link.Pipe, *link.Pipe) {
+	CheckGoroutines(t)
+	pa, pb := link.NewPipe(pipeConfig(a), pipeConfig(b))
+	t.Cleanup(func() {
+		pa.Close()
+		pb.Close()
+	})
+	return pa, pb
+}
+
+func pipeConfig(s Spec) link.PipeConfig {
+	return link.PipeConfig{
+		SendRing: s.SendRing, RecvRing: s.RecvRing,
+		SendDepth: s.SendDepth, RecvDepth: s.RecvDepth, ControlDepth: s.ControlDepth,
+		RNRRetry: 7,
+	}
+}
