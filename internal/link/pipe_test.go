@@ -17,6 +17,7 @@ const hangGuard = 10 * time.Second
 // use.
 var (
 	checkGoroutines = linktest.CheckGoroutines
+	newTestPipe     = linktest.NewPipes
 	pollAll         = linktest.PollAll
 	waitFor         = linktest.WaitFor
 	kinds           = linktest.Kinds
@@ -34,19 +35,6 @@ func testConfig() PipeConfig {
 		SendDepth: 8, RecvDepth: 4, ControlDepth: 2,
 		RNRRetry: 7,
 	}
-}
-
-// newTestPipe returns a connected pair that is closed when the test ends,
-// after which the test fails if goroutines outlive it.
-func newTestPipe(t *testing.T, a, b PipeConfig) (*Pipe, *Pipe) {
-	t.Helper()
-	checkGoroutines(t)
-	ea, eb := NewPipe(a, b)
-	t.Cleanup(func() {
-		ea.Close()
-		eb.Close()
-	})
-	return ea, eb
 }
 
 func TestPipeCaps(t *testing.T) {

@@ -488,11 +488,19 @@ func testUseAfterClose(t *testing.T, pair MakePair) {
 }
 
 // PipePair is MakePair over the in-memory link: two pipes, with
-// receiver-not-ready retried for ever (RNRRetry 7), closed when the test
-// ends, after which t fails if goroutines outlive them.
+// receiver-not-ready retried for ever (RNRRetry 7), as NewPipes makes
+// them.
 func PipePair(t *testing.T, a, b Spec) (*link.Pipe, *link.Pipe) {
+	return NewPipes(t, pipeConfig(a), pipeConfig(b))
+}
+
+// NewPipes returns a connected pair of pipes configured as a and b,
+// closed when the test ends, after which t fails if goroutines outlive
+// them.
+func NewPipes(t testing.TB, a, b link.PipeConfig) (*link.Pipe, *link.Pipe) {
+	t.Helper()
 	CheckGoroutines(t)
-	pa, pb := link.NewPipe(pipeConfig(a), pipeConfig(b))
+	pa, pb := link.NewPipe(a, b)
 	t.Cleanup(func() {
 		pa.Close()
 		pb.Close()
