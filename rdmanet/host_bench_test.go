@@ -4,6 +4,8 @@ import (
 	"io"
 	"net"
 	"testing"
+
+	"github.com/rdmanet/sdk/internal/wire"
 )
 
 // The engine's own cost, on the host, over the in-memory link (no device,
@@ -24,18 +26,9 @@ func hostPairs(b *testing.B) []struct {
 		name string
 		make func() (net.Conn, net.Conn, func())
 	}{
-		{"mem-rdmanet", func() (net.Conn, net.Conn, func()) {
-			a, c, _, _ := memPair(b, Config{}, hostModes[0].features)
-			return a, c, func() { closeAndWait(b, a); closeAndWait(b, c) }
-		}},
-		{"mem-rdmanet-fixed", func() (net.Conn, net.Conn, func()) {
-			a, c, _, _ := memPair(b, Config{FixedRings: true}, hostModes[0].features)
-			return a, c, func() { closeAndWait(b, a); closeAndWait(b, c) }
-		}},
-		{"mem-valkey", func() (net.Conn, net.Conn, func()) {
-			a, c, _, _ := memPair(b, Config{}, 0)
-			return a, c, func() { closeAndWait(b, a); closeAndWait(b, c) }
-		}},
+		{"mem-rdmanet", memHostPair(b, Config{}, hostModes[0].features)},
+		{"mem-rdmanet-fixed", memHostPair(b, Config{FixedRings: true}, hostModes[0].features)},
+		{"mem-valkey", memHostPair(b, Config{}, 0)},
 		{"tcp-loopback", func() (net.Conn, net.Conn, func()) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -54,6 +47,15 @@ func hostPairs(b *testing.B) []struct {
 			c := <-accepted
 			return a, c, func() { a.Close(); c.Close() }
 		}},
+	}
+}
+
+// memHostPair makes a pair over the in-memory link with cfg and features,
+// and its stop, for hostPairs.
+func memHostPair(b *testing.B, cfg Config, features wire.Features) func() (net.Conn, net.Conn, func()) {
+	return func() (net.Conn, net.Conn, func()) {
+		a, c, _, _ := memPair(b, cfg, features)
+		return a, c, func() { closeAndWait(b, a); closeAndWait(b, c) }
 	}
 }
 
