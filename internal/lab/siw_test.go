@@ -166,12 +166,12 @@ func TestModuleVermagic(t *testing.T) {
 	}
 }
 
-// TestSiwModuleBuilds builds siw.ko for the lab kernel into a temporary
+// TestLabSiwModuleBuilds builds siw.ko for the lab kernel into a temporary
 // cache (about 30 s), then finds it there without building. Inside the lab
 // it checks the host's cache instead, which the host filled before booting
 // the VM and the guest sees read-only: the module must be found there by
 // the same key, without a build.
-func TestSiwModuleBuilds(t *testing.T) {
+func TestLabSiwModuleBuilds(t *testing.T) {
 	if testing.Short() && !labenv.InLab() {
 		t.Skip("builds a kernel module (about 30 s); -short skips it")
 	}
