@@ -134,6 +134,35 @@ type RecvGranter interface {
 	Grant(held, n int) int
 }
 
+// Carrier is a link that carries many streams (internal/group): every
+// stream has rings of its own, registered while the link runs, and its
+// requests and arrivals name it. A SendData request with Ring set sends
+// from that stream's transmit ring, and its DataArrived at the peer
+// reports the request's Tag (on RDMA, the immediate names the stream and
+// the receive's byte_len gives N). Called under the same rule as PostSend.
+type Carrier interface {
+	Link
+	// NewStreamRings makes a stream's transmit ring of send bytes and
+	// receive ring of recv bytes. An error (the pool is dry, a bound
+	// reached, pinning failed) refuses the stream.
+	NewStreamRings(send, recv int) (StreamRings, error)
+	// FreeStreamRings gives back rings from NewStreamRings that nothing
+	// is sent from and nothing lands in any more.
+	FreeStreamRings(StreamRings) error
+}
+
+// StreamRings are one stream's rings on a Carrier.
+type StreamRings struct {
+	// Send is the transmit ring; SendWR.Ring names it by SendKey (never 0).
+	Send    []byte
+	SendKey uint32
+	// Recv is the receive ring, which the peer names by RecvAddr and
+	// RecvKey in its requests.
+	Recv     []byte
+	RecvAddr uint64
+	RecvKey  uint32
+}
+
 // ErrMisuse is wrapped by the errors a link's calls return when the caller
 // breaks Link's contract (more requests than Caps allow, a range outside
 // the rings, an unknown kind), so that the conformance suite
@@ -237,6 +266,9 @@ type SendWR struct {
 	RKey   uint32
 	// Msg: SendControl's message, in wire format.
 	Msg [wire.MessageSize]byte
+	// Ring and Tag, on a Carrier: SendData sends from the stream ring whose
+	// SendKey is Ring (0: SendRing), and the peer's DataArrived reports Tag.
+	Ring, Tag uint32
 }
 
 // CompletionKind is what a completion reports.
@@ -295,6 +327,7 @@ type Completion struct {
 	Kind CompletionKind
 	ID   uint64 // SendDone
 	N    uint32 // DataArrived
+	Tag  uint32 // DataArrived on a Carrier: the SendWR's Tag
 	Msg  [wire.MessageSize]byte
 	Err  error // Failed, Ended
 }

@@ -35,6 +35,8 @@ type Pipe struct {
 	ringCount     uint32     // rings made, for their addresses
 	recvGone      bool       // the first receive ring was given back
 	replacedSend  bool       // the transmit ring is one ReplaceSendRing made (it counts in ringBytes)
+	streamSends   map[uint32][]byte // stream transmit rings by SendKey (NewStreamRings)
+	streamKeys    uint32            // SendKeys given
 	local, remote netip.AddrPort
 
 	// What this end sent and has not yet landed, in post order. The head
@@ -306,9 +308,13 @@ func (e *Pipe) PostSend(wrs []SendWR) error {
 		wr := &wrs[i]
 		switch wr.Kind {
 		case SendData:
-			if uint64(wr.Off)+uint64(wr.N) > uint64(len(e.send)) {
+			src, ok := e.sendRing(wr.Ring)
+			if !ok {
+				return misuse("PostSend: request %d: no stream ring %d", i, wr.Ring)
+			}
+			if uint64(wr.Off)+uint64(wr.N) > uint64(len(src)) {
 				return misuse("PostSend: request %d: data [%d, %d) outside the %d-byte send ring",
-					i, wr.Off, uint64(wr.Off)+uint64(wr.N), len(e.send))
+					i, wr.Off, uint64(wr.Off)+uint64(wr.N), len(src))
 			}
 		case SendControl:
 			if !wr.Signaled {
@@ -348,7 +354,8 @@ func (e *Pipe) PostSend(wrs []SendWR) error {
 		}
 		if e.cfg.EarlyCompletion {
 			if wr.Kind == SendData {
-				r.data = append([]byte(nil), e.send[wr.Off:wr.Off+wr.N]...)
+				src, _ := e.sendRing(wr.Ring)
+				r.data = append([]byte(nil), src[wr.Off:wr.Off+wr.N]...)
 			}
 			if wr.Signaled {
 				e.push(Completion{Kind: SendDone, ID: wr.ID}, e.seq)
@@ -606,9 +613,10 @@ func (e *Pipe) land(now bool) {
 			if r.data != nil {
 				copy(dst, r.data)
 			} else {
-				copy(dst, e.send[r.wr.Off:r.wr.Off+r.wr.N])
+				src, _ := e.sendRing(r.wr.Ring)
+				copy(dst, src[r.wr.Off:r.wr.Off+r.wr.N])
 			}
-			t.push(Completion{Kind: DataArrived, N: r.wr.N}, 0)
+			t.push(Completion{Kind: DataArrived, N: r.wr.N, Tag: r.wr.Tag}, 0)
 			e.stats.BytesLanded += uint64(r.wr.N)
 		case SendControl:
 			t.push(Completion{Kind: ControlArrived, Msg: r.wr.Msg}, 0)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 )
 
 // Rings that follow traffic, in memory (link.Rings): rings are made on
@@ -14,6 +15,8 @@ import (
 // bytes finds either.
 
 var _ Rings = (*Pipe)(nil)
+
+var _ Carrier = (*Pipe)(nil)
 
 // ErrRingsExhausted is NewRecvRing's and ReplaceSendRing's error past
 // PipeConfig.RingLimit.
@@ -120,4 +123,70 @@ func poison(b []byte) {
 	for i := range b {
 		b[i] = ringPoison
 	}
+}
+
+// sendRing is the transmit ring a request names: SendRing, or a stream's.
+func (e *Pipe) sendRing(key uint32) ([]byte, bool) {
+	if key == 0 {
+		return e.send, true
+	}
+	b, ok := e.streamSends[key]
+	return b, ok
+}
+
+// NewStreamRings makes a stream's rings (Carrier). They count against
+// RingLimit as NewRecvRing's do, and the receive ring is one of the rings
+// the peer's writes are checked against.
+func (e *Pipe) NewStreamRings(send, recv int) (StreamRings, error) {
+	e.pair.mu.Lock()
+	defer e.pair.mu.Unlock()
+	if e.closed {
+		return StreamRings{}, closedError("NewStreamRings")
+	}
+	if send <= 0 || recv <= 0 {
+		return StreamRings{}, misuse("NewStreamRings: %d and %d bytes", send, recv)
+	}
+	if err := e.takeRingBytes(send + recv); err != nil {
+		return StreamRings{}, err
+	}
+	e.ringCount++
+	r := pipeRing{mem: make([]byte, recv), addr: e.addr + uint64(e.ringCount)<<24, rkey: rand.Uint32()}
+	e.rings = append(e.rings, r)
+	if e.streamSends == nil {
+		e.streamSends = map[uint32][]byte{}
+	}
+	e.streamKeys++
+	e.streamSends[e.streamKeys] = make([]byte, send)
+	e.stats.RingsMade++
+	return StreamRings{Send: e.streamSends[e.streamKeys], SendKey: e.streamKeys, Recv: r.mem, RecvAddr: r.addr, RecvKey: r.rkey}, nil
+}
+
+// FreeStreamRings gives back a stream's rings and poisons them, so that a
+// write that lands after would show.
+func (e *Pipe) FreeStreamRings(sr StreamRings) error {
+	e.pair.mu.Lock()
+	defer e.pair.mu.Unlock()
+	if e.closed {
+		return closedError("FreeStreamRings")
+	}
+	send, ok := e.streamSends[sr.SendKey]
+	if !ok || !SameRing(send, sr.Send) {
+		return misuse("FreeStreamRings: a transmit ring this end did not make")
+	}
+	for _, r := range e.flight {
+		if r.wr.Kind == SendData && r.wr.Ring == sr.SendKey && r.data == nil {
+			return misuse("FreeStreamRings with a data request from the ring in flight")
+		}
+	}
+	i := slices.IndexFunc(e.rings, func(r pipeRing) bool { return SameRing(r.mem, sr.Recv) })
+	if i < 0 {
+		return misuse("FreeStreamRings: a receive ring this end did not make")
+	}
+	poison(e.rings[i].mem)
+	poison(send)
+	e.rings = slices.Delete(e.rings, i, i+1)
+	delete(e.streamSends, sr.SendKey)
+	e.ringBytes -= len(send) + len(sr.Recv)
+	e.stats.RingsReleased++
+	return nil
 }

@@ -134,11 +134,17 @@ func WantKinds(t testing.TB, who string, got []link.Completion, want ...string) 
 // most once, in any order), then Disconnected.
 func CheckEnd(t testing.TB, who string, cs []link.Completion, first []string, maybe ...string) {
 	t.Helper()
+	CheckEndWith(t, who, cs, "disconnected", first, maybe...)
+}
+
+// CheckEndWith is CheckEnd with another last completion (as Kinds names it).
+func CheckEndWith(t testing.TB, who string, cs []link.Completion, last string, first []string, maybe ...string) {
+	t.Helper()
 	g := Kinds(cs)
 	bad := func() {
-		t.Errorf("%s's completions %q: want %q, then any of %q, then disconnected", who, g, first, maybe)
+		t.Errorf("%s's completions %q: want %q, then any of %q, then %s", who, g, first, maybe, last)
 	}
-	if len(g) < len(first)+1 || fmt.Sprint(g[:len(first)]) != fmt.Sprint(first) || g[len(g)-1] != "disconnected" {
+	if len(g) < len(first)+1 || fmt.Sprint(g[:len(first)]) != fmt.Sprint(first) || g[len(g)-1] != last {
 		bad()
 		return
 	}
@@ -163,11 +169,15 @@ func Data(peer link.Link, off, n, remote uint32, signaled bool, id uint64) link.
 	return link.SendWR{Kind: link.SendData, Signaled: signaled, ID: id, Off: off, N: n, Remote: addr + uint64(remote), RKey: rkey}
 }
 
-// Control returns a control request whose message counts up from b.
+// Control returns a control request whose message counts up from b, but
+// for bytes 4-7, which no message uses and a link that carries streams
+// keeps for their names (link.Carrier).
 func Control(id uint64, b byte) link.SendWR {
 	wr := link.SendWR{Kind: link.SendControl, Signaled: true, ID: id}
 	for i := range wr.Msg {
-		wr.Msg[i] = b + byte(i)
+		if i < 4 || i >= 8 {
+			wr.Msg[i] = b + byte(i)
+		}
 	}
 	return wr
 }

@@ -266,6 +266,10 @@ func testReceiverNotReady(t *testing.T, pair MakePair) {
 	sb := DefaultSpec()
 	sb.RecvDepth = 2
 	a, b := pair(t, DefaultSpec(), sb)
+	if b.Caps().RecvCredit {
+		creditOverrun(t, a, b)
+		return
+	}
 	Fill(a.SendRing(), 9)
 	for i := range 6 {
 		Post(t, a, Data(b, uint32(i*100), 100, uint32(i*100), true, uint64(i+1)))
@@ -313,6 +317,26 @@ func testReceiverNotReady(t *testing.T, pair MakePair) {
 	}
 	if !bytes.Equal(b.RecvRing()[:600], a.SendRing()[:600]) {
 		t.Error("bytes differ")
+	}
+}
+
+// creditOverrun: on a link whose messages need credit (Caps.RecvCredit,
+// as on iWARP and a group's streams), a message beyond the receives the
+// peer posted fails both ends with link.ErrRNR, after what came before.
+func creditOverrun(t *testing.T, a, b link.Link) {
+	Fill(a.SendRing(), 9)
+	for i := range 3 {
+		Post(t, a, Data(b, uint32(i*100), 100, uint32(i*100), true, uint64(i+1)))
+	}
+	cb := WaitEnd(t, b)
+	CheckEndWith(t, "b", cb, "failed", []string{"data-arrived 100", "data-arrived 100"})
+	if c := cb[len(cb)-1]; c.Kind != link.Failed || !errors.Is(c.Err, link.ErrRNR) {
+		t.Errorf("b ended with %v (%v), want a failure matching link.ErrRNR", c.Kind, c.Err)
+	}
+	ca := WaitEnd(t, a)
+	CheckEndWith(t, "a", ca, "failed", nil, "send-done 1", "send-done 2", "send-done 3")
+	if c := ca[len(ca)-1]; c.Kind != link.Failed || !errors.Is(c.Err, link.ErrRNR) {
+		t.Errorf("a ended with %v (%v), want a failure matching link.ErrRNR", c.Kind, c.Err)
 	}
 }
 

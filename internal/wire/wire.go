@@ -87,6 +87,16 @@ func (o Opcode) String() string {
 		return "Ring"
 	case OpRingAt:
 		return "RingAt"
+	case OpStreamOpen:
+		return "StreamOpen"
+	case OpStreamAccept:
+		return "StreamAccept"
+	case OpStreamRefuse:
+		return "StreamRefuse"
+	case OpStreamClose:
+		return "StreamClose"
+	case OpStreamClosed:
+		return "StreamClosed"
 	}
 	return fmt.Sprintf("Opcode(%#x)", uint16(o))
 }
