@@ -1,0 +1,87 @@
+package group_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/group"
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/linktest"
+)
+
+// baseConfig is a base pipe big enough for many streams: receive-not-ready
+// never happens on it (the streams' credit sees to that), so RNRRetry 0
+// makes any overrun fail loudly.
+func baseConfig() link.PipeConfig {
+	return link.PipeConfig{SendRing: 64, RecvRing: 64, SendDepth: 64, RecvDepth: 512, ControlDepth: 16,
+		RecvCredit: true, RecvGrant: true}
+}
+
+// muxPair makes two groups over a pipe, a opening streams and b accepting
+// them, closed when the test ends.
+func muxPair(t testing.TB, ca, cb group.Config, pc link.PipeConfig) (*group.Mux, *group.Mux, *link.Pipe, *link.Pipe) {
+	t.Helper()
+	pa, pb := linktest.NewPipes(t, pc, pc)
+	a, err := group.New(pa, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := group.New(pb, cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		a.Close()
+		b.Close()
+	})
+	return a, b, pa, pb
+}
+
+func specConfig(s linktest.Spec) group.Config {
+	c := group.DefaultConfig()
+	c.SendRing, c.RecvRing = s.SendRing, s.RecvRing
+	c.SendDepth, c.ControlDepth = s.SendDepth, s.ControlDepth
+	c.FirstGrant, c.MaxGrant = s.RecvDepth, s.RecvDepth
+	return c
+}
+
+// openPair opens a stream of a's that b accepts.
+func openPair(t testing.TB, a, b *group.Mux) (*group.Stream, *group.Stream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), linktest.HangGuard)
+	defer cancel()
+	type res struct {
+		s   *group.Stream
+		err error
+	}
+	acc := make(chan res, 1)
+	go func() {
+		s, err := b.Accept(ctx)
+		acc <- res{s, err}
+	}()
+	sa, err := a.Open(ctx, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-acc
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return sa, r.s
+}
+
+// TestConformance: a group's streams are links like any other.
+func TestConformance(t *testing.T) {
+	linktest.Run(t, func(t *testing.T, sa, sb linktest.Spec) (link.Link, link.Link) {
+		a, b, _, _ := muxPair(t, specConfig(sa), specConfig(sb), baseConfig())
+		x, y := openPair(t, a, b)
+		t.Cleanup(func() {
+			x.Close()
+			y.Close()
+		})
+		return x, y
+	})
+}
+
+var _ = time.Second
