@@ -152,10 +152,10 @@ type Mux struct {
 	firstID     uint64
 	controls    int
 	sinceSignal int
-	ready       []*Stream            // streams with requests queued, in turn
-	groupq      []wire.GroupMessage  // group messages to post, before any stream's
-	groupOut    int                  // this side's group requests unanswered
-	groupWait   []wire.GroupMessage  // requests waiting for groupOut to drop
+	ready       []*Stream           // streams with requests queued, in turn
+	groupq      []wire.GroupMessage // group messages to post, before any stream's
+	groupOut    int                 // this side's group requests unanswered
+	groupWait   []wire.GroupMessage // requests waiting for groupOut to drop
 	batch       []link.SendWR
 	pumping     bool
 	draining    bool

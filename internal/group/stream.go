@@ -108,9 +108,9 @@ func (s *Stream) PeerRing() (size uint32, grant int) { return s.peerRingSize, s.
 // Tag is the stream's name at this side, for diagnostics.
 func (s *Stream) Tag() wire.StreamTag { return s.tag }
 
-func (s *Stream) Caps() link.Caps    { return s.caps }
-func (s *Stream) SendRing() []byte   { return s.rings.Send }
-func (s *Stream) RecvRing() []byte   { return s.rings.Recv }
+func (s *Stream) Caps() link.Caps  { return s.caps }
+func (s *Stream) SendRing() []byte { return s.rings.Send }
+func (s *Stream) RecvRing() []byte { return s.rings.Recv }
 func (s *Stream) RecvRingKey() (uint64, uint32) {
 	return s.rings.RecvAddr, s.rings.RecvKey
 }

@@ -30,11 +30,11 @@ type Pipe struct {
 	send, recv    []byte
 	addr          uint64
 	rkey          uint32
-	rings         []pipeRing // receive rings made by NewRecvRing (pipe_rings.go)
-	ringBytes     int        // bytes of rings made and not yet given back
-	ringCount     uint32     // rings made, for their addresses
-	recvGone      bool       // the first receive ring was given back
-	replacedSend  bool       // the transmit ring is one ReplaceSendRing made (it counts in ringBytes)
+	rings         []pipeRing        // receive rings made by NewRecvRing (pipe_rings.go)
+	ringBytes     int               // bytes of rings made and not yet given back
+	ringCount     uint32            // rings made, for their addresses
+	recvGone      bool              // the first receive ring was given back
+	replacedSend  bool              // the transmit ring is one ReplaceSendRing made (it counts in ringBytes)
 	streamSends   map[uint32][]byte // stream transmit rings by SendKey (NewStreamRings)
 	streamKeys    uint32            // SendKeys given
 	local, remote netip.AddrPort
