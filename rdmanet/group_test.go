@@ -1,8 +1,12 @@
 package rdmanet
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,5 +122,118 @@ func TestGroupNetConn(t *testing.T) {
 		if st := m.Stats(); st.Streams != 4 {
 			t.Errorf("%d streams open after the suite, want the 4 idle ones: %+v", st.Streams, st)
 		}
+	}
+}
+
+// TestGroupThousandStreams: 1,000 streams over one link. One stream's
+// reader does not read, and its writer fills the window; another streams
+// without pause. Every other stream makes a round trip meanwhile: neither
+// the stalled stream nor the large writer holds them up. Then the stalled
+// reader reads, and both long streams arrive whole (SHA-256).
+func TestGroupThousandStreams(t *testing.T) {
+	goroutineCheck(t)
+	const streams = 1000
+	cfg, _ := Config{}.withDefaults()
+	a, b := groupMuxes(t, groupStreamConfig(cfg), groupBase(streams))
+	clients, servers := make([]*Conn, streams), make([]*Conn, streams)
+	for i := range streams {
+		clients[i], servers[i] = groupConnPair(t, Config{}, a, b)
+	}
+	defer func() {
+		for i := range streams {
+			closeAndWait(t, clients[i])
+			closeAndWait(t, servers[i])
+		}
+	}()
+
+	// Stream 0: 1 MiB written to a reader that does not read yet.
+	const stalledSize = 1 << 20
+	stalledSum := make(chan [32]byte, 1)
+	go func() { stalledSum <- writeRandom(t, clients[0], stalledSize, 1) }()
+
+	// Stream 1: a writer that does not pause until the round trips are done.
+	stopBig := make(chan struct{})
+	bigWritten := make(chan [2]any, 1)
+	go func() {
+		h := sha256.New()
+		buf := make([]byte, 64<<10)
+		n := 0
+		for seed := byte(0); ; seed++ {
+			select {
+			case <-stopBig:
+				clients[1].CloseWrite()
+				bigWritten <- [2]any{n, h.Sum(nil)}
+				return
+			default:
+			}
+			for i := range buf {
+				buf[i] = seed + byte(i)
+			}
+			if _, err := clients[1].Write(buf); err != nil {
+				t.Errorf("large writer: %v", err)
+				bigWritten <- [2]any{n, h.Sum(nil)}
+				return
+			}
+			h.Write(buf)
+			n += len(buf)
+		}
+	}()
+	bigRead := make(chan [2]any, 1)
+	go func() {
+		h := sha256.New()
+		n, err := io.Copy(h, servers[1])
+		if err != nil {
+			t.Errorf("large reader: %v", err)
+		}
+		bigRead <- [2]any{int(n), h.Sum(nil)}
+	}()
+
+	// The others: a round trip of 1 KiB each, all at once.
+	var wg sync.WaitGroup
+	for i := 2; i < streams; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg := bytes.Repeat([]byte{byte(i)}, 1024)
+			go func() {
+				buf := make([]byte, len(msg))
+				if _, err := io.ReadFull(servers[i], buf); err != nil {
+					t.Errorf("stream %d: server read: %v", i, err)
+					return
+				}
+				servers[i].Write(buf)
+			}()
+			if _, err := clients[i].Write(msg); err != nil {
+				t.Errorf("stream %d: write: %v", i, err)
+				return
+			}
+			got := make([]byte, len(msg))
+			if _, err := io.ReadFull(clients[i], got); err != nil || !bytes.Equal(got, msg) {
+				t.Errorf("stream %d: answer %v, %v", i, err, bytes.Equal(got, msg))
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case sum := <-stalledSum:
+		t.Fatalf("the stalled stream's writer finished before its reader read (%x)", sum[:4])
+	default:
+	}
+	close(stopBig)
+	w, r := <-bigWritten, <-bigRead
+	if w[0].(int) == 0 || w[0] != r[0] || !bytes.Equal(w[1].([]byte), r[1].([]byte)) {
+		t.Errorf("large stream: wrote %v bytes, read %v; hashes equal %v", w[0], r[0], bytes.Equal(w[1].([]byte), r[1].([]byte)))
+	}
+	h := sha256.New()
+	if _, err := io.CopyN(h, servers[0], stalledSize); err != nil {
+		t.Fatal(err)
+	}
+	if sum := <-stalledSum; !bytes.Equal(sum[:], h.Sum(nil)) {
+		t.Error("the stalled stream's bytes differ")
+	}
+	st := a.Stats()
+	t.Logf("group a: %+v", st)
+	if st.Streams != streams {
+		t.Errorf("%d streams, want %d", st.Streams, streams)
 	}
 }

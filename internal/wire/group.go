@@ -152,6 +152,9 @@ func DecodeGroup(b *[MessageSize]byte) (GroupMessage, error) {
 	case OpStreamRefuse, OpStreamClose:
 		m.Reason = be.Uint32(b[16:])
 	}
+	if m.Op == OpStreamRefuse {
+		m.From = 0 // not carried
+	}
 	if needTo && m.To.Gen() == 0 || needFrom && m.From.Gen() == 0 {
 		return GroupMessage{}, protocolErrorf("%v with tags %#x and %#x", m.Op, uint32(m.To), uint32(m.From))
 	}
