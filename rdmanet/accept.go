@@ -371,6 +371,16 @@ func (s *rdmaSide) accept(ctx context.Context, req *cm.Request) (net.Conn, error
 		}
 		return nil, s.acceptResume(ctx, req, h)
 	}
+	if ok && h.Features&wire.FeatureGroup != 0 {
+		if !s.cfg.groups() {
+			// Refused in words the dialer knows, so that it makes a
+			// connection of its own at once.
+			req.ID.Reject([]byte(rejectPrefix + noGroupsReason))
+			req.ID.Close()
+			return nil, errNoGroup
+		}
+		return nil, s.acceptGroup(ctx, req, h)
+	}
 	if err := acceptSetups.enter(ctx); err != nil {
 		req.ID.Reject(rejectReason(err))
 		req.ID.Close()

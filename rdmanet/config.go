@@ -110,6 +110,10 @@ type Config struct {
 	// and peer (internal/rdmalink/sharedrecv.go). Tests only, until make
 	// bench has measured it beside receives of each connection's own.
 	sharedRecv bool
+	// groupsOn: connections between rdmanet peers are streams of link
+	// groups (group.go). Tests only, until a group moves its streams when
+	// its link fails.
+	groupsOn bool
 }
 
 // extensions are the features this side offers or accepts.

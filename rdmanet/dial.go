@@ -143,7 +143,14 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		if err != nil {
 			return nil, opErr(raddr, err)
 		}
-		c, err := dial(ctx, src, dst, alts, cfg, answerWait)
+		var c *Conn
+		viaGroup := false
+		if cfg.groups() && len(alts) == 0 {
+			c, viaGroup, err = dialStream(ctx, src, dst, cfg, answerWait)
+		}
+		if !viaGroup {
+			c, err = dial(ctx, src, dst, alts, cfg, answerWait)
+		}
 		if err == nil {
 			failures.Answered(dst)
 			counters.Dialed(fallback.RDMA)

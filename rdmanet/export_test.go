@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmanet/sdk/internal/group"
 	"github.com/rdmanet/sdk/internal/link"
 
 	"github.com/rdmanet/sdk/internal/stream"
@@ -56,6 +57,19 @@ func PathProgress(c *Conn) (sent, heard time.Time, ok bool) {
 func WithSharedRecv(cfg Config) Config {
 	cfg.sharedRecv = true
 	return cfg
+}
+
+// WithGroups returns cfg with connections between rdmanet peers made as
+// streams of link groups (Config.groupsOn).
+func WithGroups(cfg Config) Config {
+	cfg.groupsOn = true
+	return cfg
+}
+
+// GroupStream reports whether c runs over a group's stream.
+func GroupStream(c *Conn) bool {
+	_, ok := c.link.(*group.Stream)
+	return ok
 }
 
 // SharedRecv reports whether c's link takes its receives from a shared

@@ -15,12 +15,7 @@ import (
 	"github.com/rdmanet/sdk/internal/group"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/linktest"
-	"github.com/rdmanet/sdk/internal/wire"
 )
-
-// groupFeatures are what a group's streams speak: rings with half-close,
-// and credit for every message, granted from the group's pool.
-const groupFeatures = wire.FeatureRing | wire.FeatureShutdown | wire.FeatureRecvCredit | wire.FeatureRecvGrant
 
 // groupBase is a base pipe for streams streams: receives for each one's
 // first grant and room to grant more, and receiver-not-ready fatal, so
@@ -48,20 +43,14 @@ func groupMuxes(t testing.TB, gc group.Config, pc link.PipeConfig) (a, b *group.
 	return a, b
 }
 
-// groupStreamConfig is a group's stream sizes for connections with cfg.
-func groupStreamConfig(cfg Config) group.Config {
-	gc := group.DefaultConfig()
-	first := cfg.firstRings()
-	gc.SendRing, gc.RecvRing = first.SendBuffer, first.RecvBuffer
-	return gc
-}
+// groupStreamConfig is a group's stream sizes for connections with cfg,
+// as a listener's (which accepts streams) sizes them.
+func groupStreamConfig(cfg Config) group.Config { return groupConfig(cfg, 128) }
 
-// streamConn makes a Conn over a group's stream.
-func streamConn(t testing.TB, s *group.Stream, cfg Config, server bool) *Conn {
+// testStreamConn makes a Conn over a group's stream.
+func testStreamConn(t testing.TB, s *group.Stream, cfg Config, server bool) *Conn {
 	t.Helper()
-	size, grant := s.PeerRing()
-	hello := wire.Hello{Version: wire.HelloVersion, Features: groupFeatures, RecvDepth: uint16(grant), RingSize: size}
-	c, err := newLinkConn(s, cfg, server, groupFeatures, hello)
+	c, err := streamConn(s, cfg, server)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +83,7 @@ func groupConnPair(t testing.TB, cfg Config, a, b *group.Mux) (client, server *C
 	if sb == nil {
 		t.FailNow()
 	}
-	return streamConn(t, sa, cfg, false), streamConn(t, sb, cfg, true)
+	return testStreamConn(t, sa, cfg, false), testStreamConn(t, sb, cfg, true)
 }
 
 // TestGroupNetConn: a Conn over a group's stream keeps net.Conn's whole

@@ -69,6 +69,13 @@ type Config struct {
 	// Backlog bounds the streams the peer opened that wait for Accept; 0
 	// refuses every stream the peer opens (ReasonNoListener).
 	Backlog int
+	// Accepts, if set, says whether a stream for the listener's port may
+	// be accepted; the others are refused with ReasonNoListener.
+	Accepts func(port uint16) bool
+	// OnEnd, if set, is called once, on a goroutine of its own, when the
+	// group ends other than by Close (its link failed or was
+	// disconnected, or the peer broke the protocol): the owner closes it.
+	OnEnd func(error)
 }
 
 // DefaultConfig is what a group's streams have unless told otherwise.
@@ -166,6 +173,7 @@ type Mux struct {
 
 	err        error // the group ended: why
 	closed     bool
+	retiring   bool // Retire: no stream is accepted, and the last one's end closes the group
 	sent, hear time.Time // the last send completed and message arrived on the base
 	stats      Stats
 }
@@ -606,7 +614,7 @@ func (m *Mux) openedByPeerLocked(g wire.GroupMessage) {
 		m.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamRefuse, To: g.From, Reason: reason})
 	}
 	switch {
-	case m.cfg.Backlog == 0:
+	case m.cfg.Backlog == 0 || m.retiring || m.cfg.Accepts != nil && !m.cfg.Accepts(g.Port):
 		refuse(wire.ReasonNoListener)
 		return
 	case len(m.accepts) >= m.cfg.Backlog:
@@ -687,6 +695,37 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 	m.slots[slot] = nil
 	m.free = append(m.free, slot)
 	m.stats.Streams--
+	if m.retiring && m.stats.Streams == 0 {
+		go m.Close() // not under the lock, and not on the run goroutine, which Close waits for
+	}
+}
+
+// Retire stops accepting streams (the peer's opens are refused with
+// ReasonNoListener, and Accept returns ErrClosed once its queue is empty)
+// and closes the group once its last stream is closed: a listener that
+// closed leaves the connections it accepted open, as net's do.
+func (m *Mux) Retire() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.retiring {
+		return
+	}
+	m.retiring = true
+	select {
+	case m.acceptReady <- struct{}{}:
+	default:
+	}
+	// Streams nobody accepted end as a listener's unaccepted connections do.
+	queued := m.accepts
+	m.accepts = nil
+	for _, s := range queued {
+		s.disconnectLocked()
+		s.closed = true
+		m.maybeFreeLocked(s)
+	}
+	if m.stats.Streams == 0 {
+		go m.Close()
+	}
 }
 
 // dropQueuedLocked flushes what a stream queued and the mux did not post.
@@ -725,6 +764,9 @@ func (m *Mux) endLocked(err error) {
 	}
 	m.ready, m.groupq, m.groupWait = nil, nil, nil
 	m.base.Wake() // run may sleep on a link that says nothing more
+	if !m.closed && m.cfg.OnEnd != nil {
+		go m.cfg.OnEnd(err)
+	}
 	select {
 	case m.acceptReady <- struct{}{}:
 	default:
@@ -814,8 +856,11 @@ func (m *Mux) Accept(ctx context.Context) (*Stream, error) {
 			m.mu.Unlock()
 			return s, nil
 		}
-		if m.err != nil {
+		if m.err != nil || m.retiring {
 			err := m.err
+			if err == nil {
+				err = ErrClosed
+			}
 			m.mu.Unlock()
 			return nil, err
 		}

@@ -75,6 +75,12 @@ type Link struct {
 	ownNeeds   wire.Features
 	notice     bool
 	noticeNext uint64
+	// carrier: both ends agreed on wire.FeatureGroup, and the link carries
+	// a group's streams (carrier.go): immediates name streams. streams are
+	// their rings, by SendKey (streamKeys is the last given).
+	carrier    bool
+	streams    map[uint32]streamRings
+	streamKeys uint32
 
 	flushedAt time.Time // when the first flushed completion (or refused post) was seen
 	postErr   error     // the first post the provider refused (postFailed)
@@ -230,6 +236,7 @@ func (l *Link) Established(features wire.Features, accepted bool) error {
 		return fmt.Errorf("rdmanet: the peer needs write notices, and %s was made for immediate data", l.res.name)
 	}
 	l.notice = features&wire.FeatureWriteNotice != 0
+	l.carrier = features&wire.FeatureGroup != 0
 	l.caps.RecvCredit = features&wire.FeatureRecvCredit != 0
 	l.caps.RecvGrant = features&wire.FeatureRecvGrant != 0
 	// MPA's rule (iWARP): not a shared receive queue's credit.
@@ -280,7 +287,15 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 		switch wr.Kind {
 		case link.SendData:
 			v.Opcode, v.RemoteAddr, v.RKey, v.Imm = verbs.OpRDMAWriteWithImm, wr.Remote, wr.RKey, wr.N
-			v.Local = l.res.tx.Slice(int(wr.Off), int(wr.N))
+			if l.carrier {
+				v.Imm = wr.Tag // the receive's byte_len gives the length
+			}
+			local, err := l.streamLocal(wr)
+			if err != nil {
+				clear(out)
+				return err
+			}
+			v.Local = local
 			if wr.N <= l.res.maxInline {
 				v.Flags |= verbs.SendInline
 			}
@@ -300,6 +315,9 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 				l.noticeNext++
 				m := wire.Message{Op: wire.OpWritten, Length: wr.N}
 				m.Encode(l.res.noticeSlotBytes(slot))
+				if l.carrier {
+					wire.SetStream(l.res.noticeSlotBytes(slot), wire.StreamTag(wr.Tag))
+				}
 				v.Opcode, v.Local = verbs.OpSend, l.res.noticeSlot(slot)
 				if wire.MessageSize <= l.res.maxInline {
 					v.Flags |= verbs.SendInline
@@ -453,6 +471,9 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 		switch wc.Opcode {
 		case verbs.WCRecvRDMAWithImm:
 			*c = link.Completion{Kind: link.DataArrived, N: wc.Imm}
+			if l.carrier {
+				*c = link.Completion{Kind: link.DataArrived, N: wc.ByteLen, Tag: wc.Imm}
+			}
 		case verbs.WCRecv:
 			if wc.ByteLen != wire.MessageSize {
 				*c = link.Completion{Kind: link.Failed, Err: &wire.ProtocolError{Reason: fmt.Sprintf("control message of %d bytes", wc.ByteLen)}}
@@ -468,6 +489,9 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 					return n + 1, nil
 				}
 				*c = link.Completion{Kind: link.DataArrived, N: m.Length}
+				if l.carrier {
+					c.Tag = noticeStream(msg)
+				}
 				break
 			}
 			*c = link.Completion{Kind: link.ControlArrived}

@@ -98,6 +98,13 @@ const (
 	// Credit's Receives may then run ahead of the messages sent (the
 	// credit held stays under 65,536). A property of one link.
 	FeatureRecvGrant
+	// FeatureGroup: the connection is the link of a group that carries
+	// many streams (docs/protocol.md, "Link groups"): each data write's
+	// immediate names its stream, and every control message names it in
+	// bytes 4-7. It needs FeatureRing, FeatureRecvCredit and
+	// FeatureRecvGrant (the streams' credit comes from the link's pool of
+	// receives), and is not offered with FeatureResume.
+	FeatureGroup
 )
 
 // LinkFeatures are the features that belong to one link rather than to the
@@ -217,6 +224,12 @@ func DecodeHello(data []byte) (h Hello, ok bool, err error) {
 	}
 	if h.Features&FeatureGrow != 0 && h.Features&FeatureRing == 0 {
 		return Hello{}, false, protocolErrorf("hello offering ring growth without the ring")
+	}
+	if need := FeatureRing | FeatureRecvCredit | FeatureRecvGrant; h.Features&FeatureGroup != 0 && h.Features&need != need {
+		return Hello{}, false, protocolErrorf("hello offering a link group without the ring and credit grants")
+	}
+	if h.Features&FeatureGroup != 0 && h.Features&FeatureResume != 0 {
+		return Hello{}, false, protocolErrorf("hello offering a link group and a session")
 	}
 	if h.Features&FeatureClose != 0 && h.Features&FeatureResume == 0 {
 		return Hello{}, false, protocolErrorf("hello offering Close without sessions")

@@ -1,0 +1,118 @@
+package rdmanet_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/nettest"
+
+	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/internal/leakcheck"
+	"github.com/rdmanet/sdk/rdmanet"
+	"github.com/rdmanet/sdk/verbs"
+)
+
+// TestLabGroups: with link groups at both ends, on rxe and on siw, every
+// connection after the first is a stream of one RDMA connection: nettest
+// passes on the streams, and 50 connections open at once still hold the
+// group's two queue pairs (one at each end) and no more. Once the
+// listener and the connections close, the group goes too.
+func TestLabGroups(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	for _, p := range env.Pairs() {
+		t.Run(p.Provider, func(t *testing.T) {
+			leakcheck.Check(t)
+			cfg := rdmanet.WithGroups(rdmanet.Config{})
+			lc := rdmanet.ListenConfig{Config: cfg}
+			ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(p.AddrB, 0).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(p.AddrA, 0)}, Config: cfg, Timeout: 20 * time.Second}
+			pair := func() (net.Conn, net.Conn, error) {
+				accepted := make(chan net.Conn, 1)
+				go func() {
+					c, err := ln.Accept()
+					if err != nil {
+						t.Error(err)
+					}
+					accepted <- c
+				}()
+				c1, err := d.Dial("rdma", ln.Addr().String())
+				if err != nil {
+					return nil, nil, err
+				}
+				c2 := <-accepted
+				if c2 == nil {
+					c1.Close()
+					return nil, nil, io.ErrUnexpectedEOF
+				}
+				for _, c := range []net.Conn{c1, c2} {
+					if !rdmanet.GroupStream(c.(*rdmanet.Conn)) {
+						t.Errorf("%v to %v is not a group's stream", c.LocalAddr(), c.RemoteAddr())
+					}
+				}
+				return c1, c2, nil
+			}
+			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+				c1, c2, err = pair()
+				if err != nil {
+					return nil, nil, nil, err
+				}
+				return c1, c2, func() { c1.Close(); c2.Close() }, nil
+			})
+
+			// 50 dials at once; each server end echoes what it reads, and
+			// each client reads back what it wrote: every pair is joined.
+			const conns = 50
+			var wg sync.WaitGroup
+			clients := make([]net.Conn, conns)
+			for i := range conns {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := d.Dial("rdma", ln.Addr().String())
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					clients[i] = c
+					msg := []byte{byte(i), 1, 2, 3}
+					got := make([]byte, len(msg))
+					if _, err := c.Write(msg); err != nil {
+						t.Error(err)
+					} else if _, err := io.ReadFull(c, got); err != nil || string(got) != string(msg) {
+						t.Errorf("connection %d: read back %x, %v", i, got, err)
+					}
+				}()
+			}
+			var servers []net.Conn
+			for range conns {
+				c, err := ln.Accept()
+				if err != nil {
+					t.Fatal(err)
+				}
+				servers = append(servers, c)
+				if !rdmanet.GroupStream(c.(*rdmanet.Conn)) {
+					t.Errorf("accepted %v is not a group's stream", c.RemoteAddr())
+				}
+				go io.CopyN(c, c, 4)
+			}
+			wg.Wait()
+			if qps := verbs.Resources().QPs; qps != 2 {
+				t.Errorf("%d queue pairs with %d connections open, want the group's 2", qps, conns)
+			}
+			for _, c := range append(clients, servers...) {
+				if c != nil {
+					c.Close()
+				}
+			}
+		})
+	}
+}
