@@ -173,7 +173,7 @@ type Mux struct {
 
 	err        error // the group ended: why
 	closed     bool
-	retiring   bool // Retire: no stream is accepted, and the last one's end closes the group
+	retiring   bool      // Retire: no stream is accepted, and the last one's end closes the group
 	sent, hear time.Time // the last send completed and message arrived on the base
 	stats      Stats
 }
