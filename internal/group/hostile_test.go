@@ -245,3 +245,41 @@ func TestOpenBounds(t *testing.T) {
 		}
 	})
 }
+
+// TestRetire: a retired group refuses new streams (nothing listens), ends
+// the streams nobody accepted, keeps those accepted, and closes its link
+// once the last of them closes.
+func TestRetire(t *testing.T) {
+	a, b, _, _ := muxPair(t, group.DefaultConfig(), group.DefaultConfig(), baseConfig())
+	x, y := openPair(t, a, b)
+	ctx, cancel := context.WithTimeout(context.Background(), linktest.HangGuard)
+	defer cancel()
+	queued, err := a.Open(ctx, 7) // accepted by b's group, not by b.Accept
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Retire()
+	if _, err := b.Accept(ctx); !errors.Is(err, group.ErrClosed) {
+		t.Errorf("Accept after Retire: %v, want ErrClosed", err)
+	}
+	var refused *group.RefusedError
+	if _, err := a.Open(ctx, 7); !errors.As(err, &refused) || refused.Reason != wire.ReasonNoListener {
+		t.Errorf("open after Retire: %v, want refused: nothing listens", err)
+	}
+	linktest.CheckEnd(t, "the stream nobody accepted", linktest.WaitEnd(t, queued), nil)
+	queued.Close()
+	// The accepted stream works on.
+	linktest.Post(t, x, linktest.Control(1, 1))
+	linktest.WantKinds(t, "y", linktest.WaitFor(t, y, 1), "control-arrived")
+	if err := b.Err(); err != nil {
+		t.Fatalf("retired group ended with a stream open: %v", err)
+	}
+	y.Close()
+	x.Close()
+	if err := waitErr(t, b); !errors.Is(err, group.ErrClosed) {
+		t.Errorf("retired group ended with %v, want ErrClosed", err)
+	}
+	if err := waitErr(t, a); !errors.Is(err, group.ErrDown) {
+		t.Errorf("the peer's group ended with %v, want ErrDown", err)
+	}
+}
