@@ -1,0 +1,89 @@
+package rdmanet_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"time"
+
+	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/rdmanet"
+)
+
+// An echo server and a client, as with package net. On "tcp" networks
+// the connection is RDMA where both hosts can use it and TCP otherwise;
+// here, on the loopback interface, which has no RDMA device, it is TCP.
+func Example() {
+	ln, err := rdmanet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+
+	c, err := rdmanet.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintln(c, "hello")
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(line)
+	// Output: hello
+}
+
+// TransportOf says what carries a connection and, for TCP, why RDMA was
+// not used.
+func ExampleTransportOf() {
+	ln, err := rdmanet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := rdmanet.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	transport, why := rdmanet.TransportOf(c)
+	fmt.Println(transport)
+	// Which reason depends on the host (no device at all, or none on the
+	// route to 127.0.0.1); every reason matches fallback.Error.
+	var fe *fallback.Error
+	fmt.Println(errors.As(why, &fe))
+	// Output:
+	// tcp
+	// true
+}
+
+// On an "rdma" network a dial never falls back: where RDMA cannot be used,
+// it fails, and the error says why.
+func ExampleDialer_rdmaOnly() {
+	d := rdmanet.Dialer{Timeout: 5 * time.Second}
+	_, err := d.DialContext(context.Background(), "rdma", "127.0.0.1:1")
+	var fe *fallback.Error
+	fmt.Println(errors.As(err, &fe))
+	var op *net.OpError
+	fmt.Println(errors.As(err, &op), op.Op)
+	// Output:
+	// true
+	// true dial
+}
