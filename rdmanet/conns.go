@@ -2,6 +2,7 @@ package rdmanet
 
 import (
 	"cmp"
+	"github.com/rdmanet/sdk/internal/group"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,10 @@ type ConnInfo struct {
 	Device string `json:",omitempty"`
 	Port   uint8  `json:",omitempty"`
 	QP     uint32 `json:",omitempty"`
+	// Stream is the connection's name in its link group (issue 25), or 0
+	// for a connection with a queue pair of its own; Device, Port, QP and
+	// DataPath are then the group's link's, which its streams share.
+	Stream uint32 `json:",omitempty"`
 	// DataPath is how data reaches the peer over RDMA:
 	// "write-with-immediate", or "write-and-notice" where a device has no
 	// immediate data (iWARP; docs/protocol.md). Empty over TCP.
@@ -192,6 +197,10 @@ func (c *Conn) info() ConnInfo {
 	l := c.link
 	if c.sess != nil {
 		l = c.sess.Path()
+	}
+	if st, ok := l.(*group.Stream); ok {
+		i.Stream = uint32(st.Tag())
+		l = st.Base()
 	}
 	if l, ok := l.(deviceLink); ok {
 		i.Device, i.Port, i.QP = l.Endpoint()

@@ -15,6 +15,7 @@ import (
 	"github.com/rdmanet/sdk/internal/group"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/linktest"
+	"github.com/rdmanet/sdk/internal/wire"
 )
 
 // groupBase is a base pipe for streams streams: receives for each one's
@@ -224,5 +225,28 @@ func TestGroupThousandStreams(t *testing.T) {
 	t.Logf("group a: %+v", st)
 	if st.Streams != streams {
 		t.Errorf("%d streams, want %d", st.Streams, streams)
+	}
+}
+
+// TestGroupConnInfo: a stream's Info names it, and its ends differ.
+func TestGroupConnInfo(t *testing.T) {
+	goroutineCheck(t)
+	cfg, _ := Config{}.withDefaults()
+	a, b := groupMuxes(t, groupStreamConfig(cfg), groupBase(4))
+	x, y := groupConnPair(t, Config{}, a, b)
+	defer closeAndWait(t, x)
+	defer closeAndWait(t, y)
+	xi, yi := x.Info(), y.Info()
+	if xi.Stream == 0 || yi.Stream == 0 || xi.Side != sideDialed || yi.Side != sideAccepted {
+		t.Errorf("stream ends' info: %+v and %+v", xi, yi)
+	}
+	if xi.Local != yi.Remote || xi.Remote != yi.Local {
+		t.Errorf("addresses %s -> %s and %s -> %s do not mirror", xi.Local, xi.Remote, yi.Local, yi.Remote)
+	}
+	c, peer, _, _ := memPair(t, Config{}, wire.FeatureRing)
+	defer closeAndWait(t, c)
+	defer closeAndWait(t, peer)
+	if s := c.Info().Stream; s != 0 {
+		t.Errorf("a connection of its own has stream %#x", s)
 	}
 }

@@ -105,6 +105,9 @@ func (s *Stream) Port() uint16 { return s.port }
 // engine's Hello would have carried.
 func (s *Stream) PeerRing() (size uint32, grant int) { return s.peerRingSize, s.peerGrant }
 
+// Base is the link the stream's group runs over.
+func (s *Stream) Base() link.Link { return s.m.base }
+
 // Tag is the stream's name at this side, for diagnostics.
 func (s *Stream) Tag() wire.StreamTag { return s.tag }
 
