@@ -43,6 +43,8 @@ const (
 	groupLinkRing     = 4096
 	// groupStreamRing caps a stream's rings: they do not grow.
 	groupStreamRing = 64 << 10
+	// groupIdleClose is how long a dialer keeps a group with no stream.
+	groupIdleClose = time.Minute
 	// noGroupMemory is how long a listener that agreed on no group is
 	// dialed without offering one.
 	noGroupMemory = time.Minute
@@ -187,8 +189,8 @@ func dialStream(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Con
 		case err == nil:
 			c, err := streamConn(s, cfg, false)
 			return c, true, err
-		case errors.Is(err, group.ErrDown) || errors.Is(err, wire.ErrProtocol):
-			// The group's link ended: a new one, once.
+		case errors.Is(err, group.ErrDown) || errors.Is(err, wire.ErrProtocol) || errors.Is(err, group.ErrClosed):
+			// The group's link ended (or it closed, idle): a new one, once.
 			groups.drop(k, dg)
 			dg.mux.Close()
 			continue
@@ -275,7 +277,7 @@ func dialGroupLink(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg 
 	}
 	l.StartEvents()
 	gc := groupConfig(cfg, 0)
-	gc.OnEnd = onEnd
+	gc.OnEnd, gc.IdleClose = onEnd, groupIdleClose
 	m, err := group.New(l, gc)
 	if err != nil {
 		l.Close()

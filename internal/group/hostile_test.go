@@ -283,3 +283,25 @@ func TestRetire(t *testing.T) {
 		t.Errorf("the peer's group ended with %v, want ErrDown", err)
 	}
 }
+
+// TestIdleClose: a group with IdleClose closes once it has had no stream
+// for that long, not while one is open; its peer's group ends with it.
+func TestIdleClose(t *testing.T) {
+	const idle = 50 * time.Millisecond
+	ca := group.DefaultConfig()
+	ca.IdleClose = idle
+	a, b, _, _ := muxPair(t, ca, group.DefaultConfig(), baseConfig())
+	x, y := openPair(t, a, b)
+	time.Sleep(4 * idle)
+	if err := a.Err(); err != nil {
+		t.Fatalf("group with a stream open ended: %v", err)
+	}
+	x.Close()
+	y.Close()
+	if err := waitErr(t, a); !errors.Is(err, group.ErrClosed) {
+		t.Errorf("idle group ended with %v, want ErrClosed", err)
+	}
+	if err := waitErr(t, b); !errors.Is(err, group.ErrDown) {
+		t.Errorf("its peer ended with %v, want ErrDown", err)
+	}
+}

@@ -72,6 +72,10 @@ type Config struct {
 	// Accepts, if set, says whether a stream for the listener's port may
 	// be accepted; the others are refused with ReasonNoListener.
 	Accepts func(port uint16) bool
+	// IdleClose, if positive, closes the group once it has had no stream
+	// for that long (a dialer's: its link holds a queue pair and a pool of
+	// receives at both ends).
+	IdleClose time.Duration
 	// OnEnd, if set, is called once, on a goroutine of its own, when the
 	// group ends other than by Close (its link failed or was
 	// disconnected, or the peer broke the protocol): the owner closes it.
@@ -173,7 +177,9 @@ type Mux struct {
 
 	err        error // the group ended: why
 	closed     bool
-	retiring   bool      // Retire: no stream is accepted, and the last one's end closes the group
+	retiring   bool // Retire: no stream is accepted, and the last one's end closes the group
+	idleSince  time.Time
+	idleTimer  *time.Timer
 	sent, hear time.Time // the last send completed and message arrived on the base
 	stats      Stats
 }
@@ -698,6 +704,29 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 	if m.retiring && m.stats.Streams == 0 {
 		go m.Close() // not under the lock, and not on the run goroutine, which Close waits for
 	}
+	if m.cfg.IdleClose > 0 && m.stats.Streams == 0 {
+		m.idleSince = time.Now()
+		if m.idleTimer == nil {
+			m.idleTimer = time.AfterFunc(m.cfg.IdleClose, m.closeIfIdle)
+		} else {
+			m.idleTimer.Reset(m.cfg.IdleClose)
+		}
+	}
+}
+
+// closeIfIdle closes a group that has had no stream for IdleClose.
+func (m *Mux) closeIfIdle() {
+	m.mu.Lock()
+	idle := m.stats.Streams == 0 && !m.closed && m.err == nil
+	if idle && time.Since(m.idleSince) < m.cfg.IdleClose {
+		// A stream came and went since: wait from its end.
+		m.idleTimer.Reset(m.cfg.IdleClose - time.Since(m.idleSince))
+		idle = false
+	}
+	m.mu.Unlock()
+	if idle {
+		m.Close()
+	}
 }
 
 // Retire stops accepting streams (the peer's opens are refused with
@@ -898,6 +927,9 @@ func (m *Mux) Close() error {
 		return nil
 	}
 	m.closed = true
+	if m.idleTimer != nil {
+		m.idleTimer.Stop()
+	}
 	m.endLocked(ErrClosed)
 	m.base.Disconnect()
 	m.mu.Unlock()
