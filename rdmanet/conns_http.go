@@ -54,7 +54,8 @@ func wantsText(r *http.Request) bool {
 }
 
 // WriteConnTable writes conns as a table, one line each, with a header:
-// addresses, transport and protocol, device and queue pair, bytes each
+// addresses, transport and protocol, device and queue pair (QP/stream for
+// a stream of a link group, which shares its group's queue pair), bytes each
 // way, the send queue and ring in use, the peer's room, idle time and
 // the last error.
 func WriteConnTable(w io.Writer, conns []ConnInfo) error {
@@ -71,6 +72,9 @@ func WriteConnTable(w io.Writer, conns []ConnInfo) error {
 		device, qp := "-", "-"
 		if c.Device != "" {
 			device, qp = fmt.Sprintf("%s/%d", c.Device, c.Port), fmt.Sprint(c.QP)
+		}
+		if c.Stream != 0 {
+			qp += fmt.Sprintf("/%#x", c.Stream) // a stream of the group on that queue pair
 		}
 		errText := c.LastError
 		if errText == "" {

@@ -185,6 +185,17 @@ func TestWriteConnTableColumns(t *testing.T) {
 	if len(f) < 6 || f[3] != "rdma/rdmanet+session+notices" || f[4] != "siw0/1" || f[5] != "17" {
 		t.Errorf("row %q", lines[1])
 	}
+	// A group's stream: its queue pair is the group's, and the stream's
+	// tag follows it.
+	b.Reset()
+	if err := WriteConnTable(&b, []ConnInfo{{Local: "a", Remote: "b", Transport: fallback.RDMA, Protocol: ProtocolRdmanet, Side: sideAccepted,
+		Device: "rxe0", Port: 1, QP: 17, Stream: 0x301}}); err != nil {
+		t.Fatal(err)
+	}
+	lines = strings.Split(strings.TrimSpace(b.String()), "\n")
+	if f := strings.Fields(lines[len(lines)-1]); len(f) < 6 || f[5] != "17/0x301" {
+		t.Errorf("stream's row %q", lines[len(lines)-1])
+	}
 }
 
 // TestConnectionsIdleNotNegative: Idle is measured from when the snapshot
