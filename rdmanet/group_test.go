@@ -250,3 +250,24 @@ func TestGroupConnInfo(t *testing.T) {
 		t.Errorf("a connection of its own has stream %#x", s)
 	}
 }
+
+// BenchmarkHostGroupOpen: a stream opened in an existing group over the
+// in-memory link, a byte each way, and both ends closed: what a dial
+// costs above the device.
+func BenchmarkHostGroupOpen(b *testing.B) {
+	cfg, _ := Config{}.withDefaults()
+	a, m := groupMuxes(b, groupStreamConfig(cfg), groupBase(64))
+	b.ReportAllocs()
+	buf := []byte{1}
+	for range b.N {
+		x, y := groupConnPair(b, Config{}, a, m)
+		if _, err := x.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(y, buf); err != nil {
+			b.Fatal(err)
+		}
+		x.Close()
+		y.Close()
+	}
+}
