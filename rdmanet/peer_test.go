@@ -3,6 +3,7 @@
 package rdmanet_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -43,23 +44,39 @@ func TestMain(m *testing.M) {
 
 func runPeer(addr string) int {
 	var d rdmanet.Dialer
+	conns := 1
 	if a, ok := strings.CutPrefix(addr, "resume,"); ok {
 		addr = a
 		d.Config = sessionConfig
 	}
-	c, err := d.Dial("rdma", addr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "peer:", err)
-		return 1
+	if a, ok := strings.CutPrefix(addr, "group,"); ok {
+		// groupPeerConns streams of one link group.
+		addr, conns = a, groupPeerConns
+		d.Config = rdmanet.WithGroups(rdmanet.Config{})
 	}
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := c.Write(buf); err != nil {
+	errs := make(chan error, conns)
+	for range conns {
+		c, err := d.Dial("rdma", addr)
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "peer:", err)
 			return 1
 		}
+		go func() {
+			buf := make([]byte, 64<<10)
+			for {
+				if _, err := c.Write(buf); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
 	}
+	fmt.Fprintln(os.Stderr, "peer:", <-errs)
+	return 1
 }
+
+// groupPeerConns is how many connections a "group," peer dials.
+const groupPeerConns = 3
 
 // streamingPeer starts a peer process that dials spec (peerEnv's value)
 // and writes until it is killed, accepts its connection on ln and reads
@@ -117,6 +134,49 @@ func TestLabPeerKilled(t *testing.T) {
 	t.Logf("Read returned %v %v after SIGKILL", err, took.Round(time.Millisecond))
 	if _, err := c.Write([]byte("anyone there?")); err == nil {
 		t.Fatal("Write to a killed peer succeeded")
+	}
+}
+
+// TestLabGroupPeerKilled: a group's peer process killed mid-stream ends
+// every stream of the group on this side at once: its kernel disconnects
+// the group's link, and each Read returns well within 3 x KeepAlive.
+func TestLabGroupPeerKilled(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	leakcheck.Check(t)
+	lc := rdmanet.ListenConfig{Config: rdmanet.WithGroups(rdmanet.Config{})}
+	ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(env.AddrB, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, cmd := streamingPeer(t, ln, "group,"+ln.Addr().String())
+	conns := []net.Conn{c}
+	for range groupPeerConns - 1 {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := io.ReadFull(c, make([]byte, 1<<20)); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		if !rdmanet.GroupStream(c.(*rdmanet.Conn)) {
+			t.Fatalf("%v is not a group's stream", c.RemoteAddr())
+		}
+	}
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGKILL)
+	bound := 3 * 3 * time.Second // 3 x Config.KeepAlive's default
+	for i, c := range conns {
+		took, err := readUntilError(c, start, bound)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("stream %d: Read still blocked %v after the peer was killed", i, took)
+			continue
+		}
+		t.Logf("stream %d: Read returned %v %v after SIGKILL", i, err, took.Round(time.Millisecond))
 	}
 }
 
