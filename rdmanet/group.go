@@ -31,8 +31,9 @@ import (
 // credit for every message, granted from the link's pool of receives.
 const groupOffer = wire.FeatureGroup | groupStreamFeatures
 
-// groupStreamFeatures are what a group's streams speak.
-const groupStreamFeatures = wire.FeatureRing | wire.FeatureShutdown | wire.FeatureRecvCredit | wire.FeatureRecvGrant
+// groupStreamFeatures are what a group's streams speak: a connection's
+// features, rings that grow included, with credit for every message.
+const groupStreamFeatures = wire.FeatureRing | wire.FeatureShutdown | wire.FeatureGrow | wire.FeatureRecvCredit | wire.FeatureRecvGrant
 
 // The link of a group: its own rings are not used (each stream has its
 // own), its receives are the streams' pool.
@@ -41,8 +42,6 @@ const (
 	groupSendDepth    = 255
 	groupControlDepth = 64
 	groupLinkRing     = 4096
-	// groupStreamRing caps a stream's rings: they do not grow.
-	groupStreamRing = 64 << 10
 	// groupIdleClose is how long a dialer keeps a group with no stream.
 	groupIdleClose = time.Minute
 	// noGroupMemory is how long a listener that agreed on no group is
@@ -61,10 +60,12 @@ func groupLinkConfig() rdmalink.Config {
 		SendDepth: groupSendDepth, RecvDepth: groupRecvDepth, ControlDepth: groupControlDepth}
 }
 
-// groupConfig sizes a group's streams for connections with cfg.
+// groupConfig sizes a group's streams for connections with cfg: their
+// rings start as a connection's do (firstRings) and grow as theirs.
 func groupConfig(cfg Config, backlog int) group.Config {
 	gc := group.DefaultConfig()
-	gc.SendRing, gc.RecvRing = min(cfg.SendBuffer, groupStreamRing), min(cfg.RecvBuffer, groupStreamRing)
+	first := cfg.firstRings()
+	gc.SendRing, gc.RecvRing = first.SendBuffer, first.RecvBuffer
 	gc.SendDepth, gc.ControlDepth = groupSendDepth/4, controlSlots
 	gc.Backlog = backlog
 	return gc

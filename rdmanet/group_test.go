@@ -271,3 +271,31 @@ func BenchmarkHostGroupOpen(b *testing.B) {
 		y.Close()
 	}
 }
+
+// TestGroupStreamRingsGrow: a stream's rings start small and grow as a
+// connection's do while it streams (the mux checks each write against the
+// rings the peer offered, Ring messages included); every byte arrives
+// (SHA-256), and the grown rings go back to the link with the stream.
+func TestGroupStreamRingsGrow(t *testing.T) {
+	goroutineCheck(t)
+	cfg, _ := Config{}.withDefaults()
+	pc := groupBase(4)
+	a, b := groupMuxes(t, groupStreamConfig(cfg), pc)
+	x, y := groupConnPair(t, Config{}, a, b)
+	first := x.Info().Window.SendRing
+	<-streamBothWays(t, x, y, 8<<20)
+	grown := x.Info().Window.SendRing
+	if grown <= first {
+		t.Errorf("transmit ring %d bytes after streaming 8 MiB, %d before: it did not grow", grown, first)
+	}
+	closeAndWait(t, x)
+	closeAndWait(t, y)
+	deadline := time.Now().Add(2 * lingerTimeout)
+	for a.Stats().Streams+b.Stats().Streams > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := a.Stats().Streams + b.Stats().Streams; n != 0 {
+		t.Errorf("%d streams left after both ends closed", n)
+	}
+	t.Logf("transmit ring: %d bytes at first, %d after streaming", first, grown)
+}

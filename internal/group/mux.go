@@ -651,8 +651,13 @@ func (m *Mux) newStreamLocked() (*Stream, uint32) {
 	if m.stats.Streams >= m.cfg.MaxStreams || m.granted+m.cfg.FirstGrant > m.pool {
 		return nil, wire.ReasonLimit
 	}
-	rings, err := m.base.NewStreamRings(m.cfg.SendRing, m.cfg.RecvRing)
+	send, sendKey, err := m.base.NewSendRing(m.cfg.SendRing)
 	if err != nil {
+		return nil, wire.ReasonMemory
+	}
+	recv, recvAddr, recvKey, err := m.base.NewRecvRing(m.cfg.RecvRing)
+	if err != nil {
+		m.base.ReleaseSendRing(sendKey)
 		return nil, wire.ReasonMemory
 	}
 	var slot uint32
@@ -660,7 +665,8 @@ func (m *Mux) newStreamLocked() (*Stream, uint32) {
 		slot, m.free = m.free[k-1], m.free[:k-1]
 	} else {
 		if len(m.slots) > wire.MaxStreamSlot {
-			m.base.FreeStreamRings(rings)
+			m.base.ReleaseSendRing(sendKey)
+			m.base.ReleaseRecvRing(recv)
 			return nil, wire.ReasonLimit
 		}
 		slot = uint32(len(m.slots))
@@ -670,7 +676,8 @@ func (m *Mux) newStreamLocked() (*Stream, uint32) {
 	if m.gens[slot] == 0 {
 		m.gens[slot] = 1
 	}
-	s := &Stream{m: m, tag: wire.MakeStreamTag(slot, m.gens[slot]), rings: rings, avail: m.cfg.FirstGrant, opened: make(chan struct{})}
+	s := &Stream{m: m, tag: wire.MakeStreamTag(slot, m.gens[slot]), avail: m.cfg.FirstGrant, opened: make(chan struct{}),
+		send: send, sendKey: sendKey, recv: recv, recvAddr: recvAddr, recvKey: recvKey}
 	s.cond.L = &m.mu
 	s.caps = link.Caps{
 		SendDepth: m.cfg.SendDepth, RecvDepth: m.cfg.FirstGrant, ControlDepth: m.cfg.ControlDepth,
@@ -693,7 +700,7 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 	}
 	s.freed = true
 	if m.err == nil {
-		m.base.FreeStreamRings(s.rings)
+		s.releaseRingsLocked()
 	}
 	m.granted -= s.avail + s.taken
 	m.repostLocked(s.taken)

@@ -16,9 +16,18 @@ import (
 // holds credit for its messages (Caps.RecvCredit and RecvGrant). All its
 // state is under the mux's lock.
 type Stream struct {
-	m             *Mux
-	tag, peer     wire.StreamTag // its name here, and at the peer
-	rings         link.StreamRings
+	m         *Mux
+	tag, peer wire.StreamTag // its name here, and at the peer
+	// The stream's rings, from the base link: its transmit ring (named by
+	// sendKey in the base's requests), its first receive ring, and those
+	// it grew since (link.Rings).
+	send          []byte
+	sendKey       uint32
+	recv          []byte
+	recvAddr      uint64
+	recvKey       uint32
+	recvGone      bool // the first receive ring was given back
+	grown         [][]byte
 	caps          link.Caps
 	local, remote netip.AddrPort
 	port          uint16 // the listener's port it is for
@@ -92,6 +101,7 @@ var (
 	_ link.Link        = (*Stream)(nil)
 	_ link.RecvGranter = (*Stream)(nil)
 	_ link.PathWatcher = (*Stream)(nil)
+	_ link.Rings       = (*Stream)(nil)
 )
 
 // peerDone reports whether nothing more of the peer's lands on the stream:
@@ -112,10 +122,10 @@ func (s *Stream) Base() link.Link { return s.m.base }
 func (s *Stream) Tag() wire.StreamTag { return s.tag }
 
 func (s *Stream) Caps() link.Caps  { return s.caps }
-func (s *Stream) SendRing() []byte { return s.rings.Send }
-func (s *Stream) RecvRing() []byte { return s.rings.Recv }
+func (s *Stream) SendRing() []byte { return s.send }
+func (s *Stream) RecvRing() []byte { return s.recv }
 func (s *Stream) RecvRingKey() (uint64, uint32) {
-	return s.rings.RecvAddr, s.rings.RecvKey
+	return s.recvAddr, s.recvKey
 }
 func (s *Stream) Addrs() (local, remote netip.AddrPort) { return s.local, s.remote }
 
@@ -149,9 +159,9 @@ func (s *Stream) PostSend(wrs []link.SendWR) error {
 		wr := &wrs[i]
 		switch wr.Kind {
 		case link.SendData:
-			if uint64(wr.Off)+uint64(wr.N) > uint64(len(s.rings.Send)) {
+			if uint64(wr.Off)+uint64(wr.N) > uint64(len(s.send)) {
 				return s.misuse("PostSend: request %d: data [%d, %d) outside the %d-byte send ring",
-					i, wr.Off, uint64(wr.Off)+uint64(wr.N), len(s.rings.Send))
+					i, wr.Off, uint64(wr.Off)+uint64(wr.N), len(s.send))
 			}
 		case link.SendControl:
 			if !wr.Signaled {
@@ -191,7 +201,7 @@ func (s *Stream) PostSend(wrs []link.SendWR) error {
 		bw := wr
 		switch wr.Kind {
 		case link.SendData:
-			bw.Ring, bw.Tag = s.rings.SendKey, uint32(s.peer)
+			bw.Ring, bw.Tag = s.sendKey, uint32(s.peer)
 		case link.SendControl:
 			wire.SetStream(&bw.Msg, s.peer)
 		}
@@ -232,7 +242,7 @@ func (s *Stream) remoteOK(addr uint64, rkey uint32, n uint32) bool {
 // ringMessage is an open or accept that offers the stream's receive ring.
 func (s *Stream) ringMessage(op wire.Opcode, to wire.StreamTag) wire.GroupMessage {
 	return wire.GroupMessage{Op: op, To: to, From: s.tag, Grant: uint16(s.m.cfg.FirstGrant),
-		RingSize: uint32(len(s.rings.Recv)), RKey: s.rings.RecvKey, Addr: s.rings.RecvAddr}
+		RingSize: uint32(len(s.recv)), RKey: s.recvKey, Addr: s.recvAddr}
 }
 
 // acceptedLocked opens the stream toward the peer's end of it.
@@ -480,4 +490,72 @@ func (s *Stream) Close() error {
 	s.cond.Broadcast()
 	m.maybeFreeLocked(s)
 	return nil
+}
+
+// NewRecvRing makes a larger or smaller receive ring for the engine to
+// offer the peer (link.Rings), from the base link.
+func (s *Stream) NewRecvRing(size int) ([]byte, uint64, uint32, error) {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.closed || s.freed || m.err != nil {
+		return nil, 0, 0, s.closedError("NewRecvRing")
+	}
+	mem, addr, rkey, err := m.base.NewRecvRing(size)
+	if err == nil {
+		s.grown = append(s.grown, mem)
+	}
+	return mem, addr, rkey, err
+}
+
+// ReleaseRecvRing gives back a receive ring nothing lands in any more.
+func (s *Stream) ReleaseRecvRing(mem []byte) error {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.closed || s.freed || m.err != nil {
+		return s.closedError("ReleaseRecvRing")
+	}
+	if !s.recvGone && link.SameRing(mem, s.recv) {
+		s.recvGone = true
+		return m.base.ReleaseRecvRing(mem)
+	}
+	for i, g := range s.grown {
+		if link.SameRing(mem, g) {
+			s.grown = append(s.grown[:i], s.grown[i+1:]...)
+			return m.base.ReleaseRecvRing(mem)
+		}
+	}
+	return s.misuse("ReleaseRecvRing: a ring of %d bytes the stream does not hold", len(mem))
+}
+
+// ReplaceSendRing replaces the transmit ring; no data request of the
+// stream is outstanding, so none is in the mux or on the base link.
+func (s *Stream) ReplaceSendRing(size int) ([]byte, error) {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.closed || s.freed || m.err != nil {
+		return nil, s.closedError("ReplaceSendRing")
+	}
+	mem, key, err := m.base.NewSendRing(size)
+	if err != nil {
+		return nil, err
+	}
+	old := s.sendKey
+	s.send, s.sendKey = mem, key
+	return mem, m.base.ReleaseSendRing(old)
+}
+
+// releaseRingsLocked gives every ring of the stream back to the base link.
+func (s *Stream) releaseRingsLocked() {
+	b := s.m.base
+	b.ReleaseSendRing(s.sendKey)
+	if !s.recvGone {
+		b.ReleaseRecvRing(s.recv)
+	}
+	for _, g := range s.grown {
+		b.ReleaseRecvRing(g)
+	}
+	s.grown = nil
 }

@@ -135,32 +135,25 @@ type RecvGranter interface {
 }
 
 // Carrier is a link that carries many streams (internal/group): every
-// stream has rings of its own, registered while the link runs, and its
-// requests and arrivals name it. A SendData request with Ring set sends
-// from that stream's transmit ring, and its DataArrived at the peer
-// reports the request's Tag (on RDMA, the immediate names the stream and
-// the receive's byte_len gives N). Called under the same rule as PostSend.
+// stream has rings of its own, made while the link runs, and its requests
+// and arrivals name it. A SendData request with Ring set sends from that
+// transmit ring, and its DataArrived at the peer reports the request's
+// Tag (on RDMA, the immediate names the stream and the receive's byte_len
+// gives N). Its receive rings are NewRecvRing's, as a connection's grown
+// rings are (Rings), so a stream's rings grow as any connection's do.
+// Called under the same rule as PostSend.
 type Carrier interface {
 	Link
-	// NewStreamRings makes a stream's transmit ring of send bytes and
-	// receive ring of recv bytes. An error (the pool is dry, a bound
-	// reached, pinning failed) refuses the stream.
-	NewStreamRings(send, recv int) (StreamRings, error)
-	// FreeStreamRings gives back rings from NewStreamRings that nothing
-	// is sent from and nothing lands in any more.
-	FreeStreamRings(StreamRings) error
-}
-
-// StreamRings are one stream's rings on a Carrier.
-type StreamRings struct {
-	// Send is the transmit ring; SendWR.Ring names it by SendKey (never 0).
-	Send    []byte
-	SendKey uint32
-	// Recv is the receive ring, which the peer names by RecvAddr and
-	// RecvKey in its requests.
-	Recv     []byte
-	RecvAddr uint64
-	RecvKey  uint32
+	// NewRecvRing and ReleaseRecvRing are Rings': a receive ring the peer
+	// may write into, and its return once nothing lands in it.
+	NewRecvRing(size int) (mem []byte, addr uint64, rkey uint32, err error)
+	ReleaseRecvRing(mem []byte) error
+	// NewSendRing makes a transmit ring of size bytes, which SendWR.Ring
+	// names by key (never 0). An error (the pool is dry, a bound reached,
+	// pinning failed) refuses the stream, or its growth.
+	NewSendRing(size int) (mem []byte, key uint32, err error)
+	// ReleaseSendRing gives back a transmit ring no request sends from.
+	ReleaseSendRing(key uint32) error
 }
 
 // ErrMisuse is wrapped by the errors a link's calls return when the caller

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 )
 
 // Rings that follow traffic, in memory (link.Rings): rings are made on
@@ -134,59 +133,47 @@ func (e *Pipe) sendRing(key uint32) ([]byte, bool) {
 	return b, ok
 }
 
-// NewStreamRings makes a stream's rings (Carrier). They count against
-// RingLimit as NewRecvRing's do, and the receive ring is one of the rings
-// the peer's writes are checked against.
-func (e *Pipe) NewStreamRings(send, recv int) (StreamRings, error) {
+// NewSendRing makes a stream's transmit ring (Carrier); it counts
+// against RingLimit as NewRecvRing's rings do.
+func (e *Pipe) NewSendRing(size int) ([]byte, uint32, error) {
 	e.pair.mu.Lock()
 	defer e.pair.mu.Unlock()
 	if e.closed {
-		return StreamRings{}, closedError("NewStreamRings")
+		return nil, 0, closedError("NewSendRing")
 	}
-	if send <= 0 || recv <= 0 {
-		return StreamRings{}, misuse("NewStreamRings: %d and %d bytes", send, recv)
+	if size <= 0 {
+		return nil, 0, misuse("NewSendRing: %d bytes", size)
 	}
-	if err := e.takeRingBytes(send + recv); err != nil {
-		return StreamRings{}, err
+	if err := e.takeRingBytes(size); err != nil {
+		return nil, 0, err
 	}
-	e.ringCount++
-	r := pipeRing{mem: make([]byte, recv), addr: e.addr + uint64(e.ringCount)<<24, rkey: rand.Uint32()}
-	e.rings = append(e.rings, r)
 	if e.streamSends == nil {
 		e.streamSends = map[uint32][]byte{}
 	}
 	e.streamKeys++
-	e.streamSends[e.streamKeys] = make([]byte, send)
-	e.stats.RingsMade++
-	return StreamRings{Send: e.streamSends[e.streamKeys], SendKey: e.streamKeys, Recv: r.mem, RecvAddr: r.addr, RecvKey: r.rkey}, nil
+	mem := make([]byte, size)
+	e.streamSends[e.streamKeys] = mem
+	return mem, e.streamKeys, nil
 }
 
-// FreeStreamRings gives back a stream's rings and poisons them, so that a
-// write that lands after would show.
-func (e *Pipe) FreeStreamRings(sr StreamRings) error {
+// ReleaseSendRing gives back and poisons a transmit ring of NewSendRing's.
+func (e *Pipe) ReleaseSendRing(key uint32) error {
 	e.pair.mu.Lock()
 	defer e.pair.mu.Unlock()
 	if e.closed {
-		return closedError("FreeStreamRings")
+		return closedError("ReleaseSendRing")
 	}
-	send, ok := e.streamSends[sr.SendKey]
-	if !ok || !SameRing(send, sr.Send) {
-		return misuse("FreeStreamRings: a transmit ring this end did not make")
+	mem, ok := e.streamSends[key]
+	if !ok {
+		return misuse("ReleaseSendRing: no transmit ring %d", key)
 	}
 	for _, r := range e.flight {
-		if r.wr.Kind == SendData && r.wr.Ring == sr.SendKey && r.data == nil {
-			return misuse("FreeStreamRings with a data request from the ring in flight")
+		if r.wr.Kind == SendData && r.wr.Ring == key && r.data == nil {
+			return misuse("ReleaseSendRing with a data request from the ring in flight")
 		}
 	}
-	i := slices.IndexFunc(e.rings, func(r pipeRing) bool { return SameRing(r.mem, sr.Recv) })
-	if i < 0 {
-		return misuse("FreeStreamRings: a receive ring this end did not make")
-	}
-	poison(e.rings[i].mem)
-	poison(send)
-	e.rings = slices.Delete(e.rings, i, i+1)
-	delete(e.streamSends, sr.SendKey)
-	e.ringBytes -= len(send) + len(sr.Recv)
-	e.stats.RingsReleased++
+	poison(mem)
+	delete(e.streamSends, key)
+	e.ringBytes -= len(mem)
 	return nil
 }

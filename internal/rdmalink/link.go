@@ -76,11 +76,11 @@ type Link struct {
 	notice     bool
 	noticeNext uint64
 	// carrier: both ends agreed on wire.FeatureGroup, and the link carries
-	// a group's streams (carrier.go): immediates name streams. streams are
-	// their rings, by SendKey (streamKeys is the last given).
-	carrier    bool
-	streams    map[uint32]streamRings
-	streamKeys uint32
+	// a group's streams (carrier.go): immediates name streams. sendRings
+	// are the streams' transmit rings, by key (sendKeys is the last given).
+	carrier   bool
+	sendRings map[uint32]*region
+	sendKeys  uint32
 
 	flushedAt time.Time // when the first flushed completion (or refused post) was seen
 	postErr   error     // the first post the provider refused (postFailed)
@@ -290,7 +290,7 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 			if l.carrier {
 				v.Imm = wr.Tag // the receive's byte_len gives the length
 			}
-			local, err := l.streamLocal(wr)
+			local, err := l.sendLocal(wr)
 			if err != nil {
 				clear(out)
 				return err
