@@ -24,21 +24,30 @@ const ConnsPath = "/debug/rdmanet/conns"
 //
 // It answers JSON (a list of ConnInfo), or the table WriteConnTable writes
 // when the request says ?format=text or accepts text/plain and not JSON.
-// `rdmanet conns URL` reads it.
+// `rdmanet conns URL` reads it. With ?view=groups it lists the link groups
+// instead (Groups, WriteGroupTable), which `rdmanet groups URL` reads.
 func ConnsHandler() http.Handler { return http.HandlerFunc(serveConns) }
 
 func serveConns(w http.ResponseWriter, r *http.Request) {
-	conns := Connections()
 	w.Header().Set("Cache-Control", "no-store")
+	var list any
+	var table func(io.Writer) error
+	if r.URL.Query().Get("view") == "groups" {
+		groups := Groups()
+		list, table = groups, func(w io.Writer) error { return WriteGroupTable(w, groups) }
+	} else {
+		conns := Connections()
+		list, table = conns, func(w io.Writer) error { return WriteConnTable(w, conns) }
+	}
 	if wantsText(r) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		WriteConnTable(w, conns)
+		table(w)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	enc.Encode(conns)
+	enc.Encode(list)
 }
 
 // wantsText reports whether r asks for the table rather than JSON.

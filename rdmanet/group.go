@@ -285,6 +285,7 @@ func dialGroupLink(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg 
 		id = nil // closed with the link
 		return nil, err
 	}
+	registerGroup(m, sideDialed)
 	return m, nil
 }
 
@@ -338,6 +339,7 @@ func (s *rdmaSide) acceptGroup(ctx context.Context, req *cm.Request, h wire.Hell
 		l.Close()
 		return err
 	}
+	registerGroup(m, sideAccepted)
 	s.wg.Add(1)
 	go s.serveGroup(m)
 	return nil

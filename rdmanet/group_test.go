@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"io"
 	"net"
+	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -298,4 +301,39 @@ func TestGroupStreamRingsGrow(t *testing.T) {
 		t.Errorf("%d streams left after both ends closed", n)
 	}
 	t.Logf("transmit ring: %d bytes at first, %d after streaming", first, grown)
+}
+
+// TestGroupsView: Groups lists a live group with its streams, the
+// handler's groups view serves it, and a group that ended drops out.
+func TestGroupsView(t *testing.T) {
+	goroutineCheck(t)
+	cfg, _ := Config{}.withDefaults()
+	a, b := groupMuxes(t, groupStreamConfig(cfg), groupBase(8))
+	registerGroup(a, sideDialed)
+	x, y := groupConnPair(t, Config{}, a, b)
+	find := func() (GroupInfo, bool) {
+		for _, g := range Groups() {
+			l, _ := a.Base().Addrs()
+			if g.Local == l.String() {
+				return g, true
+			}
+		}
+		return GroupInfo{}, false
+	}
+	g, ok := find()
+	if !ok || g.Side != sideDialed || g.Streams != 1 || g.Opened != 1 || g.Pool == 0 || g.Granted == 0 {
+		t.Errorf("group %+v (listed %v)", g, ok)
+	}
+	rec := httptest.NewRecorder()
+	ConnsHandler().ServeHTTP(rec, httptest.NewRequest("GET", ConnsPath+"?view=groups", nil))
+	var served []GroupInfo
+	if err := json.Unmarshal(rec.Body.Bytes(), &served); err != nil || !slices.Contains(served, g) {
+		t.Errorf("groups view %s: %v; want it to hold %+v", rec.Body, err, g)
+	}
+	closeAndWait(t, x)
+	closeAndWait(t, y)
+	a.Close()
+	if _, ok := find(); ok {
+		t.Error("a closed group is still listed")
+	}
 }

@@ -19,12 +19,25 @@ import (
 const maxConnsBody = 64 << 20
 
 func runConns(ctx context.Context, g *globals, fs *flag.FlagSet, args []string) int {
+	var conns []rdmanet.ConnInfo
+	return runList(ctx, g, fs, args, "conns", "", "connections", &conns, func() { rdmanet.WriteConnTable(g.stdout, conns) })
+}
+
+// runGroups is `rdmanet groups`: the link groups, from the same handler.
+func runGroups(ctx context.Context, g *globals, fs *flag.FlagSet, args []string) int {
+	var groups []rdmanet.GroupInfo
+	return runList(ctx, g, fs, args, "groups", "groups", "link groups", &groups, func() { rdmanet.WriteGroupTable(g.stdout, groups) })
+}
+
+// runList fetches a list from a program's rdmanet.ConnsHandler (its view,
+// if not ""), decodes it into list, and prints it with table or as JSON.
+func runList(ctx context.Context, g *globals, fs *flag.FlagSet, args []string, name, view, what string, list any, table func()) int {
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after `duration`")
 	pos, code, ok := parse(g, fs, args, 1)
 	if !ok {
 		return code
 	}
-	u, err := connsURL(pos[0])
+	u, err := connsURL(pos[0], view)
 	if err != nil {
 		return usageError(g, fs, "%v", err)
 	}
@@ -32,25 +45,24 @@ func runConns(ctx context.Context, g *globals, fs *flag.FlagSet, args []string) 
 	defer cancel()
 	body, err := fetchConns(ctx, u)
 	if err != nil {
-		fmt.Fprintf(g.stderr, "rdmanet conns: %v\n", err)
+		fmt.Fprintf(g.stderr, "rdmanet %s: %v\n", name, err)
 		return exitFailure
 	}
-	var conns []rdmanet.ConnInfo
-	if err := json.Unmarshal(body, &conns); err != nil {
-		fmt.Fprintf(g.stderr, "rdmanet conns: %s did not answer a list of connections: %v\n", u, err)
+	if err := json.Unmarshal(body, list); err != nil {
+		fmt.Fprintf(g.stderr, "rdmanet %s: %s did not answer a list of %s: %v\n", name, u, what, err)
 		return exitFailure
 	}
 	if g.json {
 		g.stdout.Write(body)
 		return exitOK
 	}
-	rdmanet.WriteConnTable(g.stdout, conns)
+	table()
 	return exitOK
 }
 
 // connsURL makes the URL to ask: an http(s) URL as given, or host:port
 // with rdmanet.ConnsPath.
-func connsURL(arg string) (string, error) {
+func connsURL(arg, view string) (string, error) {
 	if !strings.Contains(arg, "://") {
 		arg = "http://" + arg
 	}
@@ -66,6 +78,9 @@ func connsURL(arg string) (string, error) {
 	}
 	q := u.Query()
 	q.Set("format", "json")
+	if view != "" {
+		q.Set("view", view)
+	}
 	u.RawQuery = q.Encode()
 	return u.String(), nil
 }

@@ -70,6 +70,39 @@ func TestConns(t *testing.T) {
 	}
 }
 
+// TestGroups: `rdmanet groups` asks the same handler for its groups view
+// and prints it as a table, or passes the JSON through.
+func TestGroups(t *testing.T) {
+	want := []rdmanet.GroupInfo{{Local: "198.18.0.1:40000", Remote: "198.18.0.2:7471", Side: "dialed",
+		Device: "rxe0", Port: 1, QP: 17, Streams: 50, Opened: 61, Pool: 2032, Granted: 400}}
+	var views []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		views = append(views, r.URL.Path+"?view="+r.URL.Query().Get("view"))
+		json.NewEncoder(w).Encode(want)
+	}))
+	defer srv.Close()
+	code, out, errOut := runCmd(t, "groups", strings.TrimPrefix(srv.URL, "http://"))
+	if code != exitOK {
+		t.Fatalf("groups: exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "LOCAL") {
+		t.Fatalf("want a header and one line, got:\n%s", out)
+	}
+	for _, field := range []string{"198.18.0.2:7471", "dialed", "rxe0/1", "17", "50", "61", "400/2032"} {
+		if !strings.Contains(lines[1], field) {
+			t.Errorf("line lacks %q: %s", field, lines[1])
+		}
+	}
+	if len(views) != 1 || views[0] != rdmanet.ConnsPath+"?view=groups" {
+		t.Errorf("asked %q, want the groups view of %s", views, rdmanet.ConnsPath)
+	}
+	var got []rdmanet.GroupInfo
+	if code := runJSON(t, &got, "groups", srv.URL); code != exitOK || len(got) != 1 || got[0] != want[0] {
+		t.Errorf("--json: exit %d, %+v; want %+v", code, got, want)
+	}
+}
+
 // TestServeDebug: serve -debug serves the connection list.
 func TestServeDebug(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port for -debug

@@ -111,6 +111,7 @@ func init() {
 		{name: "ping", args: "ADDR", summary: "round trips against rdmanet serve at ADDR", run: runPing},
 		{name: "bench", args: "ADDR", summary: "stream throughput to (or from) rdmanet serve at ADDR", run: runBench},
 		{name: "conns", args: "URL", summary: "a program's live rdmanet connections, from its rdmanet.ConnsHandler at URL (or HOST:PORT)", run: runConns},
+		{name: "groups", args: "URL", summary: "a program's link groups (the RDMA connections its connections share), from the same handler", run: runGroups},
 	}
 }
 

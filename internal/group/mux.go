@@ -918,6 +918,13 @@ func (m *Mux) Stats() Stats {
 	return st
 }
 
+// Done is closed once the group ended (Err says why) and stopped taking
+// its link's completions.
+func (m *Mux) Done() <-chan struct{} { return m.done }
+
+// Base is the link the group runs over.
+func (m *Mux) Base() link.Link { return m.base }
+
 // Err is why the group ended, or nil.
 func (m *Mux) Err() error {
 	m.mu.Lock()
