@@ -189,6 +189,9 @@ func dialStream(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Con
 		switch {
 		case err == nil:
 			c, err := streamConn(s, cfg, false)
+			if err == nil {
+				metrics.groupStreams[sideIndex(sideDialed)].Add(1)
+			}
 			return c, true, err
 		case errors.Is(err, group.ErrDown) || errors.Is(err, wire.ErrProtocol) || errors.Is(err, group.ErrClosed):
 			// The group's link ended (or it closed, idle): a new one, once.
@@ -369,6 +372,7 @@ func (s *rdmaSide) serveGroup(m *group.Mux) {
 			continue
 		}
 		s.handshakes.Add(1)
+		metrics.groupStreams[sideIndex(sideAccepted)].Add(1)
 		s.ready <- c // never blocks: ready has room for every slot
 	}
 }

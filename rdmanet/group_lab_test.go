@@ -68,6 +68,7 @@ func TestLabGroups(t *testing.T) {
 				return c1, c2, func() { c1.Close(); c2.Close() }, nil
 			})
 
+			before := rdmanet.ReadMetrics()
 			// 50 dials at once; each server end echoes what it reads, and
 			// each client reads back what it wrote: every pair is joined.
 			const conns = 50
@@ -127,6 +128,15 @@ func TestLabGroups(t *testing.T) {
 			for _, g := range groups {
 				if g.Device == "" || g.QP == 0 {
 					t.Errorf("group without its device: %+v", g)
+				}
+			}
+			m := rdmanet.ReadMetrics()
+			for _, side := range []string{"dialed", "accepted"} {
+				if got := m.GroupStreams[side] - before.GroupStreams[side]; got != conns {
+					t.Errorf("%d streams %s counted, want %d", got, side, conns)
+				}
+				if m.Groups[side] != before.Groups[side] {
+					t.Errorf("%d more groups %s: the 50 connections should use the one there was", m.Groups[side]-before.Groups[side], side)
 				}
 			}
 			for _, c := range append(clients, servers...) {

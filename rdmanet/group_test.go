@@ -309,7 +309,11 @@ func TestGroupsView(t *testing.T) {
 	goroutineCheck(t)
 	cfg, _ := Config{}.withDefaults()
 	a, b := groupMuxes(t, groupStreamConfig(cfg), groupBase(8))
+	before := ReadMetrics()
 	registerGroup(a, sideDialed)
+	if m := ReadMetrics(); m.Groups[sideDialed] != before.Groups[sideDialed]+1 || m.GroupsOpen != before.GroupsOpen+1 {
+		t.Errorf("metrics: groups %v, %d open; before %v, %d open", m.Groups, m.GroupsOpen, before.Groups, before.GroupsOpen)
+	}
 	x, y := groupConnPair(t, Config{}, a, b)
 	find := func() (GroupInfo, bool) {
 		for _, g := range Groups() {

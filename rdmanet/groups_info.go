@@ -48,12 +48,20 @@ func registerGroup(m *group.Mux, side string) {
 		liveGroups.m = map[*group.Mux]string{}
 	}
 	liveGroups.m[m] = side
+	metrics.groupsMade[sideIndex(side)].Add(1)
 	go func() {
 		<-m.Done()
 		liveGroups.Lock()
 		delete(liveGroups.m, m)
 		liveGroups.Unlock()
 	}()
+}
+
+// openGroups is how many groups are listed now.
+func openGroups() int {
+	liveGroups.Lock()
+	defer liveGroups.Unlock()
+	return len(liveGroups.m)
 }
 
 // Groups lists the process's link groups, those that ended dropped.

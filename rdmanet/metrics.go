@@ -79,6 +79,17 @@ func ConnErrorKindOf(err error) ConnErrorKind {
 var metrics struct {
 	connectFailures []atomic.Uint64 // by reasons' order
 	connErrors      [len(connErrorKinds)]atomic.Uint64
+	// Link groups (issue 25): groups made and streams opened in them, by
+	// side (dialed, accepted).
+	groupsMade, groupStreams [2]atomic.Uint64
+}
+
+// sideIndex numbers the sides for the counters by side.
+func sideIndex(side string) int {
+	if side == sideAccepted {
+		return 1
+	}
+	return 0
 }
 
 func init() { metrics.connectFailures = make([]atomic.Uint64, len(reasons)) }
@@ -135,6 +146,12 @@ type Metrics struct {
 	// and transports, and failbacks (Reason "failback").
 	Sessions map[SessionMove]uint64
 
+	// Groups counts the link groups made (issue 25), and GroupStreams the
+	// connections made as streams in them, by side ("dialed",
+	// "accepted"); GroupsOpen is how many groups are open now (Groups).
+	Groups, GroupStreams map[string]uint64
+	GroupsOpen           int
+
 	// AsyncEvents counts the RDMA devices' asynchronous events read
 	// (ibv_get_async_event), by type: "PORT_ERR", "PORT_ACTIVE",
 	// "QP_FATAL", "CQ_ERR", "SRQ_LIMIT_REACHED", ... and "unknown". They
@@ -164,6 +181,12 @@ func ReadMetrics() Metrics {
 	for i, k := range connErrorKinds {
 		m.ConnErrors[k] = metrics.connErrors[i].Load()
 	}
+	m.Groups, m.GroupStreams = map[string]uint64{}, map[string]uint64{}
+	for i, side := range []string{sideDialed, sideAccepted} {
+		m.Groups[side] = metrics.groupsMade[i].Load()
+		m.GroupStreams[side] = metrics.groupStreams[i].Load()
+	}
+	m.GroupsOpen = openGroups()
 	t := liveTotals()
 	m.Open, m.BytesSent, m.BytesReceived, m.RequestsPosted, m.MessagesArrived = t.open, t.sent, t.received, t.posted, t.arrived
 	return m

@@ -23,6 +23,7 @@ import (
 type Collector struct {
 	connections, fallbacks, connectFailures, connErrors *prom.Desc
 	open, bytes, requests, messages, sessionMoves       *prom.Desc
+	groups, groupStreams, groupsOpen                    *prom.Desc
 }
 
 // NewCollector returns a collector of the process's rdmanet metrics.
@@ -53,13 +54,21 @@ func NewCollector() *Collector {
 		sessionMoves: prom.NewDesc("rdmanet_session_moves_total",
 			"Moves of resumable sessions to another link: failovers by reason, and failbacks (reason failback), with the transports left and taken.",
 			[]string{"reason", "from", "to"}, nil),
+		groups: prom.NewDesc("rdmanet_groups_total",
+			"Link groups made: RDMA connections that carry connections as streams, by side (dialed, accepted).",
+			[]string{"side"}, nil),
+		groupStreams: prom.NewDesc("rdmanet_group_streams_total",
+			"Connections made as streams of link groups, by side (dialed, accepted).",
+			[]string{"side"}, nil),
+		groupsOpen: prom.NewDesc("rdmanet_groups_open",
+			"Link groups open now.", nil, nil),
 	}
 }
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prom.Desc) {
 	for _, d := range []*prom.Desc{c.connections, c.fallbacks, c.connectFailures, c.connErrors,
-		c.open, c.bytes, c.requests, c.messages, c.sessionMoves} {
+		c.open, c.bytes, c.requests, c.messages, c.sessionMoves, c.groups, c.groupStreams, c.groupsOpen} {
 		ch <- d
 	}
 }
@@ -89,6 +98,11 @@ func (c *Collector) Collect(ch chan<- prom.Metric) {
 	for mv, n := range m.Sessions {
 		counter(c.sessionMoves, n, mv.Reason, string(mv.From), string(mv.To))
 	}
+	for _, side := range []string{"dialed", "accepted"} {
+		counter(c.groups, m.Groups[side], side)
+		counter(c.groupStreams, m.GroupStreams[side], side)
+	}
+	ch <- prom.MustNewConstMetric(c.groupsOpen, prom.GaugeValue, float64(m.GroupsOpen))
 }
 
 var _ prom.Collector = (*Collector)(nil)
