@@ -85,14 +85,21 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 	}
 	// Link features (write notices, receive credit) are the link's: its
 	// Caps carry what the engine must know of them.
-	eng, err := stream.New(stream.Config{
+	sc := stream.Config{
 		Features: features &^ wire.LinkFeatures, Peer: peer, PeerHello: peer.Version != 0, Server: c.server,
 		Caps: c.link.Caps(), SendRing: c.link.SendRing(), RecvRing: c.link.RecvRing(),
 		RecvAddr: addr, RecvKey: key, KeepAlive: ka,
 		// Rings grow to Config's sizes, on a link that can replace them;
 		// fixed rings start there, and shrinking goes back to the start.
 		MaxSendRing: c.cfg.SendBuffer, MaxRecvRing: c.cfg.RecvBuffer, ShrinkAfter: shrinkAfter,
-	})
+	}
+	if n, ok := c.link.(link.PeerRingNamer); ok && features&wire.FeatureRing != 0 {
+		// A group's stream: the peer's ring came with the open, so data
+		// need not wait for its announcement.
+		addr, size, rkey := n.PeerRing()
+		sc.PeerRing = &wire.Message{Op: wire.OpRegisterXferMemory, Addr: addr, Length: size, RKey: rkey}
+	}
+	eng, err := stream.New(sc)
 	if err != nil {
 		return err
 	}

@@ -73,8 +73,8 @@ func groupConfig(cfg Config, backlog int) group.Config {
 
 // streamConn makes a connection over a group's stream.
 func streamConn(s *group.Stream, cfg Config, server bool) (*Conn, error) {
-	size, grant := s.PeerRing()
-	peer := wire.Hello{Version: wire.HelloVersion, Features: groupStreamFeatures, RecvDepth: uint16(grant), RingSize: size}
+	_, size, _ := s.PeerRing()
+	peer := wire.Hello{Version: wire.HelloVersion, Features: groupStreamFeatures, RecvDepth: uint16(s.PeerGrant()), RingSize: size}
 	c, err := newLinkConn(s, cfg, server, groupStreamFeatures, peer)
 	if err != nil {
 		s.Close()

@@ -98,10 +98,11 @@ type entry struct {
 }
 
 var (
-	_ link.Link        = (*Stream)(nil)
-	_ link.RecvGranter = (*Stream)(nil)
-	_ link.PathWatcher = (*Stream)(nil)
-	_ link.Rings       = (*Stream)(nil)
+	_ link.Link          = (*Stream)(nil)
+	_ link.RecvGranter   = (*Stream)(nil)
+	_ link.PathWatcher   = (*Stream)(nil)
+	_ link.Rings         = (*Stream)(nil)
+	_ link.PeerRingNamer = (*Stream)(nil)
 )
 
 // peerDone reports whether nothing more of the peer's lands on the stream:
@@ -111,9 +112,15 @@ func (s *Stream) peerDone() bool { return s.peerClosed || s.closeAnswered }
 // Port is the listener's port the stream was opened for.
 func (s *Stream) Port() uint16 { return s.port }
 
-// PeerRing is the peer's receive ring size and first grant, which its
-// engine's Hello would have carried.
-func (s *Stream) PeerRing() (size uint32, grant int) { return s.peerRingSize, s.peerGrant }
+// PeerRing is the receive ring the peer named in the open or its answer
+// (link.PeerRingNamer).
+func (s *Stream) PeerRing() (addr uint64, size uint32, rkey uint32) {
+	return s.peerRings[0].addr, s.peerRings[0].size, s.peerRings[0].rkey
+}
+
+// PeerGrant is the credit the peer gave first, which its engine's Hello
+// would have carried.
+func (s *Stream) PeerGrant() int { return s.peerGrant }
 
 // Base is the link the stream's group runs over.
 func (s *Stream) Base() link.Link { return s.m.base }

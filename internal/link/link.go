@@ -156,6 +156,15 @@ type Carrier interface {
 	ReleaseSendRing(key uint32) error
 }
 
+// PeerRingNamer is a link whose peer named its receive ring before the
+// stream began (a link group's stream: the open and its answer carry the
+// rings), so that the engine may write into it at once
+// (stream.Config.PeerRing) rather than wait for the peer's
+// RegisterXferMemory.
+type PeerRingNamer interface {
+	PeerRing() (addr uint64, size uint32, rkey uint32)
+}
+
 // ErrMisuse is wrapped by the errors a link's calls return when the caller
 // breaks Link's contract (more requests than Caps allow, a range outside
 // the rings, an unknown kind), so that the conformance suite

@@ -45,6 +45,11 @@ type Config struct {
 	// KeepAlive after the last send completion means the path is dead
 	// (*PathDeadError).
 	KeepAlive time.Duration
+	// PeerRing, with wire.FeatureRing, is the peer's receive ring when it
+	// was named before the stream began (a link group's open and accept
+	// carry it, docs/protocol.md): data may go at once, and the peer's own
+	// RegisterXferMemory, which must name the same ring, changes nothing.
+	PeerRing *wire.Message
 	// Clock is the engine's time source (default time.Now); tests move it.
 	Clock func() time.Time
 }
@@ -152,6 +157,10 @@ type Engine struct {
 	sq   *SendQueue
 	ctl  controlQueue
 	grow growth // rings that follow traffic (grow.go)
+
+	// peerRingKnown: Config.PeerRing was taken, and the peer's own
+	// announcement of it has not come yet.
+	peerRingKnown bool
 
 	out     []link.SendWR // requests to post (Flush); grows with the batches posted, so an idle connection holds a few
 	reposts int           // receives the peer's messages consumed, to post again
@@ -262,7 +271,14 @@ func New(cfg Config) (*Engine, error) {
 		}
 		r := NewRecvRing(announce.Length, peerRetain)
 		r.mem = cfg.RecvRing
-		e.recv, e.send = r, &SendRing{}
+		send := &SendRing{}
+		e.recv, e.send = r, send
+		if cfg.PeerRing != nil {
+			if err := send.Announce(*cfg.PeerRing); err != nil {
+				return nil, err
+			}
+			e.peerRingKnown = true
+		}
 	} else {
 		w := NewRecvWindow(announce)
 		w.mem = cfg.RecvRing
@@ -656,6 +672,14 @@ func (e *Engine) control(m wire.Message) {
 	case wire.OpRegisterXferMemory:
 		if e.cfg.Features&wire.FeatureRing != 0 && e.cfg.PeerHello && m.Length != e.cfg.Peer.RingSize {
 			e.Fail(protocolErrorf("peer announced a %d-byte ring after offering %d bytes", m.Length, e.cfg.Peer.RingSize))
+			return
+		}
+		if e.peerRingKnown {
+			// The peer's own announcement of the ring named before.
+			e.peerRingKnown = false
+			if p := e.cfg.PeerRing; m.Addr != p.Addr || m.Length != p.Length || m.RKey != p.RKey {
+				e.Fail(protocolErrorf("peer announced a ring (%d bytes at %#x) other than the one it named (%d bytes at %#x)", m.Length, m.Addr, p.Length, p.Addr))
+			}
 			return
 		}
 		if err := e.send.Announce(m); err != nil {

@@ -525,3 +525,64 @@ func TestEngineNewRejectsBadPeer(t *testing.T) {
 		t.Fatalf("a ring of 0 bytes: %v", err)
 	}
 }
+
+// TestEnginePeerRingKnown: with the peer's ring named before the stream
+// began (Config.PeerRing, as a link group's open carries it), data goes
+// at once, without waiting for the peer's RegisterXferMemory; the peer's
+// own announcement of the same ring changes nothing, and one that names
+// another ring is a protocol error.
+func TestEnginePeerRingKnown(t *testing.T) {
+	peerRing := wire.Message{Op: wire.OpRegisterXferMemory, Addr: 0x9000, Length: 4096, RKey: 3}
+	start := func(t *testing.T) (*Engine, *recorder) {
+		e, err := New(Config{
+			Features: wire.FeatureRing, Peer: rdmanetHello, PeerHello: true,
+			Caps:     link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4},
+			SendRing: make([]byte, 4096), RecvRing: make([]byte, 4096), RecvAddr: 0x1000, RecvKey: 7,
+			PeerRing: &peerRing,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &recorder{}
+		e.Start()
+		e.Flush(r)
+		completeAll(e, r) // this side's own announcement, sent and done
+		if _, err := e.Write([]byte("early")); err != nil {
+			t.Fatal(err)
+		}
+		e.Flush(r)
+		return e, r
+	}
+	t.Run("data before the peer's announcement", func(t *testing.T) {
+		_, r := start(t)
+		var data []link.SendWR
+		for _, wr := range r.sent {
+			if wr.Kind == link.SendData {
+				data = append(data, wr)
+			}
+		}
+		if len(data) != 1 || data[0].N != 5 || data[0].Remote != 0x9000 || data[0].RKey != 3 {
+			t.Fatalf("posted %+v, want the 5 bytes written into the named ring at once", r.sent)
+		}
+	})
+	t.Run("the same ring announced", func(t *testing.T) {
+		e, _ := start(t)
+		control(e, peerRing)
+		if err := e.Err(); err != nil {
+			t.Fatalf("the peer's announcement of the named ring: %v", err)
+		}
+		control(e, peerRing) // a second announcement, as without PeerRing
+		if err := e.Err(); !errors.Is(err, wire.ErrProtocol) {
+			t.Fatalf("a ring announced twice: %v, want a protocol error", err)
+		}
+	})
+	t.Run("another ring announced", func(t *testing.T) {
+		e, _ := start(t)
+		other := peerRing
+		other.Addr += 4096
+		control(e, other)
+		if err := e.Err(); !errors.Is(err, wire.ErrProtocol) {
+			t.Fatalf("another ring than the one named: %v, want a protocol error", err)
+		}
+	})
+}
