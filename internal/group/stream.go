@@ -46,6 +46,7 @@ type Stream struct {
 	// stream's bad write cannot end the group.
 	peerRings [3]remoteRing
 	nextRing  int
+	named     remoteRing // the ring the peer named in the open or its answer
 
 	queued        []queuedWR
 	inReady       bool
@@ -115,7 +116,10 @@ func (s *Stream) Port() uint16 { return s.port }
 // PeerRing is the receive ring the peer named in the open or its answer
 // (link.PeerRingNamer).
 func (s *Stream) PeerRing() (addr uint64, size uint32, rkey uint32) {
-	return s.peerRings[0].addr, s.peerRings[0].size, s.peerRings[0].rkey
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	r := s.named
+	return r.addr, r.size, r.rkey
 }
 
 // PeerGrant is the credit the peer gave first, which its engine's Hello
@@ -255,7 +259,8 @@ func (s *Stream) ringMessage(op wire.Opcode, to wire.StreamTag) wire.GroupMessag
 // acceptedLocked opens the stream toward the peer's end of it.
 func (s *Stream) acceptedLocked(g wire.GroupMessage) {
 	s.state, s.peer, s.peerRingSize, s.peerGrant = open, g.From, g.RingSize, int(g.Grant)
-	s.peerRings[0] = remoteRing{addr: g.Addr, size: g.RingSize, rkey: g.RKey}
+	s.named = remoteRing{addr: g.Addr, size: g.RingSize, rkey: g.RKey}
+	s.peerRings[0] = s.named
 	s.nextRing = 1
 }
 
