@@ -89,7 +89,7 @@ func TestLabGroups(t *testing.T) {
 					if _, err := c.Write(msg); err != nil {
 						t.Error(err)
 					} else if _, err := io.ReadFull(c, got); err != nil || string(got) != string(msg) {
-						t.Errorf("connection %d: read back %x, %v", i, got, err)
+						t.Errorf("connection %d: read back %x, %v (%+v)", i, got, err, c.(*rdmanet.Conn).Info())
 					}
 				}()
 			}
@@ -106,6 +106,9 @@ func TestLabGroups(t *testing.T) {
 				go io.CopyN(c, c, 4)
 			}
 			wg.Wait()
+			if t.Failed() {
+				t.Logf("groups: %+v", rdmanet.Groups())
+			}
 			if qps := verbs.Resources().QPs; qps != 2 {
 				t.Errorf("%d queue pairs with %d connections open, want the group's 2", qps, conns)
 			}
