@@ -3,6 +3,7 @@ package group_test
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -303,5 +304,36 @@ func TestIdleClose(t *testing.T) {
 	}
 	if err := waitErr(t, b); !errors.Is(err, group.ErrDown) {
 		t.Errorf("its peer ended with %v, want ErrDown", err)
+	}
+}
+
+// TestCloseKeepsRingsForOpenStreams: a group that ends keeps its link,
+// which owns the streams' rings, until its last stream is closed: a
+// connection may still read what arrived (over RDMA, a ring given back
+// with the link is unmapped, and reading it faulted in the lab).
+func TestCloseKeepsRingsForOpenStreams(t *testing.T) {
+	a, b, _, pb := muxPair(t, group.DefaultConfig(), group.DefaultConfig(), baseConfig())
+	x, y := openPair(t, a, b)
+	copy(x.SendRing(), "hello")
+	linktest.Post(t, x, linktest.Data(y, 0, 5, 0, true, 1))
+	linktest.WantKinds(t, "y", linktest.WaitFor(t, y, 1), "data-arrived 5")
+	a.Close()
+	waitErr(t, b)
+	b.Close() // as the group's owner does when it ended
+	if err := pb.PostRecv(0); err != nil {
+		t.Fatalf("the link was closed with a stream open: %v", err)
+	}
+	if got := string(y.RecvRing()[:5]); got != "hello" {
+		t.Fatalf("the open stream's ring holds %q", got)
+	}
+	linktest.CheckEnd(t, "y", linktest.WaitEnd(t, y), nil)
+	y.Close()
+	x.Close()
+	deadline := time.Now().Add(linktest.HangGuard)
+	for pb.PostRecv(0) == nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if err := pb.PostRecv(0); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("the link after its last stream closed: %v, want it closed", err)
 	}
 }

@@ -177,6 +177,7 @@ type Mux struct {
 
 	err        error // the group ended: why
 	closed     bool
+	linkClosed bool // the base link was closed (closeLinkLocked)
 	retiring   bool // Retire: no stream is accepted, and the last one's end closes the group
 	idleSince  time.Time
 	idleTimer  *time.Timer
@@ -708,6 +709,16 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 	m.slots[slot] = nil
 	m.free = append(m.free, slot)
 	m.stats.Streams--
+	if m.closed && m.stats.Streams == 0 {
+		// Close ran: the link goes with the last stream, once run has
+		// stopped polling it.
+		go func() {
+			<-m.done
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.closeLinkLocked()
+		}()
+	}
 	if m.retiring && m.stats.Streams == 0 {
 		go m.Close() // not under the lock, and not on the run goroutine, which Close waits for
 	}
@@ -932,8 +943,11 @@ func (m *Mux) Err() error {
 	return m.err
 }
 
-// Close ends the group and its base link: every stream reports
-// Disconnected, as when its peer closed it.
+// Close ends the group and disconnects its base link: every stream
+// reports Disconnected, as when its peer closed it. The link, which owns
+// the streams' rings, is closed once the last stream is closed too: a
+// connection may still read what arrived before (its engine reads the
+// ring's memory), as over a link of its own that was disconnected.
 func (m *Mux) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -951,5 +965,16 @@ func (m *Mux) Close() error {
 	<-m.done
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.closeLinkLocked()
+}
+
+// closeLinkLocked closes the base link once the group is closed and no
+// stream holds its rings; a later call (the last stream's Close) does it
+// otherwise.
+func (m *Mux) closeLinkLocked() error {
+	if !m.closed || m.linkClosed || m.stats.Streams > 0 {
+		return nil
+	}
+	m.linkClosed = true
 	return m.base.Close()
 }
