@@ -331,7 +331,12 @@ func TestGroupsView(t *testing.T) {
 	rec := httptest.NewRecorder()
 	ConnsHandler().ServeHTTP(rec, httptest.NewRequest("GET", ConnsPath+"?view=groups", nil))
 	var served []GroupInfo
-	if err := json.Unmarshal(rec.Body.Bytes(), &served); err != nil || !slices.Contains(served, g) {
+	// The streams' engines post as they start (their rings, credit), so
+	// only what does not move is compared.
+	same := func(x GroupInfo) bool {
+		return x.Local == g.Local && x.Remote == g.Remote && x.Side == g.Side && x.Streams == g.Streams && x.Opened == g.Opened
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &served); err != nil || !slices.ContainsFunc(served, same) {
 		t.Errorf("groups view %s: %v; want it to hold %+v", rec.Body, err, g)
 	}
 	closeAndWait(t, x)
