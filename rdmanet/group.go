@@ -156,9 +156,10 @@ func dialStream(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Con
 	for attempt := 0; attempt < 2; attempt++ {
 		dg, maker := groups.get(k)
 		if maker {
-			dg.mux, dg.err = dialGroupLink(ctx, src, dst, cfg, answerWait, func(error) {
+			dg.mux, dg.err = dialGroupLink(ctx, src, dst, cfg, answerWait, func(err error) {
 				// The peer closed the group, or its link failed: the
 				// next dial makes another.
+				groupEnded(sideDialed, dst, err)
 				groups.drop(k, dg)
 				<-dg.ready
 				dg.mux.Close()
@@ -292,6 +293,16 @@ func dialGroupLink(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg 
 	return m, nil
 }
 
+// groupEnded logs a group that ended other than by Close: at Info when
+// its peer closed it (the link was disconnected), at Warn when it failed.
+func groupEnded(side string, peer netip.AddrPort, err error) {
+	if group.Disconnected(err) || errors.Is(err, group.ErrClosed) {
+		slog.Info("rdmanet: link group closed by its peer", "side", side, "peer", peer, "err", err)
+		return
+	}
+	slog.Warn("rdmanet: link group failed; its connections end with it", "side", side, "peer", peer, "err", err)
+}
+
 // acceptGroup accepts a request for a group's link: the streams the peer
 // opens in it come to the listener's Accept (serveGroup). It returns no
 // connection of its own.
@@ -335,7 +346,12 @@ func (s *rdmaSide) acceptGroup(ctx context.Context, req *cm.Request, h wire.Hell
 	gc.Accepts = func(p uint16) bool { return p == port }
 	var m *group.Mux
 	made := make(chan struct{})
-	gc.OnEnd = func(error) { <-made; m.Close() }
+	remote := req.ID.RemoteAddr()
+	gc.OnEnd = func(err error) {
+		<-made
+		groupEnded(sideAccepted, remote, err)
+		m.Close()
+	}
 	m, err = group.New(l, gc)
 	close(made)
 	if err != nil {

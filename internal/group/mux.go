@@ -826,6 +826,10 @@ type disconnected struct{ error }
 
 func (d disconnected) Unwrap() error { return d.error }
 
+// Disconnected reports whether a group's end (Err) was its link's
+// disconnection: its peer closed it, rather than the link failing.
+func Disconnected(err error) bool { return isDisconnect(err) }
+
 func isDisconnect(err error) bool {
 	var d disconnected
 	return errors.As(err, &d)
