@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -336,4 +337,42 @@ func TestCloseKeepsRingsForOpenStreams(t *testing.T) {
 	if err := pb.PostRecv(0); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("the link after its last stream closed: %v, want it closed", err)
 	}
+}
+
+// TestManyCloseAtOnce: both sides close 48 streams at once, more than the
+// group's requests in flight, so closes wait for room: a side that learns
+// of the peer's close while its own waits sends none (its answer would go
+// before it, and the peer would give the slot back first). Both groups
+// live on, and every slot comes back.
+func TestManyCloseAtOnce(t *testing.T) {
+	a, b, _, _ := muxPair(t, group.DefaultConfig(), group.DefaultConfig(), baseConfig())
+	const n = 48 // of the 62 the base pipe's receives allow
+	var xs, ys []*group.Stream
+	for range n {
+		x, y := openPair(t, a, b)
+		xs, ys = append(xs, x), append(ys, y)
+	}
+	var wg sync.WaitGroup
+	for _, s := range append(xs, ys...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.Close()
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(linktest.HangGuard)
+	for a.Stats().Streams+b.Stats().Streams > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	for name, m := range map[string]*group.Mux{"a": a, "b": b} {
+		if err := m.Err(); err != nil {
+			t.Errorf("group %s ended: %v", name, err)
+		}
+		if st := m.Stats(); st.Streams != 0 {
+			t.Errorf("group %s: %d streams left", name, st.Streams)
+		}
+	}
+	// The group still opens streams.
+	openPair(t, a, b)
 }

@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -579,6 +580,7 @@ func (m *Mux) groupMessageLocked(b *[wire.MessageSize]byte) {
 		s.peerClosed = true
 		s.disconnecting = true
 		m.dropQueuedLocked(s)
+		m.unsendCloseLocked(s)
 		if g.Reason == wire.ReasonNone {
 			s.terminateLocked(link.Completion{Kind: link.Disconnected})
 		} else {
@@ -598,6 +600,34 @@ func (m *Mux) groupMessageLocked(b *[wire.MessageSize]byte) {
 		}
 		s.closeAnswered = true
 		m.maybeFreeLocked(s)
+	}
+}
+
+// unsendCloseLocked takes back a StreamClose of s's that waits to be
+// posted, when the peer's StreamClose came first: the answer this side
+// sends to it is an answer, posted before any waiting request, and once
+// the peer has it the peer gives the slot back, so a StreamClose after it
+// would name a stream that is not open. The peer's close ends the stream
+// for both sides; only one that already went is answered.
+func (m *Mux) unsendCloseLocked(s *Stream) {
+	if !s.closeSent {
+		return
+	}
+	isMine := func(g wire.GroupMessage) bool { return g.Op == wire.OpStreamClose && g.From == s.tag }
+	if i := slices.IndexFunc(m.groupWait, isMine); i >= 0 {
+		m.groupWait = slices.Delete(m.groupWait, i, i+1)
+		s.closeSent = false
+		return
+	}
+	if i := slices.IndexFunc(m.groupq, isMine); i >= 0 {
+		m.groupq = slices.Delete(m.groupq, i, i+1)
+		m.groupOut-- // counted when it joined the queue
+		s.closeSent = false
+		if len(m.groupWait) > 0 {
+			m.groupq = append(m.groupq, m.groupWait[0])
+			m.groupWait = m.groupWait[1:]
+			m.groupOut++
+		}
 	}
 }
 
