@@ -17,6 +17,10 @@ import (
 	"github.com/rdmanet/sdk/verbs"
 )
 
+// hangGuard bounds the waits of TestLabGroups: it only turns a hang into
+// a failure.
+const hangGuard = 2 * time.Minute
+
 // TestLabGroups: with link groups at both ends, on rxe and on siw, every
 // connection after the first is a stream of one RDMA connection: nettest
 // passes on the streams, and 50 connections open at once still hold the
@@ -84,6 +88,7 @@ func TestLabGroups(t *testing.T) {
 						return
 					}
 					clients[i] = c
+					c.SetDeadline(time.Now().Add(hangGuard))
 					msg := []byte{byte(i), 1, 2, 3}
 					got := make([]byte, len(msg))
 					if _, err := c.Write(msg); err != nil {
@@ -93,6 +98,9 @@ func TestLabGroups(t *testing.T) {
 					}
 				}()
 			}
+			// A hang guard: a listener closed ends the Accepts below.
+			guard := time.AfterFunc(hangGuard, func() { ln.Close() })
+			defer guard.Stop()
 			var servers []net.Conn
 			for range conns {
 				c, err := ln.Accept()
