@@ -376,3 +376,42 @@ func TestManyCloseAtOnce(t *testing.T) {
 	// The group still opens streams.
 	openPair(t, a, b)
 }
+
+// TestEndFreesStreamsNobodyHolds: when a group ends, the streams the peer
+// opened that nobody accepted, and an open its opener gave up on, are
+// nobody's to close: the group frees them itself, and its link closes
+// with the streams that were handed out.
+func TestEndFreesStreamsNobodyHolds(t *testing.T) {
+	a, b, pa, _ := muxPair(t, group.DefaultConfig(), group.DefaultConfig(), baseConfig())
+	ctx, cancel := context.WithTimeout(context.Background(), linktest.HangGuard)
+	defer cancel()
+	held, err := a.Open(ctx, 7) // b's to accept; nobody does
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, y := openPair(t, a, b)
+	gone, stop := context.WithCancel(ctx)
+	stop() // an open whose opener gives up at once
+	if _, err := a.Open(gone, 7); err == nil {
+		t.Fatal("an open with a context that ended succeeded")
+	}
+	b.Close()
+	waitErr(t, a)
+	a.Close()
+	x.Close()
+	y.Close()
+	held.Close()
+	deadline := time.Now().Add(linktest.HangGuard)
+	for (a.Stats().Streams > 0 || b.Stats().Streams > 0) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if sa, sb := a.Stats().Streams, b.Stats().Streams; sa+sb > 0 {
+		t.Errorf("%d and %d streams left once every holder closed", sa, sb)
+	}
+	for pa.PostRecv(0) == nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if err := pa.PostRecv(0); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("a's link after its last stream: %v, want it closed", err)
+	}
+}

@@ -561,6 +561,9 @@ func (m *Mux) groupMessageLocked(b *[wire.MessageSize]byte) {
 			s.openErr = &RefusedError{Reason: g.Reason}
 			s.peerClosed = true
 			close(s.opened)
+			if s.abandoned {
+				s.closed = true // its opener gave up: nobody else will close it
+			}
 			m.maybeFreeLocked(s)
 			return
 		}
@@ -828,12 +831,20 @@ func (m *Mux) endLocked(err error) {
 			s.state, s.openErr = refused, err
 			close(s.opened)
 		}
+		if s.abandoned {
+			s.closed = true // its opener gave up: nobody else will close it
+		}
 		if errors.Is(err, ErrClosed) || isDisconnect(err) {
 			s.terminateLocked(link.Completion{Kind: link.Disconnected})
 		} else {
 			s.terminateLocked(link.Completion{Kind: link.Failed, Err: err})
 		}
 	}
+	// Streams the peer opened that nobody accepted are nobody's to close.
+	for _, s := range m.accepts {
+		s.closed = true
+	}
+	m.accepts = nil
 	for _, s := range m.slots {
 		if s != nil {
 			m.maybeFreeLocked(s)
