@@ -142,9 +142,15 @@ func (g *dialGroups) drop(k groupKey, dg *dialGroup) {
 
 func (g *dialGroups) noGroup(dst netip.AddrPort) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.none) >= maxNoGroup {
+		clear(g.none) // bounded: forgetting only costs a refused offer
+	}
 	g.none[dst] = time.Now()
-	g.mu.Unlock()
 }
+
+// maxNoGroup bounds the listeners remembered to make no groups.
+const maxNoGroup = 1024
 
 // dialStream dials as a stream of the group with dst, making the group if
 // there is none. ok is false when a plain connection is to be made
