@@ -421,13 +421,13 @@ func (s *rdmaSide) accept(ctx context.Context, req *cm.Request) (net.Conn, error
 	if mem != nil {
 		accept = s.acceptNewSession(c, agreed, h, req.ID.RemoteAddr().Addr())
 	}
-	// Retry forever on RNR, as for dials: the peer's writes wait for a
-	// reposted receive instead of failing.
 	var private []byte
 	if agreed != 0 {
 		private = accept.Encode()
 	}
-	err = req.ID.Accept(ctx, cm.ConnParam{PrivateData: private, ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7})
+	// Retry forever on RNR, as for dials: the peer's writes wait for a
+	// reposted receive instead of failing.
+	err = req.ID.Accept(ctx, acceptParam(private))
 	if err != nil {
 		req.ID.Close()
 		c.discardSession()

@@ -249,22 +249,14 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []netip.
 	} else if c.rdma.Needs() != 0 {
 		return nil, noImmediate(c.rdma, "Config.ValkeyCompatible speaks Valkey's protocol only")
 	}
-	// As libvalkey: responder resources and initiator depth 1, and an RNR
-	// retry count of 7 (retry forever: a peer slow to repost receives delays
-	// this side's writes instead of failing them). The transport retry count
-	// is 6, not libvalkey's 7: some devices (rxe) treat 7 as "forever", and
-	// then a dead peer is never noticed. Both sides' queue pairs use it.
-	connectCtx, stopWait := answerContext(ctx, dst, answerWait, busyAnswerWait)
-	defer stopWait()
-	peer, err := id.Connect(connectCtx, cm.ConnParam{PrivateData: hello, ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
+	peer, err := connectAnswered(ctx, id, dst, hello, answerWait)
 	if err != nil {
-		if cause := context.Cause(connectCtx); ctx.Err() == nil && (cause == errNoAnswer || cause == errNoBusyAnswer) {
-			err = cause
+		if errors.Is(err, errNoAnswer) || errors.Is(err, errNoBusyAnswer) {
 			if watchLateAnswer(dst, id, c.discard) {
 				id = nil // the watch owns it, and c, now
 			}
 		}
-		return nil, withRejectReason(err)
+		return nil, err
 	}
 	// A Valkey server accepts with no private data: Valkey's protocol.
 	h, ok, err := wire.DecodeHello(peer.PrivateData)
@@ -302,6 +294,40 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []netip.
 		dialStarted(c)
 	}
 	return c, nil
+}
+
+// connectAnswered sends id's connection request with private data and
+// waits for the peer's answer, at most answerWait for the answer itself
+// (answerContext; the rest is bounded by ctx). A peer that did not answer
+// in time is errNoAnswer or errNoBusyAnswer, the ID still open; a reject
+// with an rdmanet server's reason is a *ServerRefusedError.
+func connectAnswered(ctx context.Context, id *cm.ID, dst netip.AddrPort, private []byte, answerWait time.Duration) (cm.ConnParam, error) {
+	connectCtx, stopWait := answerContext(ctx, dst, answerWait, busyAnswerWait)
+	defer stopWait()
+	peer, err := id.Connect(connectCtx, dialParam(private))
+	if err != nil {
+		if cause := context.Cause(connectCtx); ctx.Err() == nil && (cause == errNoAnswer || cause == errNoBusyAnswer) {
+			return peer, cause
+		}
+		return peer, withRejectReason(err)
+	}
+	return peer, nil
+}
+
+// dialParam is a connection request's parameters, as libvalkey's:
+// responder resources and initiator depth 1, and an RNR retry count of 7
+// (retry forever: a peer slow to repost receives delays this side's
+// writes instead of failing them). The transport retry count is 6, not
+// libvalkey's 7: some devices (rxe) treat 7 as "forever", and then a dead
+// peer is never noticed. Both sides' queue pairs use it.
+func dialParam(private []byte) cm.ConnParam {
+	return cm.ConnParam{PrivateData: private, ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7}
+}
+
+// acceptParam is an accept's parameters: dialParam's, whose retry counts
+// are the dialer's to give.
+func acceptParam(private []byte) cm.ConnParam {
+	return cm.ConnParam{PrivateData: private, ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}
 }
 
 // dialStarted, set by tests (export_test.go), is called with each

@@ -250,14 +250,8 @@ func dialGroupLink(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg 
 	}
 	hello := wire.Hello{Version: wire.HelloVersion, Features: groupOffer | wire.LinkFeatures,
 		RecvDepth: groupRecvDepth, RingSize: groupLinkRing, Needs: l.Needs()}
-	connectCtx, stopWait := answerContext(ctx, dst, answerWait, busyAnswerWait)
-	defer stopWait()
-	peer, err := id.Connect(connectCtx, cm.ConnParam{PrivateData: hello.Encode(), ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
+	peer, err := connectAnswered(ctx, id, dst, hello.Encode(), answerWait)
 	if err != nil {
-		if cause := context.Cause(connectCtx); ctx.Err() == nil && (cause == errNoAnswer || cause == errNoBusyAnswer) {
-			err = cause
-		}
-		err = withRejectReason(err)
 		var refused *ServerRefusedError
 		if errors.As(err, &refused) && refused.Reason == noGroupsReason {
 			groups.noGroup(dst)
@@ -335,7 +329,7 @@ func (s *rdmaSide) acceptGroup(ctx context.Context, req *cm.Request, h wire.Hell
 	}
 	agreed := h.Features&groupOffer | linkFeatures
 	accept := wire.Hello{Version: wire.HelloVersion, Features: agreed, RecvDepth: groupRecvDepth, RingSize: groupLinkRing}
-	if err := req.ID.Accept(ctx, cm.ConnParam{PrivateData: accept.Encode(), ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
+	if err := req.ID.Accept(ctx, acceptParam(accept.Encode())); err != nil {
 		req.ID.Close()
 		l.Discard()
 		return err

@@ -193,7 +193,7 @@ func (s *rdmaSide) acceptResume(ctx context.Context, req *cm.Request, h wire.Hel
 	}
 	accept := s.cfg.helloOf(h.Features&s.cfg.extensions() | linkFeatures)
 	accept.Session, accept.Generation = h.Session, h.Generation
-	if err := req.ID.Accept(ctx, cm.ConnParam{PrivateData: accept.Encode(), ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
+	if err := req.ID.Accept(ctx, acceptParam(accept.Encode())); err != nil {
 		req.ID.Close()
 		l.Discard()
 		return abort(err)
@@ -294,7 +294,7 @@ func dialResume(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Con
 	cctx, cancel := context.WithTimeout(ctx, resumeAnswerWait)
 	defer cancel()
 	h = linkHello(h, l)
-	peer, err := id.Connect(cctx, cm.ConnParam{PrivateData: h.Encode(), ResponderResources: 1, InitiatorDepth: 1, RetryCount: transportRetries, RNRRetryCount: 7})
+	peer, err := id.Connect(cctx, dialParam(h.Encode()))
 	if err != nil {
 		err = withRejectReason(err)
 		var refused *ServerRefusedError
