@@ -1,9 +1,11 @@
 package rdmanet
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"text/tabwriter"
 
@@ -31,7 +33,6 @@ type GroupInfo struct {
 	Pool, Granted     int    // the link's receives for streams, and those committed to them
 	MostQueued        int    // the most requests waiting in the group at once
 	Posted, Malformed uint64 // requests posted on the link; malformed messages from the peer
-	LastError         string `json:",omitempty"`
 }
 
 // liveGroups are the process's groups, until they end.
@@ -86,45 +87,25 @@ func Groups() []GroupInfo {
 			i.Device, i.Port, i.QP = d.Endpoint()
 			i.DataPath = d.DataPath()
 		}
-		if err := m.Err(); err != nil {
-			i.LastError = err.Error()
-		}
 		out = append(out, i)
 	}
 	slices.SortFunc(out, func(a, b GroupInfo) int {
-		if a.Local != b.Local {
-			return compareStrings(a.Local, b.Local)
-		}
-		return compareStrings(a.Remote, b.Remote)
+		return cmp.Or(strings.Compare(a.Local, b.Local), strings.Compare(a.Remote, b.Remote))
 	})
 	return out
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // WriteGroupTable writes groups as a table, one line each, with a header.
 func WriteGroupTable(w io.Writer, groups []GroupInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LOCAL\tREMOTE\tSIDE\tDEVICE\tQP\tSTREAMS\tOPENED\tACCEPTED\tREFUSED\tRECEIVES\tERROR")
+	fmt.Fprintln(tw, "LOCAL\tREMOTE\tSIDE\tDEVICE\tQP\tSTREAMS\tOPENED\tACCEPTED\tREFUSED\tRECEIVES")
 	for _, g := range groups {
 		device, qp := "-", "-"
 		if g.Device != "" {
 			device, qp = fmt.Sprintf("%s/%d", g.Device, g.Port), fmt.Sprint(g.QP)
 		}
-		errText := g.LastError
-		if errText == "" {
-			errText = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d/%d\t%s\n",
-			g.Local, g.Remote, g.Side, device, qp, g.Streams, g.Opened, g.Accepted, g.Refused, g.Granted, g.Pool, errText)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d/%d\n",
+			g.Local, g.Remote, g.Side, device, qp, g.Streams, g.Opened, g.Accepted, g.Refused, g.Granted, g.Pool)
 	}
 	return tw.Flush()
 }
