@@ -401,14 +401,19 @@ func (m *Mux) answeredLocked() error {
 	if m.groupOut == 0 {
 		return errors.New("an answer to no request")
 	}
+	m.requestDoneLocked()
+	return nil
+}
+
+// requestDoneLocked frees a request's place among the groupRequests: the
+// first request waiting for one takes it.
+func (m *Mux) requestDoneLocked() {
 	m.groupOut--
 	if len(m.groupWait) > 0 {
-		g := m.groupWait[0]
+		m.groupq = append(m.groupq, m.groupWait[0])
 		m.groupWait = m.groupWait[1:]
 		m.groupOut++
-		m.groupq = append(m.groupq, g)
 	}
-	return nil
 }
 
 // pumpLocked posts what waits, in one batch, while the base link has room:
@@ -486,14 +491,9 @@ func (m *Mux) roundLocked() bool {
 		q := &s.queued[0]
 		switch {
 		case q.close != 0:
-			if m.groupOut >= groupRequests {
-				m.ready = append(m.ready, s)
-				continue
-			}
 			// The stream's failure, told the peer in its order: after
 			// every request it posted before.
-			m.groupOut++
-			m.groupq = append(m.groupq, wire.GroupMessage{Op: wire.OpStreamClose, To: s.peer, From: s.tag, Reason: q.close})
+			m.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamClose, To: s.peer, From: s.tag, Reason: q.close})
 			s.closeSent = true
 		case q.wr.Kind == link.SendControl && m.controls >= m.bc.ControlDepth:
 			m.ready = append(m.ready, s)
@@ -624,13 +624,8 @@ func (m *Mux) unsendCloseLocked(s *Stream) {
 	}
 	if i := slices.IndexFunc(m.groupq, isMine); i >= 0 {
 		m.groupq = slices.Delete(m.groupq, i, i+1)
-		m.groupOut-- // counted when it joined the queue
 		s.closeSent = false
-		if len(m.groupWait) > 0 {
-			m.groupq = append(m.groupq, m.groupWait[0])
-			m.groupWait = m.groupWait[1:]
-			m.groupOut++
-		}
+		m.requestDoneLocked() // it had its place
 	}
 }
 
@@ -834,7 +829,7 @@ func (m *Mux) endLocked(err error) {
 		if s.abandoned {
 			s.closed = true // its opener gave up: nobody else will close it
 		}
-		if errors.Is(err, ErrClosed) || isDisconnect(err) {
+		if errors.Is(err, ErrClosed) || Disconnected(err) {
 			s.terminateLocked(link.Completion{Kind: link.Disconnected})
 		} else {
 			s.terminateLocked(link.Completion{Kind: link.Failed, Err: err})
@@ -869,9 +864,7 @@ func (d disconnected) Unwrap() error { return d.error }
 
 // Disconnected reports whether a group's end (Err) was its link's
 // disconnection: its peer closed it, rather than the link failing.
-func Disconnected(err error) bool { return isDisconnect(err) }
-
-func isDisconnect(err error) bool {
+func Disconnected(err error) bool {
 	var d disconnected
 	return errors.As(err, &d)
 }

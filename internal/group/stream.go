@@ -31,7 +31,6 @@ type Stream struct {
 	caps          link.Caps
 	local, remote netip.AddrPort
 	port          uint16 // the listener's port it is for
-	peerRingSize  uint32
 	peerGrant     int
 	opened        chan struct{} // closed once the open is answered
 
@@ -258,7 +257,7 @@ func (s *Stream) ringMessage(op wire.Opcode, to wire.StreamTag) wire.GroupMessag
 
 // acceptedLocked opens the stream toward the peer's end of it.
 func (s *Stream) acceptedLocked(g wire.GroupMessage) {
-	s.state, s.peer, s.peerRingSize, s.peerGrant = open, g.From, g.RingSize, int(g.Grant)
+	s.state, s.peer, s.peerGrant = open, g.From, int(g.Grant)
 	s.named = remoteRing{addr: g.Addr, size: g.RingSize, rkey: g.RKey}
 	s.peerRings[0] = s.named
 	s.nextRing = 1
