@@ -2,10 +2,12 @@
 // carry many sockets over one RDMA connection per pair of hosts: a stream
 // costs no queue pair, no rdma_cm exchange and no registration of its own.
 //
-// A Mux runs over a base link (a link.Carrier: link.Pipe on the host, an
-// RDMA queue pair in the lab) and makes Streams, each a link.Link of its
-// own, so that the stream engine (internal/stream) and rdmanet.Conn run
-// over a stream as over any link. Each stream has its own rings, window and
+// A Mux runs over one or more base links to the same peer (link.Carriers:
+// link.Pipe on the host, RDMA queue pairs in the lab, one per path) and
+// makes Streams, each a link.Link of its own, so that the stream engine
+// (internal/stream) and rdmanet.Conn run over a stream as over any link.
+// A new stream opens on the link with the fewest (Config.Spread); when a
+// link fails, its streams move to another (Config.MoveTimeout, move.go). Each stream has its own rings, window and
 // credit, so one slow reader never holds up the others. The wire
 // (docs/protocol.md, "Link groups"):
 //
@@ -17,7 +19,7 @@
 //   - The group's own messages (wire.GroupMessage: open, accept, refuse,
 //     close, closed) name stream 0 there.
 //
-// The base link's send queue, control slots and receives are the group's:
+// Each base link's send queue, control slots and receives are its streams':
 //
 //   - A stream posts into a queue of its own in the mux; the mux posts the
 //     streams' requests onto the base link round robin, one request at a
@@ -31,8 +33,10 @@
 //     groupRequests outstanding from each side, and their answers, so the
 //     group reserves twice that many receives for them and needs no credit.
 //
-// One goroutine a group waits on the base link and hands each completion
-// to its stream; a stream with no Read or Write in flight has none.
+// One goroutine a base link waits on it and hands each completion to its
+// stream; a stream with no Read or Write in flight has none. A stream's
+// name (its tag) is the group's, not a link's, so it keeps it when it
+// moves.
 package group
 
 import (
@@ -41,7 +45,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
@@ -49,9 +52,10 @@ import (
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
-// groupRequests is how many group requests (StreamOpen, StreamClose) each
-// side may have unanswered; the receives reserved for the group's messages
-// are twice that (the peer's requests, and the answers to this side's).
+// groupRequests is how many group requests (StreamOpen, StreamClose,
+// StreamMove) each side may have unanswered on a link; the receives
+// reserved for the group's messages are twice that (the peer's requests,
+// and the answers to this side's).
 const groupRequests = 8
 
 // Config sizes a group's streams.
@@ -62,7 +66,8 @@ type Config struct {
 	// outstanding, of which control messages.
 	SendDepth, ControlDepth int
 	// FirstGrant is the credit a stream's peer holds at first (its
-	// Caps.RecvDepth), MaxGrant the most it may hold.
+	// Caps.RecvDepth), and again on each link it moves to; MaxGrant the
+	// most it may hold.
 	FirstGrant, MaxGrant int
 	// MaxStreams bounds the streams open at once (both sides' together);
 	// past it, opens are refused with ReasonLimit.
@@ -78,9 +83,50 @@ type Config struct {
 	// receives at both ends).
 	IdleClose time.Duration
 	// OnEnd, if set, is called once, on a goroutine of its own, when the
-	// group ends other than by Close (its link failed or was
+	// group ends other than by Close (its last link failed or was
 	// disconnected, or the peer broke the protocol): the owner closes it.
 	OnEnd func(error)
+
+	// Spread picks the link a new stream opens on (SpreadLeastStreams
+	// unless set).
+	Spread Spread
+	// MoveTimeout, if positive, makes a link's failure a move rather than
+	// the group's end: its streams are suspended (their Failed completion
+	// matches link.ErrDown, and a resumable engine waits), the dialer of
+	// the group (Mover) moves each to another link (StreamMove), and both
+	// report link.Resumed there. A stream that has not moved within
+	// MoveTimeout ends (link.Ended, a *MoveError); so does the group, if it
+	// has no link left then. Zero: a link's failure ends the group.
+	MoveTimeout time.Duration
+	// Mover is set at the side that made the links (the dialer): it moves
+	// the streams, the other side waits for its StreamMoves.
+	Mover bool
+	// OnLinkDown, if set, is called on a goroutine of its own when one of
+	// the group's links fails while the group goes on (MoveTimeout): the
+	// owner may make another (AddLink).
+	OnLinkDown func(error)
+}
+
+// Spread is how a group picks the link a new stream opens on.
+type Spread uint8
+
+const (
+	// SpreadLeastStreams opens a stream on the link that carries the
+	// fewest, the first among equals: the group's paths share its load.
+	SpreadLeastStreams Spread = iota
+	// SpreadFirstLink opens every stream on the first link that works;
+	// the others stand by, for moves (active-backup, as a bond's).
+	SpreadFirstLink
+)
+
+func (p Spread) String() string {
+	switch p {
+	case SpreadLeastStreams:
+		return "least-streams"
+	case SpreadFirstLink:
+		return "first-link"
+	}
+	return fmt.Sprintf("spread(%d)", uint8(p))
 }
 
 // DefaultConfig is what a group's streams have unless told otherwise.
@@ -127,6 +173,8 @@ func reasonText(r uint32) string {
 		return "a message beyond the credit given"
 	case wire.ReasonProtocol:
 		return "a protocol error"
+	case wire.ReasonGone:
+		return "the stream ended at the peer before it could move"
 	}
 	return fmt.Sprintf("reason %d", r)
 }
@@ -136,203 +184,146 @@ type Stats struct {
 	Streams                  int    // open now
 	Opened, Accepted         uint64 // streams this side opened, and the peer opened
 	Refused                  uint64 // opens this side refused
-	Posted                   uint64 // requests posted on the base link
-	MostQueued               int    // the most stream requests waiting in the mux at once
-	Granted, Pool            int    // receives committed to streams, and the pool's size
+	Posted                   uint64 // requests posted on the base links
+	MostQueued               int    // the most stream requests waiting on a link at once
+	Granted, Pool            int    // receives committed to streams, and the pools' size
 	GroupMessages, Malformed uint64
+	Links                    int    // links that work
+	LinksDown                uint64 // links that failed while the group went on
+	Suspended                int    // streams waiting for a move now
+	Moved                    uint64 // streams moved to another link
+	MovesFailed              uint64 // streams that ended for want of a move
 }
 
-// Mux is one side of a link group: the streams over one base link.
+// LinkStats are one link's share of a group.
+type LinkStats struct {
+	Name    string
+	Streams int // streams on it now
+	Posted  uint64
+	Granted int
+	Pool    int
+}
+
+// Mux is one side of a link group: the streams over its base links.
 type Mux struct {
-	base link.Carrier
 	cfg  Config
-	bc   link.Caps // the base link's
-	pool int       // the base's receives for streams (the rest are the group's)
-	done chan struct{}
+	done chan struct{} // closed once the group ended and no link's run polls any more
 
 	mu      sync.Mutex
+	links   []*baseLink // in the order added; a link that failed leaves once nothing holds it
+	added   int
 	slots   []*Stream // by slot; slot 0 is never used
 	gens    []uint8
 	free    []uint32
 	ports   uint16 // the last port given to a stream this side opened
-	granted int    // receives committed to streams: credit held and receives taken
-
-	// Sending: base requests outstanding, oldest first (fifo, head, n: a
-	// ring of SendDepth), the base ID of the oldest, and who waits.
-	fifo        []sent
-	head, n     int
-	firstID     uint64
-	controls    int
-	sinceSignal int
-	ready       []*Stream           // streams with requests queued, in turn
-	groupq      []wire.GroupMessage // group messages to post, before any stream's
-	groupOut    int                 // this side's group requests unanswered
-	groupWait   []wire.GroupMessage // requests waiting for groupOut to drop
-	batch       []link.SendWR
-	pumping     bool
-	draining    bool
-	cs          []link.Completion
-	queued      int
-	accepts     []*Stream // streams the peer opened, for Accept
+	accepts []*Stream
+	// acceptReady is signaled when accepts gains a stream or the group
+	// ends or retires.
 	acceptReady chan struct{}
 
-	err        error // the group ended: why
-	closed     bool
-	linkClosed bool // the base link was closed (closeLinkLocked)
-	retiring   bool // Retire: no stream is accepted, and the last one's end closes the group
-	idleSince  time.Time
-	idleTimer  *time.Timer
-	sent, hear time.Time // the last send completed and message arrived on the base
-	stats      Stats
-}
+	suspended []*Stream // waiting for a move, oldest first
+	moveTimer *time.Timer
+	lastDown  error // the last link failure, for a group that ends with no link
 
-// sent is one base request outstanding.
-type sent struct {
-	s        *Stream // nil: a group message
-	seq      uint64  // the stream's own sequence number of the request
-	id       uint64  // the stream's ID for it
-	signaled bool    // signaled at the stream
-	control  bool
+	err       error // the group ended: why
+	closed    bool
+	retiring  bool // Retire: no stream is accepted, and the last one's end closes the group
+	idleSince time.Time
+	idleTimer *time.Timer
+	stats     Stats
 }
 
 // New starts a group over base, whose receives are all posted and whose
 // peer runs New too. It takes base over: Close closes it.
 func New(base link.Carrier, cfg Config) (*Mux, error) {
-	bc := base.Caps()
-	if bc.SendDepth < 2 || bc.ControlDepth < 1 || bc.RecvDepth <= 2*groupRequests+cfg.FirstGrant {
-		return nil, fmt.Errorf("group: base link %s too small: %+v", bc.Name, bc)
-	}
 	if cfg.SendRing <= 0 || cfg.RecvRing <= 0 || cfg.SendDepth <= 0 || cfg.ControlDepth <= 0 ||
-		cfg.FirstGrant <= 0 || cfg.MaxGrant < cfg.FirstGrant || cfg.MaxStreams <= 0 || cfg.Backlog < 0 {
+		cfg.FirstGrant <= 0 || cfg.MaxGrant < cfg.FirstGrant || cfg.MaxStreams <= 0 || cfg.Backlog < 0 || cfg.MoveTimeout < 0 {
 		return nil, fmt.Errorf("group: config %+v", cfg)
 	}
+	if err := checkBase(base, cfg); err != nil {
+		return nil, err
+	}
 	m := &Mux{
-		base: base, cfg: cfg, bc: bc,
-		pool:        bc.RecvDepth - 2*groupRequests,
+		cfg:         cfg,
 		done:        make(chan struct{}),
 		slots:       []*Stream{nil},
 		gens:        []uint8{0},
-		fifo:        make([]sent, bc.SendDepth),
-		firstID:     1,
 		acceptReady: make(chan struct{}, 1),
 	}
-	go m.run()
+	m.mu.Lock()
+	m.addLocked(base)
+	m.mu.Unlock()
 	return m, nil
 }
 
-// run waits on the base link and hands its completions to the streams,
-// until the link ends or the mux closes.
-func (m *Mux) run() {
-	defer close(m.done)
-	for {
-		if !m.drain() {
-			return
-		}
-		if err := m.base.Arm(); err != nil {
-			m.end(err)
-			return
-		}
-		if !m.drain() {
-			return
-		}
-		err := m.base.Wait()
-		m.mu.Lock()
-		closed := m.closed
-		m.mu.Unlock()
-		if closed {
-			return
-		}
-		if err != nil && !errors.Is(err, link.ErrWoken) {
-			m.end(err)
-			return
-		}
+func checkBase(base link.Carrier, cfg Config) error {
+	bc := base.Caps()
+	if bc.SendDepth < 2 || bc.ControlDepth < 1 || bc.RecvDepth <= 2*groupRequests+cfg.FirstGrant {
+		return fmt.Errorf("group: base link %s too small: %+v", bc.Name, bc)
 	}
+	return nil
 }
 
-// drain polls the base link until it has nothing more; false once the
-// group ended.
-func (m *Mux) drain() bool {
+// AddLink adds a link to the group, another path to the same peer, whose
+// receives are all posted and whose peer adds it too. New streams spread
+// onto it, and the Mover moves the streams that wait for a link onto it.
+func (m *Mux) AddLink(base link.Carrier) error {
+	if err := checkBase(base, m.cfg); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.drainLocked()
-	return m.err == nil
+	if m.err != nil {
+		return m.err
+	}
+	m.addLocked(base)
+	if m.cfg.Mover {
+		m.moveSuspendedLocked()
+	}
+	return nil
 }
 
-// drainLocked hands every completion the base link has to its stream,
-// then posts what waits.
-func (m *Mux) drainLocked() {
-	if m.draining {
-		return // a stream's call from within a completion: the drain goes on after it
+func (m *Mux) addLocked(base link.Carrier) *baseLink {
+	bc := base.Caps()
+	l := &baseLink{
+		m: m, base: base, bc: bc, index: m.added,
+		done:    make(chan struct{}),
+		pool:    bc.RecvDepth - 2*groupRequests,
+		fifo:    make([]sent, bc.SendDepth),
+		firstID: 1,
 	}
-	m.draining = true
-	defer func() { m.draining = false }()
-	if m.cs == nil {
-		m.cs = make([]link.Completion, 64)
-	}
-	for m.err == nil {
-		k, err := m.base.Poll(m.cs)
-		if err != nil {
-			m.endLocked(err)
-			break
-		}
-		if k == 0 {
-			break
-		}
-		for i := range k {
-			m.completeLocked(&m.cs[i])
-		}
-		clear(m.cs[:k])
-	}
-	m.pumpLocked()
+	m.added++
+	m.links = append(m.links, l)
+	go l.run()
+	return l
 }
 
-// completeLocked takes one completion of the base link.
-func (m *Mux) completeLocked(c *link.Completion) {
-	switch c.Kind {
-	case link.SendDone:
-		m.sent = time.Now()
-		m.retireLocked(c.ID)
-	case link.DataArrived:
-		m.hear = time.Now()
-		s, err := m.streamLocked(wire.StreamTag(c.Tag))
-		if err == nil && s.peerDone() {
-			err = fmt.Errorf("stream %#x after its peer's close", c.Tag)
+// pickLocked is the link a new stream goes on (Spread), among those that
+// work and have receives for its first grant; nil if none.
+func (m *Mux) pickLocked() *baseLink {
+	var best *baseLink
+	for _, l := range m.links {
+		if l.err != nil || l.granted+m.cfg.FirstGrant > l.pool {
+			continue
 		}
-		if err != nil {
-			m.protocolLocked(fmt.Errorf("data write: %w", err))
-			return
+		if m.cfg.Spread == SpreadFirstLink {
+			return l
 		}
-		s.arriveLocked(link.Completion{Kind: link.DataArrived, N: c.N})
-	case link.ControlArrived:
-		m.hear = time.Now()
-		tag := wire.StreamOf(&c.Msg)
-		if tag == 0 {
-			m.groupMessageLocked(&c.Msg)
-			return
+		if best == nil || l.streams < best.streams {
+			best = l
 		}
-		s, err := m.streamLocked(tag)
-		if err == nil && s.peerDone() {
-			err = fmt.Errorf("stream %#x after its peer's close", uint32(tag))
-		}
-		if err != nil {
-			m.protocolLocked(fmt.Errorf("control message: %w", err))
-			return
-		}
-		if wire.IsGroupOp(wire.Opcode(uint16(c.Msg[0])<<8 | uint16(c.Msg[1]))) {
-			m.protocolLocked(fmt.Errorf("a group message names stream %#x", uint32(tag)))
-			return
-		}
-		msg := c.Msg
-		wire.SetStream(&msg, 0)
-		s.snoopLocked(&msg)
-		s.arriveLocked(link.Completion{Kind: link.ControlArrived, Msg: msg})
-	case link.Disconnected:
-		m.endLocked(disconnected{fmt.Errorf("%w: %s disconnected", ErrDown, m.bc.Name)})
-	case link.Failed:
-		m.endLocked(fmt.Errorf("%w: %w", ErrDown, c.Err))
-	default:
-		m.endLocked(fmt.Errorf("%w: %s: completion %v", ErrDown, m.bc.Name, c.Kind))
 	}
+	return best
+}
+
+// liveLocked reports whether some link works.
+func (m *Mux) liveLocked() bool {
+	for _, l := range m.links {
+		if l.err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // streamLocked is the stream a tag names: a stream of this side whose
@@ -345,288 +336,11 @@ func (m *Mux) streamLocked(tag wire.StreamTag) (*Stream, error) {
 	return m.slots[slot], nil
 }
 
-// protocolLocked ends the group for a message the protocol does not allow.
-func (m *Mux) protocolLocked(err error) {
+// protocolLocked ends the group for a message the protocol does not allow
+// on l.
+func (m *Mux) protocolLocked(l *baseLink, err error) {
 	m.stats.Malformed++
-	m.endLocked(fmt.Errorf("group: %s: %w", m.bc.Name, &wire.ProtocolError{Reason: err.Error()}))
-	m.base.Disconnect()
-}
-
-// repostLocked gives back n receives that messages took and no stream keeps.
-func (m *Mux) repostLocked(n int) {
-	if n > 0 && m.err == nil {
-		if err := m.base.PostRecv(n); err != nil {
-			m.endLocked(err)
-		}
-	}
-}
-
-// retireLocked ends the base requests up to id, whose SendDone came.
-func (m *Mux) retireLocked(id uint64) {
-	for m.n > 0 && m.firstID <= id {
-		e := m.fifo[m.head]
-		m.fifo[m.head] = sent{}
-		m.head = (m.head + 1) % len(m.fifo)
-		m.n--
-		m.firstID++
-		if e.control {
-			m.controls--
-		}
-		if s := e.s; s != nil {
-			s.inflight--
-			if e.signaled {
-				s.pushLocked(link.Completion{Kind: link.SendDone, ID: e.id}, e.seq)
-			}
-			s.settleLocked()
-		}
-	}
-}
-
-// sendGroupLocked sends a group message: an answer at once, a request when
-// fewer than groupRequests are unanswered.
-func (m *Mux) sendGroupLocked(g wire.GroupMessage) {
-	if g.Op == wire.OpStreamOpen || g.Op == wire.OpStreamClose {
-		if m.groupOut >= groupRequests {
-			m.groupWait = append(m.groupWait, g)
-			return
-		}
-		m.groupOut++
-	}
-	m.groupq = append(m.groupq, g)
-	m.pumpLocked()
-}
-
-// answeredLocked: the peer answered one of this side's requests.
-func (m *Mux) answeredLocked() error {
-	if m.groupOut == 0 {
-		return errors.New("an answer to no request")
-	}
-	m.requestDoneLocked()
-	return nil
-}
-
-// requestDoneLocked frees a request's place among the groupRequests: the
-// first request waiting for one takes it.
-func (m *Mux) requestDoneLocked() {
-	m.groupOut--
-	if len(m.groupWait) > 0 {
-		m.groupq = append(m.groupq, m.groupWait[0])
-		m.groupWait = m.groupWait[1:]
-		m.groupOut++
-	}
-}
-
-// pumpLocked posts what waits, in one batch, while the base link has room:
-// the group's messages first, then the streams' requests, one from each
-// stream in turn. A group message that waits for a control slot holds the
-// streams back too: an accepted stream's first message must not overtake
-// its StreamAccept.
-func (m *Mux) pumpLocked() {
-	if m.err != nil || m.pumping {
-		return
-	}
-	m.pumping = true
-	defer func() { m.pumping = false }()
-	m.batch = m.batch[:0]
-	for m.n < len(m.fifo) {
-		if len(m.groupq) > 0 {
-			if m.controls >= m.bc.ControlDepth {
-				break
-			}
-			m.postGroupLocked()
-			continue
-		}
-		if !m.roundLocked() {
-			break
-		}
-	}
-	if len(m.batch) == 0 {
-		return
-	}
-	m.stats.Posted += uint64(len(m.batch))
-	if err := m.base.PostSend(m.batch); err != nil {
-		m.endLocked(err)
-	}
-	clear(m.batch)
-}
-
-// postGroupLocked posts the first group message waiting.
-func (m *Mux) postGroupLocked() {
-	g := m.groupq[0]
-	m.groupq = m.groupq[1:]
-	var wr link.SendWR
-	wr.Kind, wr.Signaled = link.SendControl, true
-	g.Encode(&wr.Msg)
-	m.postLocked(wr, sent{control: true})
-	m.stats.GroupMessages++
-	if g.Op != wire.OpStreamAccept {
-		return
-	}
-	// The stream's own requests may follow now.
-	if s, err := m.streamLocked(g.From); err == nil {
-		s.announced = true
-		if len(s.queued) > 0 && !s.inReady {
-			s.inReady = true
-			m.ready = append(m.ready, s)
-		}
-	}
-}
-
-// roundLocked posts one request of each stream that has one, in turn, as
-// long as the base link has room; false if it posted nothing. A stream
-// whose next request is a control message with no control slot free, or a
-// StreamClose with too many group requests out, waits its next turn.
-func (m *Mux) roundLocked() bool {
-	posted := false
-	for range len(m.ready) {
-		if m.n >= len(m.fifo) || len(m.groupq) > 0 {
-			break
-		}
-		s := m.ready[0]
-		m.ready = m.ready[1:]
-		if len(s.queued) == 0 {
-			s.inReady = false
-			continue
-		}
-		q := &s.queued[0]
-		switch {
-		case q.close != 0:
-			// The stream's failure, told the peer in its order: after
-			// every request it posted before.
-			m.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamClose, To: s.peer, From: s.tag, Reason: q.close})
-			s.closeSent = true
-		case q.wr.Kind == link.SendControl && m.controls >= m.bc.ControlDepth:
-			m.ready = append(m.ready, s)
-			continue
-		default:
-			m.postLocked(q.wr, sent{s: s, seq: q.seq, id: q.wr.ID, signaled: q.wr.Signaled, control: q.wr.Kind == link.SendControl})
-			s.inflight++
-		}
-		posted = true
-		s.queued = s.queued[1:]
-		m.queued--
-		if len(s.queued) > 0 {
-			m.ready = append(m.ready, s)
-		} else {
-			s.inReady = false
-			s.queued = nil
-			s.settleLocked()
-		}
-	}
-	return posted
-}
-
-// postLocked adds one request to the batch, with the base ID that names it
-// in the fifo. A request the stream did not signal is signaled anyway
-// every half send queue, so that the base queue never fills with requests
-// nothing retires.
-func (m *Mux) postLocked(wr link.SendWR, e sent) {
-	m.sinceSignal++
-	if e.control || e.signaled || m.sinceSignal >= len(m.fifo)/2 {
-		wr.Signaled = true
-		m.sinceSignal = 0
-	}
-	wr.ID = m.firstID + uint64(m.n)
-	m.fifo[(m.head+m.n)%len(m.fifo)] = e
-	m.n++
-	if e.control {
-		m.controls++
-	}
-	m.batch = append(m.batch, wr)
-}
-
-// groupMessageLocked takes one of the group's own messages.
-func (m *Mux) groupMessageLocked(b *[wire.MessageSize]byte) {
-	m.repostLocked(1) // the group's receives are reserved, not credited
-	g, err := wire.DecodeGroup(b)
-	if err != nil {
-		m.protocolLocked(err)
-		return
-	}
-	switch g.Op {
-	case wire.OpStreamOpen:
-		m.openedByPeerLocked(g)
-	case wire.OpStreamAccept, wire.OpStreamRefuse:
-		if err := m.answeredLocked(); err != nil {
-			m.protocolLocked(fmt.Errorf("%v: %w", g.Op, err))
-			return
-		}
-		s, err := m.streamLocked(g.To)
-		if err != nil || s.state != opening {
-			m.protocolLocked(fmt.Errorf("%v for %#x, which opens nothing", g.Op, uint32(g.To)))
-			return
-		}
-		if g.Op == wire.OpStreamRefuse {
-			s.state = refused
-			s.openErr = &RefusedError{Reason: g.Reason}
-			s.peerClosed = true
-			close(s.opened)
-			if s.abandoned {
-				s.closed = true // its opener gave up: nobody else will close it
-			}
-			m.maybeFreeLocked(s)
-			return
-		}
-		s.acceptedLocked(g)
-		s.announced = true
-		close(s.opened)
-		if s.abandoned {
-			s.disconnectLocked()
-			s.closed = true
-		}
-	case wire.OpStreamClose:
-		s, err := m.streamLocked(g.To)
-		if err != nil || s.peer != g.From || s.state != open || s.peerClosed {
-			m.protocolLocked(fmt.Errorf("StreamClose for %#x from %#x: %v", uint32(g.To), uint32(g.From), err))
-			return
-		}
-		s.peerClosed = true
-		s.disconnecting = true
-		m.dropQueuedLocked(s)
-		m.unsendCloseLocked(s)
-		if g.Reason == wire.ReasonNone {
-			s.terminateLocked(link.Completion{Kind: link.Disconnected})
-		} else {
-			s.terminateLocked(link.Completion{Kind: link.Failed, Err: reasonError(g.Reason, "the peer")})
-		}
-		m.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamClosed, To: g.From, From: s.tag})
-		m.maybeFreeLocked(s)
-	case wire.OpStreamClosed:
-		if err := m.answeredLocked(); err != nil {
-			m.protocolLocked(fmt.Errorf("StreamClosed: %w", err))
-			return
-		}
-		s, err := m.streamLocked(g.To)
-		if err != nil || !s.closeSent || s.closeAnswered || s.peer != g.From {
-			m.protocolLocked(fmt.Errorf("StreamClosed for %#x, which sent no StreamClose", uint32(g.To)))
-			return
-		}
-		s.closeAnswered = true
-		m.maybeFreeLocked(s)
-	}
-}
-
-// unsendCloseLocked takes back a StreamClose of s's that waits to be
-// posted, when the peer's StreamClose came first: the answer this side
-// sends to it is an answer, posted before any waiting request, and once
-// the peer has it the peer gives the slot back, so a StreamClose after it
-// would name a stream that is not open. The peer's close ends the stream
-// for both sides; only one that already went is answered.
-func (m *Mux) unsendCloseLocked(s *Stream) {
-	if !s.closeSent {
-		return
-	}
-	isMine := func(g wire.GroupMessage) bool { return g.Op == wire.OpStreamClose && g.From == s.tag }
-	if i := slices.IndexFunc(m.groupWait, isMine); i >= 0 {
-		m.groupWait = slices.Delete(m.groupWait, i, i+1)
-		s.closeSent = false
-		return
-	}
-	if i := slices.IndexFunc(m.groupq, isMine); i >= 0 {
-		m.groupq = slices.Delete(m.groupq, i, i+1)
-		s.closeSent = false
-		m.requestDoneLocked() // it had its place
-	}
+	m.endLocked(fmt.Errorf("group: %s: %w", l.name(), &wire.ProtocolError{Reason: err.Error()}))
 }
 
 // reasonError is a stream's error for a failure reason.
@@ -642,11 +356,12 @@ func reasonError(r uint32, who string) error {
 	return fmt.Errorf("group: stream failed at %s: %s", who, reasonText(r))
 }
 
-// openedByPeerLocked makes the stream a StreamOpen asks for, or refuses it.
-func (m *Mux) openedByPeerLocked(g wire.GroupMessage) {
+// openedByPeerLocked makes the stream a StreamOpen on l asks for, or
+// refuses it.
+func (m *Mux) openedByPeerLocked(l *baseLink, g wire.GroupMessage) {
 	refuse := func(reason uint32) {
 		m.stats.Refused++
-		m.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamRefuse, To: g.From, Reason: reason})
+		l.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamRefuse, To: g.From, Reason: reason})
 	}
 	switch {
 	case m.cfg.Backlog == 0 || m.retiring || m.cfg.Accepts != nil && !m.cfg.Accepts(g.Port):
@@ -656,17 +371,17 @@ func (m *Mux) openedByPeerLocked(g wire.GroupMessage) {
 		refuse(wire.ReasonBacklog)
 		return
 	}
-	s, reason := m.newStreamLocked()
+	s, reason := m.newStreamLocked(l)
 	if s == nil {
 		refuse(reason)
 		return
 	}
 	s.acceptedLocked(g)
-	l, r := m.base.Addrs()
-	s.local, s.remote = netip.AddrPortFrom(l.Addr(), g.Port), netip.AddrPortFrom(r.Addr(), g.FromPort)
+	local, remote := l.base.Addrs()
+	s.local, s.remote = netip.AddrPortFrom(local.Addr(), g.Port), netip.AddrPortFrom(remote.Addr(), g.FromPort)
 	s.port = g.Port
 	m.stats.Accepted++
-	m.sendGroupLocked(s.ringMessage(wire.OpStreamAccept, g.From))
+	l.sendGroupLocked(s.ringMessage(wire.OpStreamAccept, g.From))
 	m.accepts = append(m.accepts, s)
 	select {
 	case m.acceptReady <- struct{}{}:
@@ -674,19 +389,19 @@ func (m *Mux) openedByPeerLocked(g wire.GroupMessage) {
 	}
 }
 
-// newStreamLocked makes a stream with a slot, rings and its first grant,
-// or says why not.
-func (m *Mux) newStreamLocked() (*Stream, uint32) {
-	if m.stats.Streams >= m.cfg.MaxStreams || m.granted+m.cfg.FirstGrant > m.pool {
+// newStreamLocked makes a stream on l with a slot, rings and its first
+// grant, or says why not.
+func (m *Mux) newStreamLocked(l *baseLink) (*Stream, uint32) {
+	if m.stats.Streams >= m.cfg.MaxStreams || l.granted+m.cfg.FirstGrant > l.pool {
 		return nil, wire.ReasonLimit
 	}
-	send, sendKey, err := m.base.NewSendRing(m.cfg.SendRing)
+	send, sendKey, err := l.base.NewSendRing(m.cfg.SendRing)
 	if err != nil {
 		return nil, wire.ReasonMemory
 	}
-	recv, recvAddr, recvKey, err := m.base.NewRecvRing(m.cfg.RecvRing)
+	recv, recvAddr, recvKey, err := l.base.NewRecvRing(m.cfg.RecvRing)
 	if err != nil {
-		m.base.ReleaseSendRing(sendKey)
+		l.base.ReleaseSendRing(sendKey)
 		return nil, wire.ReasonMemory
 	}
 	var slot uint32
@@ -694,8 +409,8 @@ func (m *Mux) newStreamLocked() (*Stream, uint32) {
 		slot, m.free = m.free[k-1], m.free[:k-1]
 	} else {
 		if len(m.slots) > wire.MaxStreamSlot {
-			m.base.ReleaseSendRing(sendKey)
-			m.base.ReleaseRecvRing(recv)
+			l.base.ReleaseSendRing(sendKey)
+			l.base.ReleaseRecvRing(recv)
 			return nil, wire.ReasonLimit
 		}
 		slot = uint32(len(m.slots))
@@ -705,15 +420,19 @@ func (m *Mux) newStreamLocked() (*Stream, uint32) {
 	if m.gens[slot] == 0 {
 		m.gens[slot] = 1
 	}
-	s := &Stream{m: m, tag: wire.MakeStreamTag(slot, m.gens[slot]), avail: m.cfg.FirstGrant, opened: make(chan struct{}),
-		send: send, sendKey: sendKey, recv: recv, recvAddr: recvAddr, recvKey: recvKey}
+	s := &Stream{m: m, l: l, tag: wire.MakeStreamTag(slot, m.gens[slot]), avail: m.cfg.FirstGrant, opened: make(chan struct{}),
+		send:    streamRing{mem: send, regs: []ringReg{{on: l, key: sendKey}}},
+		recv:    []streamRing{{mem: recv, regs: []ringReg{{on: l, addr: recvAddr, key: recvKey}}}},
+		recvMem: recv}
+	l.regs += 2
 	s.cond.L = &m.mu
 	s.caps = link.Caps{
 		SendDepth: m.cfg.SendDepth, RecvDepth: m.cfg.FirstGrant, ControlDepth: m.cfg.ControlDepth,
-		Name: m.bc.Name + " stream", Transport: m.bc.Transport, RecvCredit: true, RecvGrant: true,
+		Name: l.bc.Name + " stream", Transport: l.bc.Transport, RecvCredit: true, RecvGrant: true,
 	}
 	m.slots[slot] = s
-	m.granted += m.cfg.FirstGrant
+	l.granted += m.cfg.FirstGrant
+	l.streams++
 	m.stats.Streams++
 	return s, 0
 }
@@ -728,27 +447,32 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 		return
 	}
 	s.freed = true
+	m.dropSuspendedLocked(s)
+	if l := s.l; l != nil {
+		l.granted -= s.avail + s.taken
+		l.repostLocked(s.taken)
+		l.streams--
+		s.l = nil
+	}
 	if m.err == nil {
 		s.releaseRingsLocked()
 	}
-	m.granted -= s.avail + s.taken
-	m.repostLocked(s.taken)
 	slot := s.tag.Slot()
 	m.slots[slot] = nil
 	m.free = append(m.free, slot)
 	m.stats.Streams--
 	if m.closed && m.stats.Streams == 0 {
-		// Close ran: the link goes with the last stream, once run has
-		// stopped polling it.
+		// Close ran: the links go with the last stream, once no run polls
+		// them.
 		go func() {
 			<-m.done
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			m.closeLinkLocked()
+			m.closeLinksLocked()
 		}()
 	}
 	if m.retiring && m.stats.Streams == 0 {
-		go m.Close() // not under the lock, and not on the run goroutine, which Close waits for
+		go m.Close() // not under the lock, and not on a run goroutine, which Close waits for
 	}
 	if m.cfg.IdleClose > 0 && m.stats.Streams == 0 {
 		m.idleSince = time.Now()
@@ -803,12 +527,6 @@ func (m *Mux) Retire() {
 	}
 }
 
-// dropQueuedLocked flushes what a stream queued and the mux did not post.
-func (m *Mux) dropQueuedLocked(s *Stream) {
-	m.queued -= len(s.queued)
-	s.queued = nil
-}
-
 // endLocked ends the group: every stream reports err's end, opens fail,
 // Accept returns.
 func (m *Mux) endLocked(err error) {
@@ -816,12 +534,15 @@ func (m *Mux) endLocked(err error) {
 		return
 	}
 	m.err = err
+	if m.moveTimer != nil {
+		m.moveTimer.Stop()
+	}
 	for _, s := range m.slots {
 		if s == nil {
 			continue
 		}
 		s.disconnecting = true
-		m.dropQueuedLocked(s)
+		s.dropQueuedLocked()
 		if s.state == opening {
 			s.state, s.openErr = refused, err
 			close(s.opened)
@@ -829,9 +550,13 @@ func (m *Mux) endLocked(err error) {
 		if s.abandoned {
 			s.closed = true // its opener gave up: nobody else will close it
 		}
-		if errors.Is(err, ErrClosed) || Disconnected(err) {
+		switch {
+		case s.lostLocked():
+			// Suspended: its engine waits for a move, and takes only its end.
+			s.endedLocked(err)
+		case errors.Is(err, ErrClosed) || Disconnected(err):
 			s.terminateLocked(link.Completion{Kind: link.Disconnected})
-		} else {
+		default:
 			s.terminateLocked(link.Completion{Kind: link.Failed, Err: err})
 		}
 	}
@@ -845,8 +570,20 @@ func (m *Mux) endLocked(err error) {
 			m.maybeFreeLocked(s)
 		}
 	}
-	m.ready, m.groupq, m.groupWait = nil, nil, nil
-	m.base.Wake() // run may sleep on a link that says nothing more
+	m.suspended = nil
+	runs := make([]chan struct{}, 0, len(m.links))
+	for _, l := range m.links {
+		l.ready, l.groupq, l.groupWait = nil, nil, nil
+		l.base.Disconnect() // the peer's end of each link learns at once
+		l.base.Wake()       // run may sleep on a link that says nothing more
+		runs = append(runs, l.done)
+	}
+	go func() {
+		for _, d := range runs {
+			<-d
+		}
+		close(m.done)
+	}()
 	if !m.closed && m.cfg.OnEnd != nil {
 		go m.cfg.OnEnd(err)
 	}
@@ -869,15 +606,9 @@ func Disconnected(err error) bool {
 	return errors.As(err, &d)
 }
 
-func (m *Mux) end(err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.endLocked(err)
-}
-
-// Open opens a stream to the peer's listener on port, and returns it once
-// the peer accepted it. A refused stream is a *RefusedError; a bound of
-// this side's, ErrLimit.
+// Open opens a stream to the peer's listener on port, on the link Spread
+// picks, and returns it once the peer accepted it. A refused stream is a
+// *RefusedError; a bound of this side's, ErrLimit.
 func (m *Mux) Open(ctx context.Context, port uint16) (*Stream, error) {
 	m.mu.Lock()
 	if m.err != nil {
@@ -885,7 +616,16 @@ func (m *Mux) Open(ctx context.Context, port uint16) (*Stream, error) {
 		m.mu.Unlock()
 		return nil, err
 	}
-	s, reason := m.newStreamLocked()
+	l := m.pickLocked()
+	if l == nil {
+		err := fmt.Errorf("%w: no link with room for a stream", ErrLimit)
+		if !m.liveLocked() {
+			err = fmt.Errorf("%w: no link works: %w", ErrDown, m.lastDown)
+		}
+		m.mu.Unlock()
+		return nil, err
+	}
+	s, reason := m.newStreamLocked(l)
 	if s == nil {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", ErrLimit, reasonText(reason))
@@ -895,12 +635,12 @@ func (m *Mux) Open(ctx context.Context, port uint16) (*Stream, error) {
 		m.ports = 1024
 	}
 	s.state, s.port = opening, port
-	l, r := m.base.Addrs()
-	s.local, s.remote = netip.AddrPortFrom(l.Addr(), m.ports), netip.AddrPortFrom(r.Addr(), port)
+	local, remote := l.base.Addrs()
+	s.local, s.remote = netip.AddrPortFrom(local.Addr(), m.ports), netip.AddrPortFrom(remote.Addr(), port)
 	m.stats.Opened++
 	g := s.ringMessage(wire.OpStreamOpen, 0)
 	g.Port, g.FromPort = port, m.ports
-	m.sendGroupLocked(g)
+	l.sendGroupLocked(g)
 	m.mu.Unlock()
 
 	select {
@@ -963,16 +703,50 @@ func (m *Mux) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := m.stats
-	st.Granted, st.Pool = m.granted, m.pool
+	for _, l := range m.links {
+		st.Posted += l.posted
+		st.MostQueued = max(st.MostQueued, l.mostQueued)
+		if l.err == nil {
+			st.Links++
+			st.Granted += l.granted
+			st.Pool += l.pool
+		}
+	}
+	st.Suspended = len(m.suspended)
 	return st
 }
 
+// Links returns the share of each link that works.
+func (m *Mux) Links() []LinkStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []LinkStats
+	for _, l := range m.links {
+		if l.err == nil {
+			out = append(out, LinkStats{Name: l.name(), Streams: l.streams, Posted: l.posted, Granted: l.granted, Pool: l.pool})
+		}
+	}
+	return out
+}
+
 // Done is closed once the group ended (Err says why) and stopped taking
-// its link's completions.
+// its links' completions.
 func (m *Mux) Done() <-chan struct{} { return m.done }
 
-// Base is the link the group runs over.
-func (m *Mux) Base() link.Link { return m.base }
+// Base is the group's first link that works (or its first, if none does).
+func (m *Mux) Base() link.Link {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, l := range m.links {
+		if l.err == nil {
+			return l.base
+		}
+	}
+	if len(m.links) > 0 {
+		return m.links[0].base
+	}
+	return nil
+}
 
 // Err is why the group ended, or nil.
 func (m *Mux) Err() error {
@@ -981,9 +755,9 @@ func (m *Mux) Err() error {
 	return m.err
 }
 
-// Close ends the group and disconnects its base link: every stream
-// reports Disconnected, as when its peer closed it. The link, which owns
-// the streams' rings, is closed once the last stream is closed too: a
+// Close ends the group and disconnects its links: every stream reports
+// Disconnected, as when its peer closed it. The links, which own the
+// streams' rings, are closed once the last stream is closed too: a
 // connection may still read what arrived before (its engine reads the
 // ring's memory), as over a link of its own that was disconnected.
 func (m *Mux) Close() error {
@@ -997,22 +771,26 @@ func (m *Mux) Close() error {
 		m.idleTimer.Stop()
 	}
 	m.endLocked(ErrClosed)
-	m.base.Disconnect()
 	m.mu.Unlock()
-	m.base.Wake()
 	<-m.done
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.closeLinkLocked()
+	return m.closeLinksLocked()
 }
 
-// closeLinkLocked closes the base link once the group is closed and no
-// stream holds its rings; a later call (the last stream's Close) does it
+// closeLinksLocked closes the base links once the group is closed and no
+// stream holds their rings; a later call (the last stream's Close) does it
 // otherwise.
-func (m *Mux) closeLinkLocked() error {
-	if !m.closed || m.linkClosed || m.stats.Streams > 0 {
+func (m *Mux) closeLinksLocked() error {
+	if !m.closed || m.stats.Streams > 0 {
 		return nil
 	}
-	m.linkClosed = true
-	return m.base.Close()
+	var errs []error
+	for _, l := range m.links {
+		if !l.closed {
+			l.closed = true
+			errs = append(errs, l.base.Close())
+		}
+	}
+	return errors.Join(errs...)
 }

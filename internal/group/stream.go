@@ -12,22 +12,19 @@ import (
 )
 
 // Stream is one stream of a group: a link.Link whose requests the mux
-// posts onto the base link and whose completions it hands over. Its peer
+// posts onto its base link and whose completions it hands over. Its peer
 // holds credit for its messages (Caps.RecvCredit and RecvGrant). All its
 // state is under the mux's lock.
 type Stream struct {
 	m         *Mux
+	l         *baseLink      // the link it is on; nil while it waits for a move
 	tag, peer wire.StreamTag // its name here, and at the peer
-	// The stream's rings, from the base link: its transmit ring (named by
-	// sendKey in the base's requests), its first receive ring, and those
-	// it grew since (link.Rings).
-	send          []byte
-	sendKey       uint32
-	recv          []byte
-	recvAddr      uint64
-	recvKey       uint32
-	recvGone      bool // the first receive ring was given back
-	grown         [][]byte
+	// The stream's rings: its transmit ring, and its receive rings (the
+	// first, until given back, then those it grew since: link.Rings).
+	// recvMem is the first, which RecvRing names for the stream's life.
+	send          streamRing
+	recv          []streamRing
+	recvMem       []byte
 	caps          link.Caps
 	local, remote netip.AddrPort
 	port          uint16 // the listener's port it is for
@@ -61,6 +58,16 @@ type Stream struct {
 	closed        bool
 	freed         bool
 	failing       error // a request failed here: the stream fails once what went before completes
+
+	// Moves (move.go): a stream waiting for a link (waiting, since
+	// suspendedAt, for cause), moving to one (its StreamMove unanswered),
+	// with a StreamClose to send once it is on one (closeDue). fails and
+	// resumes count the Failed and Resumed completions of its moves, and
+	// tookResumes the Resumeds its engine polled.
+	waiting, moving, closeDue   bool
+	suspendedAt                 time.Time
+	cause                       error
+	fails, resumes, tookResumes uint32
 
 	cq     []entry
 	down   bool // the terminal completion was queued
@@ -97,6 +104,79 @@ type entry struct {
 	seq uint64
 }
 
+// streamRing is one of a stream's rings: memory the link that made it
+// holds (regs[0]), registered on each link the stream moved to since.
+type streamRing struct {
+	mem  []byte
+	regs []ringReg
+}
+
+// ringReg is a ring's registration on one link.
+type ringReg struct {
+	on   *baseLink
+	addr uint64 // a receive ring's address there
+	key  uint32 // its rkey there, or a transmit ring's key
+}
+
+// regOn is the ring's registration on l, or nil.
+func (r *streamRing) regOn(l *baseLink) *ringReg {
+	for i := range r.regs {
+		if r.regs[i].on == l {
+			return &r.regs[i]
+		}
+	}
+	return nil
+}
+
+// release gives the ring back: its registrations on the links it moved
+// to, then its memory to the link that made it.
+func (r *streamRing) release(send bool) {
+	for i := len(r.regs) - 1; i >= 0; i-- {
+		g := r.regs[i]
+		if send {
+			g.on.base.ReleaseSendRing(g.key)
+		} else {
+			g.on.base.ReleaseRecvRing(r.mem)
+		}
+		g.on.regs--
+		g.on.maybeCloseLocked()
+	}
+	r.regs = nil
+}
+
+// share registers the ring on l, if it is not yet.
+func (r *streamRing) share(l *baseLink, send bool) error {
+	if r.regOn(l) != nil {
+		return nil
+	}
+	g := ringReg{on: l}
+	var err error
+	if send {
+		g.key, err = l.base.ShareSendRing(r.mem)
+	} else {
+		g.addr, g.key, err = l.base.ShareRecvRing(r.mem)
+	}
+	if err != nil {
+		return err
+	}
+	l.regs++
+	r.regs = append(r.regs, g)
+	return nil
+}
+
+// shareRingsLocked registers every ring of the stream on l.
+func (s *Stream) shareRingsLocked(l *baseLink) error {
+	if err := s.send.share(l, true); err != nil {
+		return err
+	}
+	for i := range s.recv {
+		if err := s.recv[i].share(l, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 var (
 	_ link.Link          = (*Stream)(nil)
 	_ link.RecvGranter   = (*Stream)(nil)
@@ -125,17 +205,44 @@ func (s *Stream) PeerRing() (addr uint64, size uint32, rkey uint32) {
 // would have carried.
 func (s *Stream) PeerGrant() int { return s.peerGrant }
 
-// Base is the link the stream's group runs over.
-func (s *Stream) Base() link.Link { return s.m.base }
+// Base is the link the stream is on (or was last).
+func (s *Stream) Base() link.Link {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	if s.l != nil {
+		return s.l.base
+	}
+	if len(s.send.regs) > 0 {
+		return s.send.regs[len(s.send.regs)-1].on.base
+	}
+	return nil
+}
 
 // Tag is the stream's name at this side, for diagnostics.
 func (s *Stream) Tag() wire.StreamTag { return s.tag }
 
 func (s *Stream) Caps() link.Caps  { return s.caps }
-func (s *Stream) SendRing() []byte { return s.send }
-func (s *Stream) RecvRing() []byte { return s.recv }
+func (s *Stream) SendRing() []byte { return s.send.mem }
+func (s *Stream) RecvRing() []byte { return s.recvMem }
+
+// RecvRingKey names the first receive ring on the link the stream is on
+// now: a stream that moved announces it again (stream.Engine.Relink).
 func (s *Stream) RecvRingKey() (uint64, uint32) {
-	return s.recvAddr, s.recvKey
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return s.recvKeyLocked()
+}
+
+func (s *Stream) recvKeyLocked() (uint64, uint32) {
+	if len(s.recv) == 0 || !link.SameRing(s.recv[0].mem, s.recvMem) || len(s.recv[0].regs) == 0 {
+		return 0, 0
+	}
+	r := &s.recv[0]
+	g := r.regOn(s.l)
+	if g == nil {
+		g = &r.regs[len(r.regs)-1]
+	}
+	return g.addr, g.key
 }
 func (s *Stream) Addrs() (local, remote netip.AddrPort) { return s.local, s.remote }
 
@@ -144,7 +251,10 @@ func (s *Stream) Addrs() (local, remote netip.AddrPort) { return s.local, s.remo
 func (s *Stream) PathProgress() (sent, heard time.Time) {
 	s.m.mu.Lock()
 	defer s.m.mu.Unlock()
-	return s.m.sent, s.m.hear
+	if s.l == nil {
+		return time.Time{}, time.Time{}
+	}
+	return s.l.sent, s.l.hear
 }
 
 func (s *Stream) closedError(op string) error {
@@ -169,9 +279,9 @@ func (s *Stream) PostSend(wrs []link.SendWR) error {
 		wr := &wrs[i]
 		switch wr.Kind {
 		case link.SendData:
-			if uint64(wr.Off)+uint64(wr.N) > uint64(len(s.send)) {
+			if uint64(wr.Off)+uint64(wr.N) > uint64(len(s.send.mem)) {
 				return s.misuse("PostSend: request %d: data [%d, %d) outside the %d-byte send ring",
-					i, wr.Off, uint64(wr.Off)+uint64(wr.N), len(s.send))
+					i, wr.Off, uint64(wr.Off)+uint64(wr.N), len(s.send.mem))
 			}
 		case link.SendControl:
 			if !wr.Signaled {
@@ -186,9 +296,10 @@ func (s *Stream) PostSend(wrs []link.SendWR) error {
 			return s.misuse("PostSend: request %d: kind %d", i, wr.Kind)
 		}
 	}
-	if s.disconnecting || s.down || s.failing != nil {
-		return nil // flushed, as on a queue pair in the error state
+	if s.disconnecting || s.down || s.failing != nil || s.staleLocked() {
+		return nil // flushed, as on a queue pair in the error state (or a link the stream left)
 	}
+	l := s.l
 	if out := s.seq - s.retired; out+uint64(len(wrs)) > uint64(s.caps.SendDepth) {
 		return s.misuse("PostSend: %d requests outstanding and %d more, SendDepth %d", out, len(wrs), s.caps.SendDepth)
 	}
@@ -205,25 +316,22 @@ func (s *Stream) PostSend(wrs []link.SendWR) error {
 			s.failing = fmt.Errorf("group: stream %#x: %v request ID %d failed: %w: [%#x, +%d) with key %#x is in none of the peer's rings",
 				uint32(s.tag), wr.Kind, wr.ID, link.ErrRemoteAccess, wr.Remote, dataLen(wr), wr.RKey)
 			s.queued = append(s.queued, queuedWR{close: wire.ReasonRemoteAccess})
-			m.queued++
+			l.queued++
 			break
 		}
 		bw := wr
 		switch wr.Kind {
 		case link.SendData:
-			bw.Ring, bw.Tag = s.sendKey, uint32(s.peer)
+			bw.Ring, bw.Tag = s.send.regOn(l).key, uint32(s.peer)
 		case link.SendControl:
 			wire.SetStream(&bw.Msg, s.peer)
 		}
 		s.queued = append(s.queued, queuedWR{wr: bw, seq: s.seq})
-		m.queued++
+		l.queued++
 	}
-	m.stats.MostQueued = max(m.stats.MostQueued, m.queued)
-	if !s.inReady && s.announced {
-		s.inReady = true
-		m.ready = append(m.ready, s)
-	}
-	m.pumpLocked()
+	l.mostQueued = max(l.mostQueued, l.queued)
+	l.readyLocked(s)
+	l.pumpLocked()
 	s.settleLocked()
 	return nil
 }
@@ -251,8 +359,9 @@ func (s *Stream) remoteOK(addr uint64, rkey uint32, n uint32) bool {
 
 // ringMessage is an open or accept that offers the stream's receive ring.
 func (s *Stream) ringMessage(op wire.Opcode, to wire.StreamTag) wire.GroupMessage {
+	addr, rkey := s.recvKeyLocked()
 	return wire.GroupMessage{Op: op, To: to, From: s.tag, Grant: uint16(s.m.cfg.FirstGrant),
-		RingSize: uint32(len(s.recv)), RKey: s.recvKey, Addr: s.recvAddr}
+		RingSize: uint32(len(s.recvMem)), RKey: rkey, Addr: addr}
 }
 
 // acceptedLocked opens the stream toward the peer's end of it.
@@ -290,23 +399,20 @@ func (s *Stream) settleLocked() {
 // arriveLocked takes a message of the peer's for this stream: within its
 // credit, or the stream fails (its peer overran the credit it was given).
 func (s *Stream) arriveLocked(c link.Completion) {
-	m := s.m
+	l := s.l
 	if s.down || s.disconnecting {
-		m.repostLocked(1)
+		l.repostLocked(1)
 		return
 	}
 	if s.avail == 0 {
-		m.repostLocked(1)
+		l.repostLocked(1)
 		s.disconnecting = true
-		m.dropQueuedLocked(s)
+		s.dropQueuedLocked()
 		s.terminateLocked(link.Completion{Kind: link.Failed, Err: fmt.Errorf("group: stream %#x: a message beyond the credit given: %w", uint32(s.tag), link.ErrRNR)})
 		s.queued = []queuedWR{{close: wire.ReasonRNR}}
-		m.queued++
-		if !s.inReady {
-			s.inReady = true
-			m.ready = append(m.ready, s)
-		}
-		m.pumpLocked()
+		l.queued++
+		l.readyLocked(s)
+		l.pumpLocked()
 		return
 	}
 	s.avail--
@@ -353,12 +459,17 @@ func (s *Stream) PostRecv(n int) error {
 	if s.closed {
 		return s.closedError("PostRecv")
 	}
+	if s.staleLocked() {
+		return nil // receives of a link the stream left
+	}
 	if n < 0 || n > s.taken {
 		return s.misuse("PostRecv(%d) with %d taken", n, s.taken)
 	}
 	s.taken -= n
-	m.granted -= n
-	m.repostLocked(n)
+	if l := s.l; l != nil {
+		l.granted -= n
+		l.repostLocked(n)
+	}
 	return nil
 }
 
@@ -369,12 +480,13 @@ func (s *Stream) Grant(held, n int) int {
 	m := s.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s.closed || s.down {
+	l := s.l
+	if s.closed || s.down || l == nil || s.staleLocked() {
 		return n
 	}
-	g := link.PoolGrant(m.pool-m.granted, s.avail, n, m.cfg.FirstGrant, m.cfg.MaxGrant)
+	g := link.PoolGrant(l.pool-l.granted, s.avail, n, m.cfg.FirstGrant, m.cfg.MaxGrant)
 	s.avail += g
-	m.granted += g
+	l.granted += g
 	return g
 }
 
@@ -391,11 +503,17 @@ func (s *Stream) Poll(cs []link.Completion) (int, error) {
 		e := s.cq[n]
 		cs[n] = e.c
 		n++
-		if e.c.Kind == link.SendDone {
+		switch e.c.Kind {
+		case link.SendDone:
 			s.retired = e.seq
 			for len(s.controls) > 0 && s.controls[0] <= e.seq {
 				s.controls = s.controls[1:]
 			}
+		case link.Resumed:
+			// The engine starts afresh on the new link: nothing of the
+			// old one is outstanding.
+			s.tookResumes++
+			s.retired, s.controls = s.seq, nil
 		}
 	}
 	clear(s.cq[copy(s.cq, s.cq[n:]):])
@@ -472,17 +590,33 @@ func (s *Stream) disconnectLocked() {
 	}
 	m := s.m
 	// What landed comes before Disconnected, polled or not.
-	m.drainLocked()
+	if s.l != nil {
+		s.l.drainLocked()
+	}
 	if s.disconnecting {
 		return
 	}
 	s.disconnecting = true
-	m.dropQueuedLocked(s)
+	s.dropQueuedLocked()
 	s.terminateLocked(link.Completion{Kind: link.Disconnected})
-	if !s.peerDone() && !s.closeSent && s.state == open && m.err == nil {
-		s.closeSent = true
-		m.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamClose, To: s.peer, From: s.tag})
+	if s.peerDone() || s.closeSent || s.state != open || m.err != nil {
+		return
 	}
+	if s.l == nil || s.moving {
+		s.closeDue = true // once it is on a link again
+		return
+	}
+	s.closeSent = true
+	s.l.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamClose, To: s.peer, From: s.tag})
+}
+
+// dropQueuedLocked flushes what the stream queued and its link did not
+// post.
+func (s *Stream) dropQueuedLocked() {
+	if s.l != nil {
+		s.l.queued -= len(s.queued)
+	}
+	s.queued = nil
 }
 
 // Close ends the stream as Disconnect does, if it has not ended, and
@@ -504,17 +638,19 @@ func (s *Stream) Close() error {
 }
 
 // NewRecvRing makes a larger or smaller receive ring for the engine to
-// offer the peer (link.Rings), from the base link.
+// offer the peer (link.Rings), on the link the stream is on.
 func (s *Stream) NewRecvRing(size int) ([]byte, uint64, uint32, error) {
 	m := s.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s.closed || s.freed || m.err != nil {
+	if s.closed || s.freed || m.err != nil || s.l == nil {
 		return nil, 0, 0, s.closedError("NewRecvRing")
 	}
-	mem, addr, rkey, err := m.base.NewRecvRing(size)
+	l := s.l
+	mem, addr, rkey, err := l.base.NewRecvRing(size)
 	if err == nil {
-		s.grown = append(s.grown, mem)
+		l.regs++
+		s.recv = append(s.recv, streamRing{mem: mem, regs: []ringReg{{on: l, addr: addr, key: rkey}}})
 	}
 	return mem, addr, rkey, err
 }
@@ -527,14 +663,11 @@ func (s *Stream) ReleaseRecvRing(mem []byte) error {
 	if s.closed || s.freed || m.err != nil {
 		return s.closedError("ReleaseRecvRing")
 	}
-	if !s.recvGone && link.SameRing(mem, s.recv) {
-		s.recvGone = true
-		return m.base.ReleaseRecvRing(mem)
-	}
-	for i, g := range s.grown {
-		if link.SameRing(mem, g) {
-			s.grown = append(s.grown[:i], s.grown[i+1:]...)
-			return m.base.ReleaseRecvRing(mem)
+	for i := range s.recv {
+		if link.SameRing(mem, s.recv[i].mem) {
+			s.recv[i].release(false)
+			s.recv = append(s.recv[:i], s.recv[i+1:]...)
+			return nil
 		}
 	}
 	return s.misuse("ReleaseRecvRing: a ring of %d bytes the stream does not hold", len(mem))
@@ -546,27 +679,26 @@ func (s *Stream) ReplaceSendRing(size int) ([]byte, error) {
 	m := s.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s.closed || s.freed || m.err != nil {
+	if s.closed || s.freed || m.err != nil || s.l == nil {
 		return nil, s.closedError("ReplaceSendRing")
 	}
-	mem, key, err := m.base.NewSendRing(size)
+	l := s.l
+	mem, key, err := l.base.NewSendRing(size)
 	if err != nil {
 		return nil, err
 	}
-	old := s.sendKey
-	s.send, s.sendKey = mem, key
-	return mem, m.base.ReleaseSendRing(old)
+	l.regs++
+	old := s.send
+	s.send = streamRing{mem: mem, regs: []ringReg{{on: l, key: key}}}
+	old.release(true)
+	return mem, nil
 }
 
-// releaseRingsLocked gives every ring of the stream back to the base link.
+// releaseRingsLocked gives every ring of the stream back.
 func (s *Stream) releaseRingsLocked() {
-	b := s.m.base
-	b.ReleaseSendRing(s.sendKey)
-	if !s.recvGone {
-		b.ReleaseRecvRing(s.recv)
+	s.send.release(true)
+	for i := range s.recv {
+		s.recv[i].release(false)
 	}
-	for _, g := range s.grown {
-		b.ReleaseRecvRing(g)
-	}
-	s.grown = nil
+	s.recv = nil
 }

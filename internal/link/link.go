@@ -154,6 +154,13 @@ type Carrier interface {
 	NewSendRing(size int) (mem []byte, key uint32, err error)
 	// ReleaseSendRing gives back a transmit ring no request sends from.
 	ReleaseSendRing(key uint32) error
+	// ShareRecvRing and ShareSendRing register on this link a ring that
+	// another link of the same group made: a stream that moves to this
+	// link keeps its memory, which holds what it has not yet sent or
+	// read. Releasing such a ring here (ReleaseRecvRing, ReleaseSendRing)
+	// drops only the registration; the memory is its maker's to give back.
+	ShareRecvRing(mem []byte) (addr uint64, rkey uint32, err error)
+	ShareSendRing(mem []byte) (key uint32, err error)
 }
 
 // PeerRingNamer is a link whose peer named its receive ring before the

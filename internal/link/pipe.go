@@ -35,7 +35,8 @@ type Pipe struct {
 	ringCount     uint32            // rings made, for their addresses
 	recvGone      bool              // the first receive ring was given back
 	replacedSend  bool              // the transmit ring is one ReplaceSendRing made (it counts in ringBytes)
-	streamSends   map[uint32][]byte // stream transmit rings by key (NewSendRing)
+	streamSends   map[uint32][]byte // stream transmit rings by key (NewSendRing, ShareSendRing)
+	sharedSends   map[uint32]bool   // those ShareSendRing registered
 	streamKeys    uint32            // SendKeys given
 	local, remote netip.AddrPort
 

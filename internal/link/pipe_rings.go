@@ -25,9 +25,10 @@ var ErrRingsExhausted = errors.New("link: memory: ring pool exhausted")
 const ringPoison = 0xee
 
 type pipeRing struct {
-	mem  []byte
-	addr uint64
-	rkey uint32
+	mem    []byte
+	addr   uint64
+	rkey   uint32
+	shared bool // ShareRecvRing's: another end's memory
 }
 
 // NewRecvRing makes a receive ring of size bytes.
@@ -67,9 +68,12 @@ func (e *Pipe) ReleaseRecvRing(mem []byte) error {
 	}
 	for i, r := range e.rings {
 		if SameRing(mem, r.mem) {
+			e.rings = append(e.rings[:i], e.rings[i+1:]...)
+			if r.shared {
+				return nil // the registration only: the memory is its maker's
+			}
 			poison(r.mem)
 			e.ringBytes -= len(r.mem)
-			e.rings = append(e.rings[:i], e.rings[i+1:]...)
 			e.stats.RingsReleased++
 			return nil
 		}
@@ -172,8 +176,57 @@ func (e *Pipe) ReleaseSendRing(key uint32) error {
 			return misuse("ReleaseSendRing with a data request from the ring in flight")
 		}
 	}
-	poison(mem)
 	delete(e.streamSends, key)
+	if e.sharedSends[key] {
+		delete(e.sharedSends, key)
+		return nil // the registration only
+	}
+	poison(mem)
 	e.ringBytes -= len(mem)
 	return nil
+}
+
+// ShareRecvRing makes a ring another end made a target of the peer's
+// writes here, with an address and key of this end's (Carrier).
+func (e *Pipe) ShareRecvRing(mem []byte) (uint64, uint32, error) {
+	e.pair.mu.Lock()
+	defer e.pair.mu.Unlock()
+	if e.closed {
+		return 0, 0, closedError("ShareRecvRing")
+	}
+	if len(mem) == 0 {
+		return 0, 0, misuse("ShareRecvRing: no memory")
+	}
+	for _, r := range e.rings {
+		if SameRing(mem, r.mem) {
+			return 0, 0, misuse("ShareRecvRing: a ring already registered here")
+		}
+	}
+	e.ringCount++
+	r := pipeRing{mem: mem, addr: e.addr + uint64(e.ringCount)<<24, rkey: rand.Uint32(), shared: true}
+	e.rings = append(e.rings, r)
+	return r.addr, r.rkey, nil
+}
+
+// ShareSendRing names a transmit ring another end made by a key of this
+// end's (Carrier).
+func (e *Pipe) ShareSendRing(mem []byte) (uint32, error) {
+	e.pair.mu.Lock()
+	defer e.pair.mu.Unlock()
+	if e.closed {
+		return 0, closedError("ShareSendRing")
+	}
+	if len(mem) == 0 {
+		return 0, misuse("ShareSendRing: no memory")
+	}
+	if e.streamSends == nil {
+		e.streamSends = map[uint32][]byte{}
+	}
+	if e.sharedSends == nil {
+		e.sharedSends = map[uint32]bool{}
+	}
+	e.streamKeys++
+	e.streamSends[e.streamKeys] = mem
+	e.sharedSends[e.streamKeys] = true
+	return e.streamKeys, nil
 }

@@ -2,6 +2,7 @@ package rdmalink
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/rdmanet/sdk/internal/link"
@@ -78,3 +79,15 @@ func (l *Link) sendLocal(wr *link.SendWR) (verbs.SGE, error) {
 
 // noticeStream names the stream of a Written notice, on a carrier.
 func noticeStream(msg []byte) uint32 { return binary.BigEndian.Uint32(msg[4:8]) }
+
+// ShareRecvRing and ShareSendRing would register a moving stream's ring,
+// another link's pool chunk, on this link's domain. Not built yet: a group
+// over RDMA does not move its streams (internal/group's MoveTimeout is 0),
+// so a move that asks fails the stream alone.
+func (l *Link) ShareRecvRing(mem []byte) (uint64, uint32, error) {
+	return 0, 0, fmt.Errorf("rdmanet: moving a stream's receive ring onto %s: %w", l.caps.Name, errors.ErrUnsupported)
+}
+
+func (l *Link) ShareSendRing(mem []byte) (uint32, error) {
+	return 0, fmt.Errorf("rdmanet: moving a stream's transmit ring onto %s: %w", l.caps.Name, errors.ErrUnsupported)
+}

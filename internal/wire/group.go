@@ -27,7 +27,22 @@ const (
 	// OpStreamClosed answers StreamClose: nothing more of the stream
 	// follows it, so the receiver may give its rings back.
 	OpStreamClosed Opcode = 0x720c
+	// OpStreamMove moves the stream To (the receiver's tag; From is the
+	// sender's) onto the link it arrives on, from the dialer of the group,
+	// whose link it was on failed (Reason 0: the receiver drops that link
+	// too) or is being left for this one (MoveRebalance: that link goes
+	// on). Grant is the credit the receiver holds at first on the new
+	// link. Both sides' engines then resume the stream (Resume).
+	OpStreamMove Opcode = 0x720d
+	// OpStreamMoved answers StreamMove: Reason 0 and the Grant the dialer
+	// holds on the new link, or why the stream could not move (it fails).
+	OpStreamMoved Opcode = 0x720e
 )
+
+// MoveRebalance is a StreamMove's Reason when the stream leaves a link
+// that works (the dialer spreads its streams again, or moves them back to
+// a path that healed).
+const MoveRebalance = 1
 
 // StreamTag names a stream on a group's link: its slot at the receiver
 // (bits 8-31) and the slot's generation (bits 0-7, never 0), so that a
@@ -54,7 +69,7 @@ func StreamOf(b *[MessageSize]byte) StreamTag {
 func SetStream(b *[MessageSize]byte, t StreamTag) { binary.BigEndian.PutUint32(b[4:], uint32(t)) }
 
 // IsGroupOp reports whether op is one of the group's own messages.
-func IsGroupOp(op Opcode) bool { return op >= OpStreamOpen && op <= OpStreamClosed }
+func IsGroupOp(op Opcode) bool { return op >= OpStreamOpen && op <= OpStreamMoved }
 
 // Refusal and close reasons.
 const (
@@ -66,20 +81,21 @@ const (
 	ReasonRemoteAccess = 5 // Close: a write outside the peer's rings
 	ReasonRNR          = 6 // Close: a message beyond the credit given
 	ReasonProtocol     = 7 // Close: a stream message the protocol does not allow
+	ReasonGone         = 8 // Moved: the stream ended before it could move
 )
 
 // GroupMessage is one decoded group message; which fields mean something
 // depends on Op. In wire format (big-endian; docs/protocol.md):
 //
-//	bytes  StreamOpen          StreamAccept   StreamRefuse  StreamClose(d)
-//	0-1    opcode              opcode         opcode        opcode
-//	2-3    Grant               Grant          0             0
-//	4-7    0 (the group)       0              0             0
-//	8-11   Port, FromPort      To             To            To
-//	12-15  From                From           0             From
-//	16-19  RingSize            RingSize       Reason        Reason (Close)
-//	20-23  RKey                RKey           0             0
-//	24-31  Addr                Addr           0             0
+//	bytes  StreamOpen          StreamAccept   StreamRefuse  StreamClose(d)  StreamMove(d)
+//	0-1    opcode              opcode         opcode        opcode          opcode
+//	2-3    Grant               Grant          0             0               Grant (0 if refused)
+//	4-7    0 (the group)       0              0             0               0
+//	8-11   Port, FromPort      To             To            To              To
+//	12-15  From                From           0             From            From
+//	16-19  RingSize            RingSize       Reason        Reason (Close)  Reason
+//	20-23  RKey                RKey           0             0               0
+//	24-31  Addr                Addr           0             0               0
 //
 // Addr, RKey and RingSize are the sender's receive ring for the stream,
 // which the receiver's writes must stay inside.
@@ -88,11 +104,11 @@ type GroupMessage struct {
 	To, From StreamTag
 	Port     uint16 // Open: the listener's port
 	FromPort uint16 // Open: the opener's port for the stream
-	Grant    uint16 // Open, Accept: the credit the receiver holds at first
+	Grant    uint16 // Open, Accept, Move, Moved: the credit the receiver holds at first
 	RingSize uint32 // Open, Accept
 	RKey     uint32 // Open, Accept
 	Addr     uint64 // Open, Accept
-	Reason   uint32 // Refuse, Close
+	Reason   uint32 // Refuse, Close, Move, Moved
 }
 
 // Encode writes m in wire format; bytes 4-7 name the group (0).
@@ -115,6 +131,9 @@ func (m *GroupMessage) Encode(b *[MessageSize]byte) {
 		be.PutUint32(b[20:], m.RKey)
 		be.PutUint64(b[24:], m.Addr)
 	case OpStreamRefuse, OpStreamClose:
+		be.PutUint32(b[16:], m.Reason)
+	case OpStreamMove, OpStreamMoved:
+		be.PutUint16(b[2:], m.Grant)
 		be.PutUint32(b[16:], m.Reason)
 	}
 	if m.Op == OpStreamRefuse {
@@ -139,7 +158,8 @@ func DecodeGroup(b *[MessageSize]byte) (GroupMessage, error) {
 	} else {
 		m.To = StreamTag(be.Uint32(b[8:]))
 	}
-	needTo, needFrom := m.Op != OpStreamOpen, m.Op != OpStreamRefuse
+	// A refusal need not name the refuser's stream (there may be none).
+	needTo, needFrom := m.Op != OpStreamOpen, m.Op != OpStreamRefuse && (m.Op != OpStreamMoved || be.Uint32(b[16:]) == ReasonNone)
 	switch m.Op {
 	case OpStreamOpen, OpStreamAccept:
 		m.Grant = be.Uint16(b[2:])
@@ -151,6 +171,14 @@ func DecodeGroup(b *[MessageSize]byte) (GroupMessage, error) {
 		}
 	case OpStreamRefuse, OpStreamClose:
 		m.Reason = be.Uint32(b[16:])
+	case OpStreamMove, OpStreamMoved:
+		m.Grant, m.Reason = be.Uint16(b[2:]), be.Uint32(b[16:])
+		if m.Op == OpStreamMove && m.Reason > MoveRebalance {
+			return GroupMessage{}, protocolErrorf("%v with reason %d", m.Op, m.Reason)
+		}
+		if (m.Grant == 0) != (m.Op == OpStreamMoved && m.Reason != ReasonNone) {
+			return GroupMessage{}, protocolErrorf("%v with grant %d and reason %d", m.Op, m.Grant, m.Reason)
+		}
 	}
 	if m.Op == OpStreamRefuse {
 		m.From = 0 // not carried

@@ -97,6 +97,10 @@ func (o Opcode) String() string {
 		return "StreamClose"
 	case OpStreamClosed:
 		return "StreamClosed"
+	case OpStreamMove:
+		return "StreamMove"
+	case OpStreamMoved:
+		return "StreamMoved"
 	}
 	return fmt.Sprintf("Opcode(%#x)", uint16(o))
 }

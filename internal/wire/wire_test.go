@@ -274,6 +274,8 @@ func FuzzDecodeGroup(f *testing.F) {
 		{Op: OpStreamRefuse, To: MakeStreamTag(1, 1), Reason: ReasonBacklog},
 		{Op: OpStreamClose, To: MakeStreamTag(1, 1), From: MakeStreamTag(9, 2), Reason: ReasonRNR},
 		{Op: OpStreamClosed, To: MakeStreamTag(1, 1), From: MakeStreamTag(9, 2)},
+		{Op: OpStreamMove, To: MakeStreamTag(1, 1), From: MakeStreamTag(9, 2), Grant: 8, Reason: MoveRebalance},
+		{Op: OpStreamMoved, To: MakeStreamTag(1, 1), From: MakeStreamTag(9, 2), Reason: ReasonGone},
 	} {
 		var b [MessageSize]byte
 		g.Encode(&b)
@@ -296,6 +298,24 @@ func FuzzDecodeGroup(f *testing.F) {
 			t.Fatalf("%+v encodes to %x, which decodes to %+v, %v", g, again, g2, err)
 		}
 	})
+}
+
+// TestDecodeMove: a move that gives no credit, a refusal that gives some,
+// and a move for a reason there is none are protocol errors.
+func TestDecodeMove(t *testing.T) {
+	for _, g := range []GroupMessage{
+		{Op: OpStreamMove, To: MakeStreamTag(1, 1), From: MakeStreamTag(2, 1)},
+		{Op: OpStreamMove, To: MakeStreamTag(1, 1), From: MakeStreamTag(2, 1), Grant: 8, Reason: 2},
+		{Op: OpStreamMoved, To: MakeStreamTag(1, 1), From: MakeStreamTag(2, 1), Grant: 8, Reason: ReasonGone},
+		{Op: OpStreamMoved, To: MakeStreamTag(1, 1), From: MakeStreamTag(2, 1)},
+		{Op: OpStreamMoved, To: MakeStreamTag(1, 1), Grant: 8},
+	} {
+		var b [MessageSize]byte
+		g.Encode(&b)
+		if _, err := DecodeGroup(&b); !errors.Is(err, ErrProtocol) {
+			t.Errorf("%+v decodes with %v, want a protocol error", g, err)
+		}
+	}
 }
 
 func TestStreamTag(t *testing.T) {

@@ -1,0 +1,544 @@
+package group
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// baseLink is one of a group's links and what the group keeps of it: its
+// send queue (the requests outstanding, the streams that wait their turn),
+// its pool of receives and the goroutine that waits on it. Under the
+// mux's lock, as every stream's state is: a stream moves between links
+// with no lock of its own to hand over.
+type baseLink struct {
+	m     *Mux
+	base  link.Carrier
+	bc    link.Caps
+	index int           // the order it was added in, for names
+	done  chan struct{} // run returned
+
+	pool    int // its receives for streams (the rest are the group's)
+	granted int // receives committed to its streams: credit held and receives taken
+
+	// Sending: base requests outstanding, oldest first (fifo, head, n: a
+	// ring of SendDepth), the base ID of the oldest, and who waits.
+	fifo        []sent
+	head, n     int
+	firstID     uint64
+	controls    int
+	sinceSignal int
+	ready       []*Stream           // streams with requests queued, in turn
+	queued      int                 // stream requests waiting in ready
+	groupq      []wire.GroupMessage // group messages to post, before any stream's
+	groupOut    int                 // this side's group requests unanswered on it
+	groupWait   []wire.GroupMessage // requests waiting for groupOut to drop
+	batch       []link.SendWR
+	pumping     bool
+	draining    bool
+	cs          []link.Completion
+
+	streams    int   // streams on it now
+	regs       int   // rings of streams registered on it (made or shared)
+	err        error // why it ended (nil while it works)
+	closed     bool  // its base link was closed
+	sent, hear time.Time
+	posted     uint64
+	mostQueued int
+}
+
+// sent is one base request outstanding.
+type sent struct {
+	s        *Stream // nil: a group message
+	seq      uint64  // the stream's own sequence number of the request
+	id       uint64  // the stream's ID for it
+	signaled bool    // signaled at the stream
+	control  bool
+}
+
+func (l *baseLink) name() string { return l.bc.Name }
+
+// run waits on the base link and hands its completions to the streams,
+// until the link or the group ends.
+func (l *baseLink) run() {
+	defer close(l.done)
+	for {
+		if !l.drain() {
+			return
+		}
+		if err := l.base.Arm(); err != nil {
+			l.fail(err)
+			return
+		}
+		if !l.drain() {
+			return
+		}
+		err := l.base.Wait()
+		m := l.m
+		m.mu.Lock()
+		over := m.closed || l.err != nil
+		m.mu.Unlock()
+		if over {
+			return
+		}
+		if err != nil && !errors.Is(err, link.ErrWoken) {
+			l.fail(err)
+			return
+		}
+	}
+}
+
+func (l *baseLink) fail(err error) {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	l.downLocked(err)
+}
+
+// drain polls the base link until it has nothing more; false once the
+// link or the group ended.
+func (l *baseLink) drain() bool {
+	m := l.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l.drainLocked()
+	return m.err == nil && l.err == nil
+}
+
+// drainLocked hands every completion the base link has to its stream,
+// then posts what waits.
+func (l *baseLink) drainLocked() {
+	if l.draining || l.err != nil {
+		return // a stream's call from within a completion: the drain goes on after it
+	}
+	l.draining = true
+	defer func() { l.draining = false }()
+	if l.cs == nil {
+		l.cs = make([]link.Completion, 64)
+	}
+	for l.m.err == nil && l.err == nil {
+		k, err := l.base.Poll(l.cs)
+		if err != nil {
+			l.downLocked(err)
+			break
+		}
+		if k == 0 {
+			break
+		}
+		for i := range k {
+			l.completeLocked(&l.cs[i])
+		}
+		clear(l.cs[:k])
+	}
+	l.pumpLocked()
+}
+
+// completeLocked takes one completion of the base link.
+func (l *baseLink) completeLocked(c *link.Completion) {
+	m := l.m
+	switch c.Kind {
+	case link.SendDone:
+		l.sent = time.Now()
+		l.retireLocked(c.ID)
+	case link.DataArrived:
+		l.hear = time.Now()
+		s, err := m.streamLocked(wire.StreamTag(c.Tag))
+		if err == nil && s.peerDone() {
+			err = fmt.Errorf("stream %#x after its peer's close", c.Tag)
+		}
+		if err != nil {
+			m.protocolLocked(l, fmt.Errorf("data write: %w", err))
+			return
+		}
+		if s.l != l {
+			l.repostLocked(1) // a write it sent before it moved the stream
+			return
+		}
+		s.arriveLocked(link.Completion{Kind: link.DataArrived, N: c.N})
+	case link.ControlArrived:
+		l.hear = time.Now()
+		tag := wire.StreamOf(&c.Msg)
+		if tag == 0 {
+			l.groupMessageLocked(&c.Msg)
+			return
+		}
+		s, err := m.streamLocked(tag)
+		if err == nil && s.peerDone() {
+			err = fmt.Errorf("stream %#x after its peer's close", uint32(tag))
+		}
+		if err != nil {
+			m.protocolLocked(l, fmt.Errorf("control message: %w", err))
+			return
+		}
+		if wire.IsGroupOp(wire.Opcode(uint16(c.Msg[0])<<8 | uint16(c.Msg[1]))) {
+			m.protocolLocked(l, fmt.Errorf("a group message names stream %#x", uint32(tag)))
+			return
+		}
+		if s.l != l {
+			l.repostLocked(1)
+			return
+		}
+		msg := c.Msg
+		wire.SetStream(&msg, 0)
+		s.snoopLocked(&msg)
+		s.arriveLocked(link.Completion{Kind: link.ControlArrived, Msg: msg})
+	case link.Disconnected:
+		l.downLocked(disconnected{fmt.Errorf("%w: %s disconnected", ErrDown, l.name())})
+	case link.Failed:
+		l.downLocked(fmt.Errorf("%w: %w", ErrDown, c.Err))
+	default:
+		l.downLocked(fmt.Errorf("%w: %s: completion %v", ErrDown, l.name(), c.Kind))
+	}
+}
+
+// repostLocked gives back n receives that messages took and no stream keeps.
+func (l *baseLink) repostLocked(n int) {
+	if n > 0 && l.err == nil && l.m.err == nil {
+		if err := l.base.PostRecv(n); err != nil {
+			l.downLocked(err)
+		}
+	}
+}
+
+// retireLocked ends the base requests up to id, whose SendDone came.
+func (l *baseLink) retireLocked(id uint64) {
+	for l.n > 0 && l.firstID <= id {
+		e := l.fifo[l.head]
+		l.fifo[l.head] = sent{}
+		l.head = (l.head + 1) % len(l.fifo)
+		l.n--
+		l.firstID++
+		if e.control {
+			l.controls--
+		}
+		if s := e.s; s != nil && s.l == l {
+			s.inflight--
+			if e.signaled {
+				s.pushLocked(link.Completion{Kind: link.SendDone, ID: e.id}, e.seq)
+			}
+			s.settleLocked()
+		}
+	}
+}
+
+// sendGroupLocked sends a group message: an answer at once, a request when
+// fewer than groupRequests are unanswered.
+func (l *baseLink) sendGroupLocked(g wire.GroupMessage) {
+	if isRequest(g.Op) {
+		if l.groupOut >= groupRequests {
+			l.groupWait = append(l.groupWait, g)
+			return
+		}
+		l.groupOut++
+	}
+	l.groupq = append(l.groupq, g)
+	l.pumpLocked()
+}
+
+func isRequest(op wire.Opcode) bool {
+	return op == wire.OpStreamOpen || op == wire.OpStreamClose || op == wire.OpStreamMove
+}
+
+// answeredLocked: the peer answered one of this side's requests.
+func (l *baseLink) answeredLocked() error {
+	if l.groupOut == 0 {
+		return errors.New("an answer to no request")
+	}
+	l.requestDoneLocked()
+	return nil
+}
+
+// requestDoneLocked frees a request's place among the groupRequests: the
+// first request waiting for one takes it.
+func (l *baseLink) requestDoneLocked() {
+	l.groupOut--
+	if len(l.groupWait) > 0 {
+		l.groupq = append(l.groupq, l.groupWait[0])
+		l.groupWait = l.groupWait[1:]
+		l.groupOut++
+	}
+}
+
+// pumpLocked posts what waits, in one batch, while the base link has room:
+// the group's messages first, then the streams' requests, one from each
+// stream in turn. A group message that waits for a control slot holds the
+// streams back too: an accepted (or moved) stream's first message must not
+// overtake its StreamAccept (StreamMoved).
+func (l *baseLink) pumpLocked() {
+	if l.m.err != nil || l.err != nil || l.pumping {
+		return
+	}
+	l.pumping = true
+	defer func() { l.pumping = false }()
+	l.batch = l.batch[:0]
+	for l.n < len(l.fifo) {
+		if len(l.groupq) > 0 {
+			if l.controls >= l.bc.ControlDepth {
+				break
+			}
+			l.postGroupLocked()
+			continue
+		}
+		if !l.roundLocked() {
+			break
+		}
+	}
+	if len(l.batch) == 0 {
+		return
+	}
+	l.posted += uint64(len(l.batch))
+	if err := l.base.PostSend(l.batch); err != nil {
+		l.downLocked(err)
+	}
+	clear(l.batch)
+}
+
+// postGroupLocked posts the first group message waiting.
+func (l *baseLink) postGroupLocked() {
+	m := l.m
+	g := l.groupq[0]
+	l.groupq = l.groupq[1:]
+	var wr link.SendWR
+	wr.Kind, wr.Signaled = link.SendControl, true
+	g.Encode(&wr.Msg)
+	l.postLocked(wr, sent{control: true})
+	m.stats.GroupMessages++
+	if g.Op != wire.OpStreamAccept && (g.Op != wire.OpStreamMoved || g.Reason != wire.ReasonNone) {
+		return
+	}
+	// The stream's own requests may follow now.
+	if s, err := m.streamLocked(g.From); err == nil && s.l == l {
+		s.announced = true
+		l.readyLocked(s)
+	}
+}
+
+// readyLocked puts a stream with requests queued in the turn, once the
+// peer knows it on this link.
+func (l *baseLink) readyLocked(s *Stream) {
+	if len(s.queued) > 0 && !s.inReady && s.announced {
+		s.inReady = true
+		l.ready = append(l.ready, s)
+	}
+}
+
+// roundLocked posts one request of each stream that has one, in turn, as
+// long as the base link has room; false if it posted nothing. A stream
+// whose next request is a control message with no control slot free, or a
+// StreamClose with too many group requests out, waits its next turn.
+func (l *baseLink) roundLocked() bool {
+	posted := false
+	for range len(l.ready) {
+		if l.n >= len(l.fifo) || len(l.groupq) > 0 {
+			break
+		}
+		s := l.ready[0]
+		l.ready = l.ready[1:]
+		if len(s.queued) == 0 || s.l != l {
+			s.inReady = false
+			continue
+		}
+		q := &s.queued[0]
+		switch {
+		case q.close != 0:
+			// The stream's failure, told the peer in its order: after
+			// every request it posted before.
+			l.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamClose, To: s.peer, From: s.tag, Reason: q.close})
+			s.closeSent = true
+		case q.wr.Kind == link.SendControl && l.controls >= l.bc.ControlDepth:
+			l.ready = append(l.ready, s)
+			continue
+		default:
+			l.postLocked(q.wr, sent{s: s, seq: q.seq, id: q.wr.ID, signaled: q.wr.Signaled, control: q.wr.Kind == link.SendControl})
+			s.inflight++
+		}
+		posted = true
+		s.queued = s.queued[1:]
+		l.queued--
+		if len(s.queued) > 0 {
+			l.ready = append(l.ready, s)
+		} else {
+			s.inReady = false
+			s.queued = nil
+			s.settleLocked()
+		}
+	}
+	return posted
+}
+
+// postLocked adds one request to the batch, with the base ID that names it
+// in the fifo. A request the stream did not signal is signaled anyway
+// every half send queue, so that the base queue never fills with requests
+// nothing retires.
+func (l *baseLink) postLocked(wr link.SendWR, e sent) {
+	l.sinceSignal++
+	if e.control || e.signaled || l.sinceSignal >= len(l.fifo)/2 {
+		wr.Signaled = true
+		l.sinceSignal = 0
+	}
+	wr.ID = l.firstID + uint64(l.n)
+	l.fifo[(l.head+l.n)%len(l.fifo)] = e
+	l.n++
+	if e.control {
+		l.controls++
+	}
+	l.batch = append(l.batch, wr)
+}
+
+// groupMessageLocked takes one of the group's own messages.
+func (l *baseLink) groupMessageLocked(b *[wire.MessageSize]byte) {
+	m := l.m
+	l.repostLocked(1) // the group's receives are reserved, not credited
+	g, err := wire.DecodeGroup(b)
+	if err != nil {
+		m.protocolLocked(l, err)
+		return
+	}
+	switch g.Op {
+	case wire.OpStreamOpen:
+		m.openedByPeerLocked(l, g)
+	case wire.OpStreamAccept, wire.OpStreamRefuse:
+		if err := l.answeredLocked(); err != nil {
+			m.protocolLocked(l, fmt.Errorf("%v: %w", g.Op, err))
+			return
+		}
+		s, err := m.streamLocked(g.To)
+		if err != nil || s.state != opening || s.l != l {
+			m.protocolLocked(l, fmt.Errorf("%v for %#x, which opens nothing here", g.Op, uint32(g.To)))
+			return
+		}
+		if g.Op == wire.OpStreamRefuse {
+			s.state = refused
+			s.openErr = &RefusedError{Reason: g.Reason}
+			s.peerClosed = true
+			close(s.opened)
+			if s.abandoned {
+				s.closed = true // its opener gave up: nobody else will close it
+			}
+			m.maybeFreeLocked(s)
+			return
+		}
+		s.acceptedLocked(g)
+		s.announced = true
+		close(s.opened)
+		if s.abandoned {
+			s.disconnectLocked()
+			s.closed = true
+		}
+	case wire.OpStreamClose:
+		s, err := m.streamLocked(g.To)
+		if err != nil || s.peer != g.From || s.state != open || s.peerClosed {
+			m.protocolLocked(l, fmt.Errorf("StreamClose for %#x from %#x: %v", uint32(g.To), uint32(g.From), err))
+			return
+		}
+		if s.l != l {
+			m.protocolLocked(l, fmt.Errorf("StreamClose for %#x on a link it is not on", uint32(g.To)))
+			return
+		}
+		s.peerClosed = true
+		s.disconnecting = true
+		s.dropQueuedLocked()
+		l.unsendCloseLocked(s)
+		if g.Reason == wire.ReasonNone {
+			s.terminateLocked(link.Completion{Kind: link.Disconnected})
+		} else {
+			s.terminateLocked(link.Completion{Kind: link.Failed, Err: reasonError(g.Reason, "the peer")})
+		}
+		l.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamClosed, To: g.From, From: s.tag})
+		m.maybeFreeLocked(s)
+	case wire.OpStreamClosed:
+		if err := l.answeredLocked(); err != nil {
+			m.protocolLocked(l, fmt.Errorf("StreamClosed: %w", err))
+			return
+		}
+		s, err := m.streamLocked(g.To)
+		if err != nil || !s.closeSent || s.closeAnswered || s.peer != g.From || s.l != l {
+			m.protocolLocked(l, fmt.Errorf("StreamClosed for %#x, which sent no StreamClose here", uint32(g.To)))
+			return
+		}
+		s.closeAnswered = true
+		m.maybeFreeLocked(s)
+	case wire.OpStreamMove:
+		m.moveAskedLocked(l, g)
+	case wire.OpStreamMoved:
+		if err := l.answeredLocked(); err != nil {
+			m.protocolLocked(l, fmt.Errorf("StreamMoved: %w", err))
+			return
+		}
+		m.movedLocked(l, g)
+	}
+}
+
+// unsendCloseLocked takes back a StreamClose of s's that waits to be
+// posted, when the peer's StreamClose came first: the answer this side
+// sends to it is an answer, posted before any waiting request, and once
+// the peer has it the peer gives the slot back, so a StreamClose after it
+// would name a stream that is not open. The peer's close ends the stream
+// for both sides; only one that already went is answered.
+func (l *baseLink) unsendCloseLocked(s *Stream) {
+	if !s.closeSent {
+		return
+	}
+	isMine := func(g wire.GroupMessage) bool { return g.Op == wire.OpStreamClose && g.From == s.tag }
+	if i := slices.IndexFunc(l.groupWait, isMine); i >= 0 {
+		l.groupWait = slices.Delete(l.groupWait, i, i+1)
+		s.closeSent = false
+		return
+	}
+	if i := slices.IndexFunc(l.groupq, isMine); i >= 0 {
+		l.groupq = slices.Delete(l.groupq, i, i+1)
+		s.closeSent = false
+		l.requestDoneLocked() // it had its place
+	}
+}
+
+// downLocked ends the link: its streams move to another link of the
+// group (moveLocked), or, where the group does not move streams, the group
+// ends with it.
+func (l *baseLink) downLocked(err error) {
+	m := l.m
+	if l.err != nil || m.err != nil {
+		return
+	}
+	if m.cfg.MoveTimeout <= 0 {
+		m.endLocked(err)
+		return
+	}
+	l.err = err
+	m.stats.LinksDown++
+	l.base.Disconnect()
+	l.base.Wake() // run may sleep on a link that says nothing more
+	l.ready, l.queued, l.groupq, l.groupWait = nil, 0, nil, nil
+	l.fifo, l.n = nil, 0
+	l.granted = 0
+	for _, s := range m.slots {
+		if s != nil && s.l == l {
+			s.suspendLocked(err)
+		}
+	}
+	l.maybeCloseLocked()
+	if m.cfg.OnLinkDown != nil {
+		go m.cfg.OnLinkDown(err)
+	}
+	m.afterLinkDownLocked(err)
+}
+
+// maybeCloseLocked closes a link that ended once no stream is on it or
+// holds a ring registered on it, and run stopped polling it. The link
+// holds the memory of the rings it made, which streams that moved away
+// still use.
+func (l *baseLink) maybeCloseLocked() {
+	m := l.m
+	if l.closed || l.err == nil || l.streams > 0 || l.regs > 0 || m.err != nil {
+		return
+	}
+	l.closed = true
+	m.links = slices.DeleteFunc(m.links, func(x *baseLink) bool { return x == l })
+	go func() {
+		<-l.done
+		l.base.Close()
+	}()
+}

@@ -1,0 +1,301 @@
+package group_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/group"
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/linktest"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// moveConfig is a group that moves its streams, a the dialer (Mover).
+func moveConfig(mover bool) group.Config {
+	c := group.DefaultConfig()
+	c.MoveTimeout, c.Mover = 2*time.Second, mover
+	return c
+}
+
+// twoLinkPair makes two groups over two pipes each, as a dialer with two
+// paths makes them.
+func twoLinkPair(t testing.TB, ca, cb group.Config) (a, b *group.Mux, path1, path2 [2]*link.Pipe) {
+	t.Helper()
+	a, b, pa, pb := muxPair(t, ca, cb, baseConfig())
+	qa, qb := linktest.NewPipes(t, baseConfig(), baseConfig())
+	if err := b.AddLink(qb); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddLink(qa); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, [2]*link.Pipe{pa, pb}, [2]*link.Pipe{qa, qb}
+}
+
+// takeUntil polls s until a completion of kind comes, and returns those
+// before it and it.
+func takeUntil(t testing.TB, s link.Link, kind link.CompletionKind) []link.Completion {
+	t.Helper()
+	var got []link.Completion
+	deadline := time.Now().Add(linktest.HangGuard)
+	for time.Now().Before(deadline) {
+		for _, c := range linktest.PollAll(t, s) {
+			got = append(got, c)
+			if c.Kind == kind {
+				return got
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("no %v in %v", kind, linktest.Kinds(got))
+	return nil
+}
+
+// announce names to's ring to from's side, as its engine does on a new
+// link (RegisterXferMemory): the group checks writes against it.
+func announce(t testing.TB, to, from *group.Stream) {
+	t.Helper()
+	addr, key := to.RecvRingKey()
+	m := wire.Message{Op: wire.OpRegisterXferMemory, Addr: addr, Length: uint32(len(to.RecvRing())), RKey: key}
+	wr := link.SendWR{Kind: link.SendControl, Signaled: true, ID: 100}
+	m.Encode(&wr.Msg)
+	linktest.Post(t, to, wr)
+	linktest.WantKinds(t, "announced to", linktest.WaitFor(t, from, 1), "control-arrived")
+	linktest.WaitFor(t, to, 1) // its SendDone
+	if err := from.PostRecv(1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ping writes b's bytes into the peer's ring and sends a control message
+// after them, and checks both arrive, in order.
+func ping(t testing.TB, from, to *group.Stream, b []byte, id uint64) {
+	t.Helper()
+	copy(from.SendRing(), b)
+	addr, key := to.RecvRingKey()
+	linktest.Post(t, from,
+		link.SendWR{Kind: link.SendData, ID: id, N: uint32(len(b)), Remote: addr, RKey: key},
+		linktest.Control(id+1, b[0]))
+	cs := linktest.WaitFor(t, to, 2)
+	linktest.WantKinds(t, "receiver", cs, fmt.Sprintf("data-arrived %d", len(b)), "control-arrived")
+	if got := to.RecvRing()[:len(b)]; !bytes.Equal(got, b) {
+		t.Errorf("ring holds %q, want %q", got, b)
+	}
+	if err := to.PostRecv(2); err != nil {
+		t.Fatal(err)
+	}
+	linktest.WaitFor(t, from, 1) // the control message's SendDone
+}
+
+// TestSpread: new streams open on the link with the fewest, or all on
+// the first with SpreadFirstLink.
+func TestSpread(t *testing.T) {
+	for _, tc := range []struct {
+		spread group.Spread
+		want   []int
+	}{
+		{group.SpreadLeastStreams, []int{3, 3}},
+		{group.SpreadFirstLink, []int{6, 0}},
+	} {
+		t.Run(tc.spread.String(), func(t *testing.T) {
+			ca := moveConfig(true)
+			ca.Spread = tc.spread
+			a, b, _, _ := twoLinkPair(t, ca, moveConfig(false))
+			for range 6 {
+				x, y := openPair(t, a, b)
+				t.Cleanup(func() { x.Close(); y.Close() })
+			}
+			ls := a.Links()
+			if len(ls) != 2 || ls[0].Streams != tc.want[0] || ls[1].Streams != tc.want[1] {
+				t.Errorf("links %+v, want streams %v", ls, tc.want)
+			}
+		})
+	}
+}
+
+// TestMoveOnCut: when a link of the group fails, its streams report a
+// Failed that matches link.ErrDown, then link.Resumed, at both ends, and
+// work on the other link with their rings named anew; the streams on the
+// other link see nothing.
+func TestMoveOnCut(t *testing.T) {
+	linktest.CheckGoroutines(t)
+	a, b, path1, _ := twoLinkPair(t, moveConfig(true), moveConfig(false))
+	var xs, ys []*group.Stream
+	for range 4 {
+		x, y := openPair(t, a, b)
+		xs, ys = append(xs, x), append(ys, y)
+		defer x.Close()
+		defer y.Close()
+	}
+	// Spread: streams 0 and 2 on the first link, 1 and 3 on the second.
+	oldKey := make([]uint32, 4)
+	for i, y := range ys {
+		_, oldKey[i] = y.RecvRingKey()
+		ping(t, xs[i], y, []byte("before"), 1)
+	}
+	path1[0].Cut(errors.New("test: port down"))
+	for _, i := range []int{0, 2} {
+		for who, s := range map[string]*group.Stream{"dialer": xs[i], "listener": ys[i]} {
+			cs := takeUntil(t, s, link.Resumed)
+			linktest.WantKinds(t, who, cs, "failed", "resumed")
+			if !errors.Is(cs[0].Err, link.ErrDown) {
+				t.Errorf("%s stream %d failed with %v, want link.ErrDown", who, i, cs[0].Err)
+			}
+		}
+		if _, key := ys[i].RecvRingKey(); key == oldKey[i] {
+			t.Errorf("stream %d: its ring has the same key on the new link", i)
+		}
+		announce(t, ys[i], xs[i])
+	}
+	for i := range 4 {
+		ping(t, xs[i], ys[i], []byte("after the move"), 10)
+	}
+	for _, s := range []*group.Stream{xs[1], ys[1], xs[3], ys[3]} {
+		if cs := linktest.PollAll(t, s); len(cs) != 0 {
+			t.Errorf("a stream on the link that works got %v", linktest.Kinds(cs))
+		}
+	}
+	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
+		st := m.Stats()
+		if st.Links != 1 || st.LinksDown != 1 || st.Moved != 2 || st.Streams != 4 || st.Suspended != 0 {
+			t.Errorf("%s: %+v, want 1 link, 1 down, 2 moved, 4 streams", who, st)
+		}
+		if ls := m.Links(); len(ls) != 1 || ls[0].Streams != 4 {
+			t.Errorf("%s: links %+v", who, ls)
+		}
+	}
+}
+
+// TestMoveToLinkAdded: a group whose only link failed waits for a new one:
+// the dialer moves its streams onto the link it adds.
+func TestMoveToLinkAdded(t *testing.T) {
+	a, b, pa, _ := muxPair(t, moveConfig(true), moveConfig(false), baseConfig())
+	x, y := openPair(t, a, b)
+	defer x.Close()
+	defer y.Close()
+	pa.Cut(nil)
+	linktest.WantKinds(t, "dialer", linktest.WaitFor(t, x, 1), "failed")
+	linktest.WantKinds(t, "listener", linktest.WaitFor(t, y, 1), "failed")
+	if _, err := a.Open(context.Background(), 7); !errors.Is(err, group.ErrDown) {
+		t.Errorf("Open with no link: %v, want group.ErrDown", err)
+	}
+	qa, qb := linktest.NewPipes(t, baseConfig(), baseConfig())
+	if err := b.AddLink(qb); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddLink(qa); err != nil {
+		t.Fatal(err)
+	}
+	linktest.WantKinds(t, "dialer", linktest.WaitFor(t, x, 1), "resumed")
+	linktest.WantKinds(t, "listener", linktest.WaitFor(t, y, 1), "resumed")
+	announce(t, y, x)
+	announce(t, x, y)
+	ping(t, x, y, []byte("on the new link"), 1)
+	ping(t, y, x, []byte("and back"), 3)
+}
+
+// TestMoveTimeout: a stream that no link takes within MoveTimeout ends
+// with a *MoveError (link.Ended, as a session that could not resume), and
+// a group with no link left ends.
+func TestMoveTimeout(t *testing.T) {
+	ca, cb := moveConfig(true), moveConfig(false)
+	ca.MoveTimeout, cb.MoveTimeout = 100*time.Millisecond, 100*time.Millisecond
+	var downs int
+	ca.OnLinkDown = func(error) { downs++ }
+	a, b, pa, _ := muxPair(t, ca, cb, baseConfig())
+	x, y := openPair(t, a, b)
+	defer x.Close()
+	defer y.Close()
+	start := time.Now()
+	pa.Cut(nil)
+	for who, s := range map[string]*group.Stream{"dialer": x, "listener": y} {
+		cs := takeUntil(t, s, link.Ended)
+		linktest.WantKinds(t, who, cs, "failed", "ended")
+		var me *group.MoveError
+		if !errors.As(cs[1].Err, &me) || !errors.Is(cs[1].Err, link.ErrDown) {
+			t.Errorf("%s: ended with %v, want a *MoveError of a link that failed", who, cs[1].Err)
+		}
+	}
+	if waited := time.Since(start); waited < 100*time.Millisecond {
+		t.Errorf("streams ended after %v, before MoveTimeout", waited)
+	}
+	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
+		if err := waitErr(t, m); !errors.Is(err, group.ErrDown) {
+			t.Errorf("%s group ended with %v, want ErrDown", who, err)
+		}
+		if st := m.Stats(); st.MovesFailed != 1 || st.Streams != 1 {
+			t.Errorf("%s: %+v, want 1 move failed and the stream held until Close", who, st)
+		}
+	}
+	x.Close()
+	y.Close()
+	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
+		if st := m.Stats(); st.Streams != 0 {
+			t.Errorf("%s: %d streams after Close", who, st.Streams)
+		}
+	}
+}
+
+// TestMoveClosedWhileSuspended: a stream closed while it waits for a move
+// still moves, so that its StreamClose reaches the peer, and both sides
+// give its slot back.
+func TestMoveClosedWhileSuspended(t *testing.T) {
+	a, b, path1, _ := twoLinkPair(t, moveConfig(true), moveConfig(false))
+	x, y := openPair(t, a, b) // on the first link
+	path1[1].Silence()        // so that the move waits for the Cut below
+	x.Close()
+	path1[0].Cut(nil)
+	cs := takeUntil(t, y, link.Disconnected)
+	linktest.WantKinds(t, "listener", cs, "failed", "resumed", "disconnected")
+	y.Close()
+	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
+		deadline := time.Now().Add(linktest.HangGuard)
+		for m.Stats().Streams != 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if st := m.Stats(); st.Streams != 0 || st.Moved != 1 {
+			t.Errorf("%s: %+v, want the stream moved and gone", who, st)
+		}
+	}
+}
+
+// TestHostileMoves: a StreamMove to the dialer, a StreamMoved that answers
+// no move, and a move of another's stream are protocol errors that end
+// the group; a move of a stream that ended is answered ReasonGone.
+func TestHostileMoves(t *testing.T) {
+	t.Run("move to the dialer", func(t *testing.T) {
+		m, pb := rawPeer(t, moveConfig(true))
+		linktest.Post(t, pb, groupMsg(wire.GroupMessage{Op: wire.OpStreamMove, To: wire.MakeStreamTag(1, 1), From: wire.MakeStreamTag(1, 1), Grant: 8}))
+		if err := waitErr(t, m); !errors.Is(err, wire.ErrProtocol) {
+			t.Errorf("group ended with %v, want a protocol error", err)
+		}
+	})
+	t.Run("moved unasked", func(t *testing.T) {
+		m, pb := rawPeer(t, moveConfig(true))
+		linktest.Post(t, pb, groupMsg(wire.GroupMessage{Op: wire.OpStreamMoved, To: wire.MakeStreamTag(1, 1), From: wire.MakeStreamTag(1, 1), Grant: 8}))
+		if err := waitErr(t, m); !errors.Is(err, wire.ErrProtocol) {
+			t.Errorf("group ended with %v, want a protocol error", err)
+		}
+	})
+	t.Run("move of a stream not open", func(t *testing.T) {
+		m, pb := rawPeer(t, moveConfig(false))
+		linktest.Post(t, pb, groupMsg(wire.GroupMessage{Op: wire.OpStreamMove, To: wire.MakeStreamTag(5, 1), From: wire.MakeStreamTag(1, 1), Grant: 8}))
+		var got wire.GroupMessage
+		cs := linktest.WaitFor(t, pb, 2)
+		for _, c := range cs {
+			if c.Kind == link.ControlArrived {
+				got, _ = wire.DecodeGroup(&c.Msg)
+			}
+		}
+		if got.Op != wire.OpStreamMoved || got.Reason != wire.ReasonGone || got.To != wire.MakeStreamTag(1, 1) {
+			t.Errorf("answer %+v, want StreamMoved with ReasonGone", got)
+		}
+		if err := m.Err(); err != nil {
+			t.Errorf("the group ended: %v", err)
+		}
+	})
+}
