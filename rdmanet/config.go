@@ -170,6 +170,8 @@ const (
 	shrinkAfter     = 15 * time.Second
 	// transportRetries is how often an unacknowledged packet is sent again.
 	transportRetries = 6
+	// minRing is the smallest ring Config allows.
+	minRing = 4 << 10
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -187,9 +189,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 
 	switch {
-	case c.RecvBuffer < 4096 || c.RecvBuffer > 1<<30:
+	case c.RecvBuffer < minRing || c.RecvBuffer > 1<<30:
 		return c, fmt.Errorf("rdmanet: RecvBuffer %d outside 4 KiB to 1 GiB", c.RecvBuffer)
-	case c.SendBuffer < 4096 || c.SendBuffer > 1<<30:
+	case c.SendBuffer < minRing || c.SendBuffer > 1<<30:
 		return c, fmt.Errorf("rdmanet: SendBuffer %d outside 4 KiB to 1 GiB", c.SendBuffer)
 	case c.RecvDepth < 2 || c.RecvDepth > 16384:
 		return c, fmt.Errorf("rdmanet: RecvDepth %d outside 2 to 16384", c.RecvDepth)

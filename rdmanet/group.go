@@ -71,11 +71,20 @@ func groupConfig(cfg Config, backlog int) group.Config {
 	return gc
 }
 
-// streamConn makes a connection over a group's stream.
+// streamConn makes a connection over a group's stream. The stream of a
+// group that moves its streams is resumable: its engine is suspended
+// while the stream moves, and says what it received once moved.
 func streamConn(s *group.Stream, cfg Config, server bool) (*Conn, error) {
 	_, size, _ := s.PeerRing()
-	peer := wire.Hello{Version: wire.HelloVersion, Features: groupStreamFeatures, RecvDepth: uint16(s.PeerGrant()), RingSize: size}
-	c, err := newLinkConn(s, cfg, server, groupStreamFeatures, peer)
+	features := groupStreamFeatures
+	if s.Moves() {
+		features |= wire.FeatureResume
+	}
+	peer := wire.Hello{Version: wire.HelloVersion, Features: features, RecvDepth: uint16(s.PeerGrant()), RingSize: size,
+		// What the peer's transmit ring retains: no rdmanet ring is
+		// smaller, so credit never comes too late for it.
+		SendRing: minRing}
+	c, err := newLinkConn(s, cfg, server, features, peer)
 	if err != nil {
 		s.Close()
 		return nil, err

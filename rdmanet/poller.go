@@ -141,10 +141,12 @@ func (c *Conn) handleLocked(cs []link.Completion) {
 	clear(cs) // drop references to errors
 }
 
-// lostLocked hands a link the engine lost to the session, which resumes
-// it; c.mu is held.
+// lostLocked hands a link the engine lost to the link that resumes it (a
+// session, a group's stream); c.mu is held.
 func (c *Conn) lostLocked() {
-	if cause := c.eng.Lost(); cause != nil && c.sess != nil && c.sess.Lost(cause) {
-		countConnError(cause)
+	if cause := c.eng.Lost(); cause != nil {
+		if r, ok := c.link.(link.Resumer); ok && r.Lost(cause) {
+			countConnError(cause)
+		}
 	}
 }

@@ -42,13 +42,16 @@ type baseLink struct {
 	draining    bool
 	cs          []link.Completion
 
-	streams    int   // streams on it now
-	regs       int   // rings of streams registered on it (made or shared)
-	err        error // why it ended (nil while it works)
-	closed     bool  // its base link was closed
-	sent, hear time.Time
-	posted     uint64
-	mostQueued int
+	// movesWaiting are the peer's StreamMoves to this link that wait for
+	// its receives (roomToMoveLocked), in order.
+	movesWaiting []wire.GroupMessage
+	streams      int   // streams on it now
+	regs         int   // rings of streams registered on it (made or shared)
+	err          error // why it ended (nil while it works)
+	closed       bool  // its base link was closed
+	sent, hear   time.Time
+	posted       uint64
+	mostQueued   int
 }
 
 // sent is one base request outstanding.
@@ -511,7 +514,7 @@ func (l *baseLink) downLocked(err error) {
 	m.stats.LinksDown++
 	l.base.Disconnect()
 	l.base.Wake() // run may sleep on a link that says nothing more
-	l.ready, l.queued, l.groupq, l.groupWait = nil, 0, nil, nil
+	l.ready, l.queued, l.groupq, l.groupWait, l.movesWaiting = nil, 0, nil, nil, nil
 	l.fifo, l.n = nil, 0
 	l.granted = 0
 	for _, s := range m.slots {

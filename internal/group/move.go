@@ -133,18 +133,42 @@ func (m *Mux) moveSuspendedLocked() {
 func (m *Mux) pickMoveLocked() *baseLink {
 	var best *baseLink
 	for _, l := range m.links {
-		if l.err == nil && l.granted+m.cfg.FirstGrant <= l.pool && (best == nil || l.streams < best.streams) {
+		if l.err == nil && l.roomToMoveLocked() && (best == nil || l.streams < best.streams) {
 			best = l
 		}
 	}
 	return best
 }
 
+// roomToMoveLocked reports whether a stream that moves to l has its first
+// grant there now. The group keeps room for it (reserveLocked), but a
+// stream's credit is granted again before its receives are posted again,
+// so the room may be a moment away: the move waits for it
+// (receivesFreedLocked).
+func (l *baseLink) roomToMoveLocked() bool { return l.granted+l.m.cfg.FirstGrant <= l.pool }
+
+// receivesFreedLocked: receives of l's pool came back; moves that waited
+// for them go on.
+func (l *baseLink) receivesFreedLocked() {
+	m := l.m
+	if m.err != nil || l.err != nil {
+		return
+	}
+	for len(l.movesWaiting) > 0 && l.roomToMoveLocked() {
+		g := l.movesWaiting[0]
+		l.movesWaiting = l.movesWaiting[1:]
+		l.takeMoveLocked(g)
+	}
+	if m.cfg.Mover && len(m.suspended) > 0 {
+		m.moveSuspendedLocked()
+	}
+}
+
 // attachLocked puts a suspended stream on l: its rings registered there
 // and its peer's first grant of l's receives. It fails (the reason to
 // give the peer) if l has neither.
 func (s *Stream) attachLocked(l *baseLink) uint32 {
-	if l.granted+s.m.cfg.FirstGrant > l.pool {
+	if !l.roomToMoveLocked() {
 		return wire.ReasonLimit
 	}
 	if err := s.shareRingsLocked(l); err != nil {
@@ -174,15 +198,12 @@ func (m *Mux) moveAskedLocked(l *baseLink, g wire.GroupMessage) {
 		m.protocolLocked(l, fmt.Errorf("StreamMove to the group's dialer"))
 		return
 	}
-	refuse := func(reason uint32) {
-		l.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamMoved, To: g.From, Reason: reason})
-	}
 	s, err := m.streamLocked(g.To)
 	if err != nil || s.freed {
-		refuse(wire.ReasonGone) // it ended here meanwhile (its move came too late)
+		movedRefusal(l, g, wire.ReasonGone) // it ended here meanwhile (its move came too late)
 		return
 	}
-	if s.peer != g.From || s.state != open || s.l == l || s.moving {
+	if s.peer != g.From || s.state != open || s.l == l || s.moving || len(l.movesWaiting) >= groupRequests {
 		m.protocolLocked(l, fmt.Errorf("StreamMove of %#x from %#x, which is not the peer's stream to move here", uint32(g.To), uint32(g.From)))
 		return
 	}
@@ -193,19 +214,37 @@ func (m *Mux) moveAskedLocked(l *baseLink, g wire.GroupMessage) {
 			return
 		}
 	}
-	if s.l != nil || !s.waiting {
-		refuse(wire.ReasonGone)
+	if len(l.movesWaiting) > 0 || !l.roomToMoveLocked() {
+		// Receives come back in a moment (roomToMoveLocked); moves keep
+		// their order. At most groupRequests wait: they are requests.
+		l.movesWaiting = append(l.movesWaiting, g)
+		return
+	}
+	l.takeMoveLocked(g)
+}
+
+// takeMoveLocked moves the stream a StreamMove names onto l and answers.
+func (l *baseLink) takeMoveLocked(g wire.GroupMessage) {
+	m := l.m
+	s, err := m.streamLocked(g.To)
+	if err != nil || s.freed || s.l != nil || !s.waiting {
+		movedRefusal(l, g, wire.ReasonGone)
 		return
 	}
 	m.dropSuspendedLocked(s)
 	if r := s.attachLocked(l); r != wire.ReasonNone {
-		refuse(r)
+		movedRefusal(l, g, r)
 		s.moveFailedLocked(&MoveError{Cause: s.cause, Waited: time.Since(s.suspendedAt), Reason: r})
 		return
 	}
 	s.peerGrant = int(g.Grant)
 	l.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamMoved, To: s.peer, From: s.tag, Grant: uint16(s.avail)})
 	s.resumedLocked()
+}
+
+// movedRefusal answers a StreamMove with why the stream did not move.
+func movedRefusal(l *baseLink, g wire.GroupMessage, reason uint32) {
+	l.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamMoved, To: g.From, Reason: reason})
 }
 
 // movedLocked takes the peer's StreamMoved on l (the Mover's side).
@@ -256,6 +295,7 @@ func (s *Stream) moveFailedLocked(err *MoveError) {
 		l.streams--
 		s.l = nil
 		l.maybeCloseLocked()
+		l.receivesFreedLocked()
 	}
 	s.avail, s.taken = 0, 0
 	s.moving = false

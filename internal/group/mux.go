@@ -299,11 +299,11 @@ func (m *Mux) addLocked(base link.Carrier) *baseLink {
 }
 
 // pickLocked is the link a new stream goes on (Spread), among those that
-// work and have receives for its first grant; nil if none.
+// work and have receives for it; nil if none.
 func (m *Mux) pickLocked() *baseLink {
 	var best *baseLink
 	for _, l := range m.links {
-		if l.err != nil || l.granted+m.cfg.FirstGrant > l.pool {
+		if l.err != nil || !m.roomForNewLocked(l) {
 			continue
 		}
 		if m.cfg.Spread == SpreadFirstLink {
@@ -314,6 +314,37 @@ func (m *Mux) pickLocked() *baseLink {
 		}
 	}
 	return best
+}
+
+// reserveLocked is how many of l's receives the group keeps for the first
+// grants of streams on its other links, which may move to l: a group that
+// moves its streams never grants more on a link than leaves room for every
+// one of them (the engine needs its first grant again after a move).
+func (m *Mux) reserveLocked(l *baseLink) int {
+	if m.cfg.MoveTimeout <= 0 {
+		return 0
+	}
+	return m.cfg.FirstGrant * (m.stats.Streams - l.streams)
+}
+
+// freeLocked is what l's pool may grant beyond first grants.
+func (m *Mux) freeLocked(l *baseLink) int { return l.pool - l.granted - m.reserveLocked(l) }
+
+// roomForNewLocked reports whether a new stream on l has its first grant
+// there, and, in a group that moves its streams, room on every other link
+// that works, to move to.
+func (m *Mux) roomForNewLocked(l *baseLink) bool {
+	if m.freeLocked(l) < m.cfg.FirstGrant {
+		return false
+	}
+	if m.cfg.MoveTimeout > 0 {
+		for _, o := range m.links {
+			if o != l && o.err == nil && m.freeLocked(o) < m.cfg.FirstGrant {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // liveLocked reports whether some link works.
@@ -392,7 +423,7 @@ func (m *Mux) openedByPeerLocked(l *baseLink, g wire.GroupMessage) {
 // newStreamLocked makes a stream on l with a slot, rings and its first
 // grant, or says why not.
 func (m *Mux) newStreamLocked(l *baseLink) (*Stream, uint32) {
-	if m.stats.Streams >= m.cfg.MaxStreams || l.granted+m.cfg.FirstGrant > l.pool {
+	if m.stats.Streams >= m.cfg.MaxStreams || !m.roomForNewLocked(l) {
 		return nil, wire.ReasonLimit
 	}
 	send, sendKey, err := l.base.NewSendRing(m.cfg.SendRing)
@@ -453,6 +484,7 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 		l.repostLocked(s.taken)
 		l.streams--
 		s.l = nil
+		l.receivesFreedLocked()
 	}
 	if m.err == nil {
 		s.releaseRingsLocked()

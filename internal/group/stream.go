@@ -183,11 +183,16 @@ var (
 	_ link.PathWatcher   = (*Stream)(nil)
 	_ link.Rings         = (*Stream)(nil)
 	_ link.PeerRingNamer = (*Stream)(nil)
+	_ link.Resumer       = (*Stream)(nil)
 )
 
 // peerDone reports whether nothing more of the peer's lands on the stream:
 // it sent StreamClose, or answered this side's.
 func (s *Stream) peerDone() bool { return s.peerClosed || s.closeAnswered }
+
+// Moves reports whether the stream moves when its link fails
+// (Config.MoveTimeout): its engine must be resumable.
+func (s *Stream) Moves() bool { return s.m.cfg.MoveTimeout > 0 }
 
 // Port is the listener's port the stream was opened for.
 func (s *Stream) Port() uint16 { return s.port }
@@ -469,6 +474,7 @@ func (s *Stream) PostRecv(n int) error {
 	if l := s.l; l != nil {
 		l.granted -= n
 		l.repostLocked(n)
+		l.receivesFreedLocked()
 	}
 	return nil
 }
@@ -484,7 +490,7 @@ func (s *Stream) Grant(held, n int) int {
 	if s.closed || s.down || l == nil || s.staleLocked() {
 		return n
 	}
-	g := link.PoolGrant(l.pool-l.granted, s.avail, n, m.cfg.FirstGrant, m.cfg.MaxGrant)
+	g := link.PoolGrant(m.freeLocked(l), s.avail, n, m.cfg.FirstGrant, m.cfg.MaxGrant)
 	s.avail += g
 	l.granted += g
 	return g

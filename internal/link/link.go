@@ -163,6 +163,18 @@ type Carrier interface {
 	ShareSendRing(mem []byte) (key uint32, err error)
 }
 
+// Resumer is a link that outlives the paths under it: a resumable
+// session (internal/session), or a stream of a group that moves its
+// streams (internal/group). The connection hands it the loss its engine
+// found (a silent path: stream.PathDeadError); it reports whether the
+// loss is a failure of this side's path, which the connection counts, and
+// the link says later, with a Resumed or Ended completion, how it went.
+// It is called whenever the engine is suspended, so it ignores a loss it
+// already took.
+type Resumer interface {
+	Lost(cause error) (failure bool)
+}
+
 // PeerRingNamer is a link whose peer named its receive ring before the
 // stream began (a link group's stream: the open and its answer carry the
 // rings), so that the engine may write into it at once

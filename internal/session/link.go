@@ -190,6 +190,8 @@ type Link struct {
 	clientIPs     []netip.Addr
 }
 
+var _ link.Resumer = (*Link)(nil)
+
 // New makes a session over its first path, p, which is established; p's
 // rings are the session's.
 func New(p link.Link, cfg Config) *Link {
