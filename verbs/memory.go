@@ -99,11 +99,13 @@ func (b *Buffer) Close() error {
 	})
 }
 
-// MR is a registered memory region (struct ibv_mr) over a whole Buffer.
+// MR is a registered memory region (struct ibv_mr) over a Buffer, whole
+// or a part of it (RegisterPart).
 type MR struct {
 	g          guard.Guard
 	raw        rdmacore.MR
 	buf        *Buffer
+	mem        []byte // the registered part of buf
 	lkey, rkey uint32
 }
 
@@ -118,14 +120,43 @@ func (pd *PD) Register(buf *Buffer, access Access) (*MR, error) {
 	if buf.g.Closed() {
 		return nil, ErrClosed
 	}
-	raw, lkey, rkey, err := rdmacore.RegMR(pd.raw, unsafe.Pointer(unsafe.SliceData(buf.mem)), len(buf.mem), int(access))
+	return pd.registerLocked(buf, buf.mem, access)
+}
+
+// RegisterPart registers part, which is memory of buf (another domain's
+// region of it, say), with the given access rights: the same memory on a
+// second device. The part's MR counts as one of buf's, which stays mapped
+// until it is closed.
+func (pd *PD) RegisterPart(buf *Buffer, part []byte, access Access) (*MR, error) {
+	if !pd.g.Use() {
+		return nil, ErrClosed
+	}
+	defer pd.g.Done()
+	buf.g.Lock()
+	defer buf.g.Unlock()
+	if buf.g.Closed() {
+		return nil, ErrClosed
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(buf.mem)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(part)))
+	if len(part) == 0 || p < start || p+uintptr(len(part)) > start+uintptr(len(buf.mem)) {
+		return nil, fmt.Errorf("verbs: RegisterPart of %d bytes outside the %d-byte buffer", len(part), len(buf.mem))
+	}
+	return pd.registerLocked(buf, part, access)
+}
+
+func (pd *PD) registerLocked(buf *Buffer, mem []byte, access Access) (*MR, error) {
+	raw, lkey, rkey, err := rdmacore.RegMR(pd.raw, unsafe.Pointer(unsafe.SliceData(mem)), len(mem), int(access))
 	if err != nil {
 		return nil, err
 	}
 	buf.regs++
 	live.mrs.Add(1)
-	return &MR{raw: raw, buf: buf, lkey: lkey, rkey: rkey}, nil
+	return &MR{raw: raw, buf: buf, mem: mem, lkey: lkey, rkey: rkey}, nil
 }
+
+// Buffer is the buffer the region is memory of.
+func (mr *MR) Buffer() *Buffer { return mr.buf }
 
 // LKey is the key local work requests name the region by.
 func (mr *MR) LKey() uint32 { return mr.lkey }
@@ -134,15 +165,15 @@ func (mr *MR) LKey() uint32 { return mr.lkey }
 func (mr *MR) RKey() uint32 { return mr.rkey }
 
 // Addr is the region's start address as the device sees it.
-func (mr *MR) Addr() uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mr.buf.mem)))) }
+func (mr *MR) Addr() uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mr.mem)))) }
 
 // Bytes is the registered memory.
-func (mr *MR) Bytes() []byte { return mr.buf.mem }
+func (mr *MR) Bytes() []byte { return mr.mem }
 
 // Slice returns the scatter/gather element for [off, off+n) of the region.
 func (mr *MR) Slice(off, n int) SGE {
-	if off < 0 || n < 0 || off+n > len(mr.buf.mem) {
-		panic(fmt.Sprintf("verbs: MR.Slice(%d, %d) outside a %d-byte region", off, n, len(mr.buf.mem)))
+	if off < 0 || n < 0 || off+n > len(mr.mem) {
+		panic(fmt.Sprintf("verbs: MR.Slice(%d, %d) outside a %d-byte region", off, n, len(mr.mem)))
 	}
 	return SGE{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.lkey}
 }

@@ -486,9 +486,9 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 		s.l = nil
 		l.receivesFreedLocked()
 	}
-	if m.err == nil {
-		s.releaseRingsLocked()
-	}
+	// Registrations on the links it moved to go before the memory does
+	// (the links close only after the last stream).
+	s.releaseRingsLocked()
 	slot := s.tag.Slot()
 	m.slots[slot] = nil
 	m.free = append(m.free, slot)

@@ -150,11 +150,12 @@ func (r *streamRing) share(l *baseLink, send bool) error {
 		return nil
 	}
 	g := ringReg{on: l}
+	maker := r.regs[0].on.base
 	var err error
 	if send {
-		g.key, err = l.base.ShareSendRing(r.mem)
+		g.key, err = l.base.ShareSendRing(maker, r.mem)
 	} else {
-		g.addr, g.key, err = l.base.ShareRecvRing(r.mem)
+		g.addr, g.key, err = l.base.ShareRecvRing(maker, r.mem)
 	}
 	if err != nil {
 		return err

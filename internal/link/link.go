@@ -155,12 +155,13 @@ type Carrier interface {
 	// ReleaseSendRing gives back a transmit ring no request sends from.
 	ReleaseSendRing(key uint32) error
 	// ShareRecvRing and ShareSendRing register on this link a ring that
-	// another link of the same group made: a stream that moves to this
-	// link keeps its memory, which holds what it has not yet sent or
+	// maker, another link of the same group, made: a stream that moves to
+	// this link keeps its memory, which holds what it has not yet sent or
 	// read. Releasing such a ring here (ReleaseRecvRing, ReleaseSendRing)
-	// drops only the registration; the memory is its maker's to give back.
-	ShareRecvRing(mem []byte) (addr uint64, rkey uint32, err error)
-	ShareSendRing(mem []byte) (key uint32, err error)
+	// drops only the registration; the memory is maker's to give back,
+	// after every registration of it was dropped.
+	ShareRecvRing(maker Carrier, mem []byte) (addr uint64, rkey uint32, err error)
+	ShareSendRing(maker Carrier, mem []byte) (key uint32, err error)
 }
 
 // Resumer is a link that outlives the paths under it: a resumable

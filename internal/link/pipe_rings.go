@@ -188,7 +188,7 @@ func (e *Pipe) ReleaseSendRing(key uint32) error {
 
 // ShareRecvRing makes a ring another end made a target of the peer's
 // writes here, with an address and key of this end's (Carrier).
-func (e *Pipe) ShareRecvRing(mem []byte) (uint64, uint32, error) {
+func (e *Pipe) ShareRecvRing(_ Carrier, mem []byte) (uint64, uint32, error) {
 	e.pair.mu.Lock()
 	defer e.pair.mu.Unlock()
 	if e.closed {
@@ -210,7 +210,7 @@ func (e *Pipe) ShareRecvRing(mem []byte) (uint64, uint32, error) {
 
 // ShareSendRing names a transmit ring another end made by a key of this
 // end's (Carrier).
-func (e *Pipe) ShareSendRing(mem []byte) (uint32, error) {
+func (e *Pipe) ShareSendRing(_ Carrier, mem []byte) (uint32, error) {
 	e.pair.mu.Lock()
 	defer e.pair.mu.Unlock()
 	if e.closed {

@@ -2,7 +2,6 @@ package rdmalink
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/rdmanet/sdk/internal/link"
@@ -34,6 +33,13 @@ func (l *Link) NewSendRing(size int) ([]byte, uint32, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	// Closed with the link if nothing gives it back before.
+	r.later = append(r.later, reg)
+	return reg.Bytes(), l.addSendRing(reg), nil
+}
+
+// addSendRing names a stream's transmit ring by a key of its own.
+func (l *Link) addSendRing(reg *region) uint32 {
 	if l.sendRings == nil {
 		l.sendRings = map[uint32]*region{}
 	}
@@ -42,9 +48,7 @@ func (l *Link) NewSendRing(size int) ([]byte, uint32, error) {
 		l.sendKeys++
 	}
 	l.sendRings[l.sendKeys] = reg
-	// Closed with the link if nothing gives it back before.
-	r.later = append(r.later, reg)
-	return reg.Bytes(), l.sendKeys, nil
+	return l.sendKeys
 }
 
 // ReleaseSendRing gives a stream's transmit ring back to the pool.
@@ -80,14 +84,52 @@ func (l *Link) sendLocal(wr *link.SendWR) (verbs.SGE, error) {
 // noticeStream names the stream of a Written notice, on a carrier.
 func noticeStream(msg []byte) uint32 { return binary.BigEndian.Uint32(msg[4:8]) }
 
-// ShareRecvRing and ShareSendRing would register a moving stream's ring,
-// another link's pool chunk, on this link's domain. Not built yet: a group
-// over RDMA does not move its streams (internal/group's MoveTimeout is 0),
-// so a move that asks fails the stream alone.
-func (l *Link) ShareRecvRing(mem []byte) (uint64, uint32, error) {
-	return 0, 0, fmt.Errorf("rdmanet: moving a stream's receive ring onto %s: %w", l.caps.Name, errors.ErrUnsupported)
+// ShareRecvRing registers a moving stream's receive ring, which maker (a
+// link of the same group, on another device perhaps) took from its pool,
+// on this link's domain: the same memory, a key of this device's. The
+// registration counts against the peer's bound as a ring does.
+func (l *Link) ShareRecvRing(maker link.Carrier, mem []byte) (uint64, uint32, error) {
+	reg, err := l.shareRegion(maker, mem, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		return 0, 0, err
+	}
+	l.res.later = append(l.res.later, reg)
+	return reg.Addr(), reg.RKey(), nil
 }
 
-func (l *Link) ShareSendRing(mem []byte) (uint32, error) {
-	return 0, fmt.Errorf("rdmanet: moving a stream's transmit ring onto %s: %w", l.caps.Name, errors.ErrUnsupported)
+// ShareSendRing registers a moving stream's transmit ring, maker's, on
+// this link's domain, and names it by a key of this link's.
+func (l *Link) ShareSendRing(maker link.Carrier, mem []byte) (uint32, error) {
+	reg, err := l.shareRegion(maker, mem, verbs.AccessLocalWrite)
+	if err != nil {
+		return 0, err
+	}
+	l.res.later = append(l.res.later, reg)
+	return l.addSendRing(reg), nil
+}
+
+func (l *Link) shareRegion(maker link.Carrier, mem []byte, access verbs.Access) (*region, error) {
+	r := l.res
+	if r.borrowed {
+		return nil, fmt.Errorf("rdmanet: a session's link carries no streams")
+	}
+	m, ok := maker.(*Link)
+	if !ok {
+		return nil, fmt.Errorf("rdmanet: a ring of a %T moved onto an RDMA link: %w", maker, link.ErrMisuse)
+	}
+	src := m.regionOf(mem)
+	if src == nil {
+		return nil, fmt.Errorf("rdmanet: a ring of %d bytes its maker does not hold: %w", len(mem), link.ErrMisuse)
+	}
+	return r.group.sharedRegion(src.mr.Buffer(), mem, access)
+}
+
+// regionOf is the stream ring of this link's whose memory mem is.
+func (l *Link) regionOf(mem []byte) *region {
+	for _, reg := range l.res.later {
+		if link.SameRing(reg.Bytes(), mem) {
+			return reg
+		}
+	}
+	return nil
 }

@@ -339,6 +339,18 @@ func (g *peerGroup) borrowedRegion(b *verbs.Buffer, access verbs.Access) (*regio
 	})
 }
 
+// sharedRegion registers part of buf, a region of another group's (a
+// stream's ring that moved here), on the group's domain, within its budget.
+func (g *peerGroup) sharedRegion(buf *verbs.Buffer, part []byte, access verbs.Access) (*region, error) {
+	return g.charge(len(part), func() (*region, error) {
+		mr, err := g.pd.RegisterPart(buf, part, access)
+		if err != nil {
+			return nil, err
+		}
+		return &region{mr: mr, b: part}, nil
+	})
+}
+
 // charge takes a registration of size bytes (whole pages) from the group's
 // budget for reg, and gives it back if reg fails: what is registered
 // outside the pools counts against the peer's bound too.
