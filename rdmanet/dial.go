@@ -145,8 +145,8 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		}
 		var c *Conn
 		viaGroup := false
-		if cfg.groups() && len(alts) == 0 {
-			c, viaGroup, err = dialStream(ctx, src, dst, cfg, answerWait)
+		if cfg.groups() {
+			c, viaGroup, err = dialStream(ctx, src, dst, alts, cfg, answerWait)
 		}
 		if !viaGroup {
 			c, err = dial(ctx, src, dst, alts, cfg, answerWait)

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/internal/group"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/wire"
@@ -38,7 +37,9 @@ const groupStreamFeatures = wire.FeatureRing | wire.FeatureShutdown | wire.Featu
 // The link of a group: its own rings are not used (each stream has its
 // own), its receives are the streams' pool.
 const (
-	groupRecvDepth    = 2048
+	// groupRecvDepth: a group that moves its streams keeps, on each link,
+	// every stream's first grant (8): about a thousand streams a group.
+	groupRecvDepth    = 8192
 	groupSendDepth    = 255
 	groupControlDepth = 64
 	groupLinkRing     = 4096
@@ -60,14 +61,24 @@ func groupLinkConfig() rdmalink.Config {
 		SendDepth: groupSendDepth, RecvDepth: groupRecvDepth, ControlDepth: groupControlDepth}
 }
 
+// groupMoveTimeout bounds a group's stream's wait for a link after the
+// one it was on failed (group.Config.MoveTimeout): the time a partition
+// may last before the group's connections fail (docs/engine.md).
+const groupMoveTimeout = 15 * time.Second
+
 // groupConfig sizes a group's streams for connections with cfg: their
-// rings start as a connection's do (firstRings) and grow as theirs.
-func groupConfig(cfg Config, backlog int) group.Config {
+// rings start as a connection's do (firstRings) and grow as theirs, but
+// in a group that moves its streams (moves), whose streams are resumable,
+// they keep their first size.
+func groupConfig(cfg Config, backlog int, moves bool) group.Config {
 	gc := group.DefaultConfig()
 	first := cfg.firstRings()
 	gc.SendRing, gc.RecvRing = first.SendBuffer, first.RecvBuffer
 	gc.SendDepth, gc.ControlDepth = groupSendDepth/4, controlSlots
 	gc.Backlog = backlog
+	if moves {
+		gc.MoveTimeout = groupMoveTimeout
+	}
 	return gc
 }
 
@@ -111,6 +122,7 @@ type dialGroup struct {
 	ready chan struct{} // closed once mux or err is set
 	mux   *group.Mux
 	err   error
+	paths *groupPaths // the paths its links run on (group_paths.go)
 }
 
 var groups = dialGroups{live: map[groupKey]*dialGroup{}, none: map[netip.AddrPort]time.Time{}}
@@ -162,17 +174,20 @@ func (g *dialGroups) noGroup(dst netip.AddrPort) {
 const maxNoGroup = 1024
 
 // dialStream dials as a stream of the group with dst, making the group if
-// there is none. ok is false when a plain connection is to be made
+// there is none: its first link to dst, and one to each of alts (the
+// server's other addresses) once the server agreed to move streams
+// between links. ok is false when a plain connection is to be made
 // instead: the listener makes no groups, or its group cannot take another
 // stream, or the group's link could not be made for a reason a plain
 // connection may not meet.
-func dialStream(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, answerWait time.Duration) (c *Conn, ok bool, err error) {
+func dialStream(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []netip.AddrPort, cfg Config, answerWait time.Duration) (c *Conn, ok bool, err error) {
 	k := groupKey{src, dst}
 	for attempt := 0; attempt < 2; attempt++ {
 		dg, maker := groups.get(k)
 		if maker {
-			dg.mux, dg.err = dialGroupLink(ctx, src, dst, cfg, answerWait, func(err error) {
-				// The peer closed the group, or its link failed: the
+			dg.paths = newGroupPaths(src, dst, alts, cfg)
+			dg.mux, dg.err = dg.paths.dialFirst(ctx, answerWait, func(err error) {
+				// The peer closed the group, or its links failed: the
 				// next dial makes another.
 				groupEnded(sideDialed, dst, err)
 				groups.drop(k, dg)
@@ -210,7 +225,7 @@ func dialStream(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Con
 			}
 			return c, true, err
 		case errors.Is(err, group.ErrDown) || errors.Is(err, wire.ErrProtocol) || errors.Is(err, group.ErrClosed):
-			// The group's link ended (or it closed, idle): a new one, once.
+			// The group's links ended (or it closed, idle): a new one, once.
 			groups.drop(k, dg)
 			dg.mux.Close()
 			continue
@@ -225,83 +240,6 @@ func dialStream(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Con
 	return nil, false, nil
 }
 
-// dialGroupLink makes the link of a group with dst: an rdma_cm connection
-// whose Hello offers a group. A listener that does not agree is
-// remembered for noGroupMemory, and errNoGroup returned.
-func dialGroupLink(ctx context.Context, src netip.Addr, dst netip.AddrPort, cfg Config, answerWait time.Duration, onEnd func(error)) (_ *group.Mux, err error) {
-	if err := cm.Available(); err != nil {
-		return nil, err
-	}
-	id, err := cm.NewID()
-	if err != nil {
-		return nil, err
-	}
-	var l *rdmalink.Link
-	defer func() {
-		if err != nil && id != nil {
-			id.Close()
-			if l != nil {
-				l.Discard()
-			}
-		}
-	}()
-	if err := id.Resolve(ctx, src, dst); err != nil {
-		return nil, err
-	}
-	if err := dialSetups.enter(ctx); err != nil {
-		return nil, err
-	}
-	l, err = rdmalink.New(id, groupLinkConfig())
-	dialSetups.leave()
-	if err != nil {
-		l = nil
-		return nil, peerMemoryError(err)
-	}
-	hello := wire.Hello{Version: wire.HelloVersion, Features: groupOffer | wire.LinkFeatures,
-		RecvDepth: groupRecvDepth, RingSize: groupLinkRing, Needs: l.Needs()}
-	peer, err := connectAnswered(ctx, id, dst, hello.Encode(), answerWait)
-	if err != nil {
-		var refused *ServerRefusedError
-		if errors.As(err, &refused) && refused.Reason == noGroupsReason {
-			groups.noGroup(dst)
-			return nil, errNoGroup
-		}
-		return nil, err
-	}
-	h, ok, err := wire.DecodeHello(peer.PrivateData)
-	if err != nil {
-		id.Disconnect()
-		return nil, err
-	}
-	agreed := h.Features & hello.Features
-	if !ok || agreed&groupOffer != groupOffer {
-		// A listener without groups answered as for a connection of its
-		// own: this link is not one, and the dial makes one.
-		id.Disconnect()
-		groups.noGroup(dst)
-		return nil, errNoGroup
-	}
-	if err := checkLinkAnswer(agreed&wire.LinkFeatures, ok, l); err != nil {
-		id.Disconnect()
-		return nil, err
-	}
-	if err := l.Established(agreed&(wire.LinkFeatures|wire.FeatureGroup), false); err != nil {
-		id.Disconnect()
-		return nil, err
-	}
-	l.StartEvents()
-	gc := groupConfig(cfg, 0)
-	gc.OnEnd, gc.IdleClose = onEnd, groupIdleClose
-	m, err := group.New(l, gc)
-	if err != nil {
-		l.Close()
-		id = nil // closed with the link
-		return nil, err
-	}
-	registerGroup(m, sideDialed)
-	return m, nil
-}
-
 // groupEnded logs a group that ended other than by Close: at Info when
 // its peer closed it (the link was disconnected), at Warn when it failed.
 func groupEnded(side string, peer netip.AddrPort, err error) {
@@ -310,94 +248,4 @@ func groupEnded(side string, peer netip.AddrPort, err error) {
 		return
 	}
 	slog.Warn("rdmanet: link group failed; its connections end with it", "side", side, "peer", peer, "err", err)
-}
-
-// acceptGroup accepts a request for a group's link: the streams the peer
-// opens in it come to the listener's Accept (serveGroup). It returns no
-// connection of its own.
-func (s *rdmaSide) acceptGroup(ctx context.Context, req *cm.Request, h wire.Hello) error {
-	fail := func(l *rdmalink.Link, err error) error {
-		req.ID.Reject(rejectReason(err))
-		req.ID.Close()
-		if l != nil {
-			l.Discard()
-		}
-		return err
-	}
-	if err := acceptSetups.enter(ctx); err != nil {
-		return fail(nil, err)
-	}
-	l, err := rdmalink.New(req.ID, groupLinkConfig())
-	acceptSetups.leave()
-	if err != nil {
-		return fail(nil, peerMemoryError(err))
-	}
-	linkFeatures, err := chooseLinkFeatures(h, true, l, s.cfg.extensions())
-	if err != nil {
-		return fail(l, err)
-	}
-	agreed := h.Features&groupOffer | linkFeatures
-	accept := wire.Hello{Version: wire.HelloVersion, Features: agreed, RecvDepth: groupRecvDepth, RingSize: groupLinkRing}
-	if err := req.ID.Accept(ctx, acceptParam(accept.Encode())); err != nil {
-		req.ID.Close()
-		l.Discard()
-		return err
-	}
-	if err := l.Established(agreed&(wire.LinkFeatures|wire.FeatureGroup), true); err != nil {
-		req.ID.Disconnect()
-		req.ID.Close()
-		l.Discard()
-		return err
-	}
-	l.StartEvents()
-	gc := groupConfig(s.cfg, cap(s.slots))
-	port := s.addr.Port()
-	gc.Accepts = func(p uint16) bool { return p == port }
-	var m *group.Mux
-	made := make(chan struct{})
-	remote := req.ID.RemoteAddr()
-	gc.OnEnd = func(err error) {
-		<-made
-		groupEnded(sideAccepted, remote, err)
-		m.Close()
-	}
-	m, err = group.New(l, gc)
-	close(made)
-	if err != nil {
-		l.Close()
-		return err
-	}
-	registerGroup(m, sideAccepted)
-	s.wg.Add(1)
-	go s.serveGroup(m)
-	return nil
-}
-
-// serveGroup hands the streams a group's peer opens to Accept, as
-// connections, until the listener closes; the group then takes no more
-// and ends with its last stream.
-func (s *rdmaSide) serveGroup(m *group.Mux) {
-	defer s.wg.Done()
-	defer m.Retire()
-	for {
-		st, err := m.Accept(s.ctx)
-		if err != nil {
-			return
-		}
-		select {
-		case s.slots <- struct{}{}:
-		case <-s.ctx.Done():
-			st.Close()
-			return
-		}
-		c, err := streamConn(st, s.cfg, true)
-		if err != nil {
-			<-s.slots
-			s.handshakeFailures.Add(1)
-			continue
-		}
-		s.handshakes.Add(1)
-		metrics.groupStreams[sideIndex(sideAccepted)].Add(1)
-		s.ready <- c // never blocks: ready has room for every slot
-	}
 }

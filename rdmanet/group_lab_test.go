@@ -145,8 +145,8 @@ func TestLabGroups(t *testing.T) {
 				t.Errorf("groups %+v: want one at each end, each with the %d streams", groups, conns)
 			}
 			for _, g := range groups {
-				if g.Device == "" || g.QP == 0 {
-					t.Errorf("group without its device: %+v", g)
+				if len(g.Links) != 1 || g.Links[0].Device == "" || g.Links[0].QP == 0 || g.ID == "" || g.PeerProcess == "" {
+					t.Errorf("group without its one link's device, or unnamed: %+v", g)
 				}
 			}
 			m := rdmanet.ReadMetrics()

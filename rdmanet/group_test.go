@@ -49,7 +49,7 @@ func groupMuxes(t testing.TB, gc group.Config, pc link.PipeConfig) (a, b *group.
 
 // groupStreamConfig is a group's stream sizes for connections with cfg,
 // as a listener's (which accepts streams) sizes them.
-func groupStreamConfig(cfg Config) group.Config { return groupConfig(cfg, 128) }
+func groupStreamConfig(cfg Config) group.Config { return groupConfig(cfg, 128, false) }
 
 // testStreamConn makes a Conn over a group's stream.
 func testStreamConn(t testing.TB, s *group.Stream, cfg Config, server bool) *Conn {
@@ -303,29 +303,30 @@ func TestGroupStreamRingsGrow(t *testing.T) {
 	t.Logf("transmit ring: %d bytes at first, %d after streaming", first, grown)
 }
 
-// TestGroupsView: Groups lists a live group with its streams, the
-// handler's groups view serves it, and a group that ended drops out.
+// TestGroupsView: Groups lists a live group with its links and streams,
+// the handler's groups view serves it, and a group that ended drops out.
 func TestGroupsView(t *testing.T) {
 	goroutineCheck(t)
 	cfg, _ := Config{}.withDefaults()
 	a, b := groupMuxes(t, groupStreamConfig(cfg), groupBase(8))
 	before := ReadMetrics()
-	registerGroup(a, sideDialed)
+	registerGroup(a, sideDialed, 0x1234, 0x5678)
 	if m := ReadMetrics(); m.Groups[sideDialed] != before.Groups[sideDialed]+1 || m.GroupsOpen != before.GroupsOpen+1 {
 		t.Errorf("metrics: groups %v, %d open; before %v, %d open", m.Groups, m.GroupsOpen, before.Groups, before.GroupsOpen)
 	}
 	x, y := groupConnPair(t, Config{}, a, b)
+	local, _ := a.Base().Addrs()
 	find := func() (GroupInfo, bool) {
 		for _, g := range Groups() {
-			l, _ := a.Base().Addrs()
-			if g.Local == l.String() {
+			if len(g.Links) > 0 && g.Links[0].Local == local.String() {
 				return g, true
 			}
 		}
 		return GroupInfo{}, false
 	}
 	g, ok := find()
-	if !ok || g.Side != sideDialed || g.Streams != 1 || g.Opened != 1 || g.Pool == 0 || g.Granted == 0 {
+	if !ok || g.Side != sideDialed || g.Streams != 1 || g.Opened != 1 || g.ID != "0000000000001234" || g.PeerProcess != "0000000000005678" ||
+		len(g.Links) != 1 || g.Links[0].Streams != 1 || g.Links[0].Pool == 0 || g.Links[0].Granted == 0 {
 		t.Errorf("group %+v (listed %v)", g, ok)
 	}
 	rec := httptest.NewRecorder()
@@ -334,7 +335,8 @@ func TestGroupsView(t *testing.T) {
 	// The streams' engines post as they start (their rings, credit), so
 	// only what does not move is compared.
 	same := func(x GroupInfo) bool {
-		return x.Local == g.Local && x.Remote == g.Remote && x.Side == g.Side && x.Streams == g.Streams && x.Opened == g.Opened
+		return len(x.Links) == 1 && x.Links[0].Local == g.Links[0].Local && x.Links[0].Remote == g.Links[0].Remote &&
+			x.Side == g.Side && x.Streams == g.Streams && x.Opened == g.Opened && x.ID == g.ID
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &served); err != nil || !slices.ContainsFunc(served, same) {
 		t.Errorf("groups view %s: %v; want it to hold %+v", rec.Body, err, g)

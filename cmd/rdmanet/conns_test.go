@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -73,8 +74,11 @@ func TestConns(t *testing.T) {
 // TestGroups: `rdmanet groups` asks the same handler for its groups view
 // and prints it as a table, or passes the JSON through.
 func TestGroups(t *testing.T) {
-	want := []rdmanet.GroupInfo{{Local: "198.18.0.1:40000", Remote: "198.18.0.2:7471", Side: "dialed",
-		Device: "rxe0", Port: 1, QP: 17, Streams: 50, Opened: 61, Pool: 2032, Granted: 400}}
+	want := []rdmanet.GroupInfo{{Side: "dialed", ID: "00000000000000aa", PeerProcess: "00000000000000bb", Streams: 50, Opened: 61, Moved: 7, LinksDown: 1,
+		Links: []rdmanet.GroupLinkInfo{
+			{Local: "198.18.0.1:40000", Remote: "198.18.0.2:7471", Device: "rxe0", Port: 1, QP: 17, Streams: 30, Pool: 2032, Granted: 400},
+			{Local: "198.19.0.1:40001", Remote: "198.19.0.2:7471", Device: "rxe1", Port: 1, QP: 18, Streams: 20, Pool: 2032, Granted: 160},
+		}}}
 	var views []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		views = append(views, r.URL.Path+"?view="+r.URL.Query().Get("view"))
@@ -86,19 +90,24 @@ func TestGroups(t *testing.T) {
 		t.Fatalf("groups: exit %d: %s", code, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "LOCAL") {
-		t.Fatalf("want a header and one line, got:\n%s", out)
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "LOCAL") {
+		t.Fatalf("want a header and a line for each link, got:\n%s", out)
 	}
-	for _, field := range []string{"198.18.0.2:7471", "dialed", "rxe0/1", "17", "50", "61", "400/2032"} {
-		if !strings.Contains(lines[1], field) {
-			t.Errorf("line lacks %q: %s", field, lines[1])
+	for i, fields := range [][]string{
+		{"198.18.0.2:7471", "dialed", "rxe0/1", "17", "30/50", "61", "400/2032"},
+		{"198.19.0.2:7471", "dialed", "rxe1/1", "18", "20/50", "61", "160/2032"},
+	} {
+		for _, field := range fields {
+			if !strings.Contains(lines[1+i], field) {
+				t.Errorf("line lacks %q: %s", field, lines[1+i])
+			}
 		}
 	}
 	if len(views) != 1 || views[0] != rdmanet.ConnsPath+"?view=groups" {
 		t.Errorf("asked %q, want the groups view of %s", views, rdmanet.ConnsPath)
 	}
 	var got []rdmanet.GroupInfo
-	if code := runJSON(t, &got, "groups", srv.URL); code != exitOK || len(got) != 1 || got[0] != want[0] {
+	if code := runJSON(t, &got, "groups", srv.URL); code != exitOK || !reflect.DeepEqual(got, want) {
 		t.Errorf("--json: exit %d, %+v; want %+v", code, got, want)
 	}
 }

@@ -524,7 +524,7 @@ func (l *baseLink) downLocked(err error) {
 	}
 	l.maybeCloseLocked()
 	if m.cfg.OnLinkDown != nil {
-		go m.cfg.OnLinkDown(err)
+		go m.cfg.OnLinkDown(l.base, err)
 	}
 	m.afterLinkDownLocked(err)
 }

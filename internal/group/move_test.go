@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -204,8 +205,8 @@ func TestMoveToLinkAdded(t *testing.T) {
 func TestMoveTimeout(t *testing.T) {
 	ca, cb := moveConfig(true), moveConfig(false)
 	ca.MoveTimeout, cb.MoveTimeout = 100*time.Millisecond, 100*time.Millisecond
-	var downs int
-	ca.OnLinkDown = func(error) { downs++ }
+	var downs atomic.Int32
+	ca.OnLinkDown = func(link.Carrier, error) { downs.Add(1) }
 	a, b, pa, _ := muxPair(t, ca, cb, baseConfig())
 	x, y := openPair(t, a, b)
 	defer x.Close()
@@ -222,6 +223,9 @@ func TestMoveTimeout(t *testing.T) {
 	}
 	if waited := time.Since(start); waited < 100*time.Millisecond {
 		t.Errorf("streams ended after %v, before MoveTimeout", waited)
+	}
+	if n := downs.Load(); n != 1 {
+		t.Errorf("OnLinkDown called %d times, want once", n)
 	}
 	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
 		if err := waitErr(t, m); !errors.Is(err, group.ErrDown) {

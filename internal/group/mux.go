@@ -102,9 +102,9 @@ type Config struct {
 	// the streams, the other side waits for its StreamMoves.
 	Mover bool
 	// OnLinkDown, if set, is called on a goroutine of its own when one of
-	// the group's links fails while the group goes on (MoveTimeout): the
-	// owner may make another (AddLink).
-	OnLinkDown func(error)
+	// the group's links (base) fails while the group goes on
+	// (MoveTimeout): the owner may make another on its path (AddLink).
+	OnLinkDown func(base link.Carrier, err error)
 }
 
 // Spread is how a group picks the link a new stream opens on.
@@ -197,6 +197,7 @@ type Stats struct {
 
 // LinkStats are one link's share of a group.
 type LinkStats struct {
+	Base    link.Link
 	Name    string
 	Streams int // streams on it now
 	Posted  uint64
@@ -638,6 +639,14 @@ func Disconnected(err error) bool {
 	return errors.As(err, &d)
 }
 
+// End ends the group with err, as a failure of its links would: its
+// owner found the peer gone (it refused every link).
+func (m *Mux) End(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.endLocked(err)
+}
+
 // Open opens a stream to the peer's listener on port, on the link Spread
 // picks, and returns it once the peer accepted it. A refused stream is a
 // *RefusedError; a bound of this side's, ErrLimit.
@@ -755,7 +764,7 @@ func (m *Mux) Links() []LinkStats {
 	var out []LinkStats
 	for _, l := range m.links {
 		if l.err == nil {
-			out = append(out, LinkStats{Name: l.name(), Streams: l.streams, Posted: l.posted, Granted: l.granted, Pool: l.pool})
+			out = append(out, LinkStats{Base: l.base, Name: l.name(), Streams: l.streams, Posted: l.posted, Granted: l.granted, Pool: l.pool})
 		}
 	}
 	return out

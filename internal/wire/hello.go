@@ -40,6 +40,16 @@ type Hello struct {
 	// device needs FeatureWriteNotice and FeatureRecvCredit. The server
 	// uses a link feature when either side needs it.
 	Needs Features
+
+	// The group, with FeatureGroup (docs/protocol.md, "Link groups").
+	// Process names the sender's process (random, for the process's life):
+	// a dialer knows the same server behind several addresses by it, and
+	// a link of a group must reach the process the group's first did.
+	// Group, in a dialer's Hello, is the group the link joins (0: a new
+	// one); in the server's accept, the group's id, which the dialer's
+	// later links present.
+	Process uint64
+	Group   uint64
 }
 
 // SessionID names a resumable session: 128 random bits from crypto/rand,
@@ -105,6 +115,10 @@ const (
 	// FeatureRecvGrant (the streams' credit comes from the link's pool of
 	// receives), and is not offered with FeatureResume.
 	FeatureGroup
+	// FeatureGroupMove: the group has a link per path and moves a failed
+	// link's streams to another (StreamMove); its streams are resumable
+	// (their engines speak Resume). It needs FeatureGroup.
+	FeatureGroupMove
 )
 
 // LinkFeatures are the features that belong to one link rather than to the
@@ -124,6 +138,7 @@ var helloMagic = [8]byte{'r', 'd', 'm', 'a', 'n', 'e', 't', 0}
 const (
 	HelloSize        = 20
 	SessionHelloSize = 48
+	GroupHelloSize   = 36
 )
 
 // Flags in byte 9: the connect resumes the Hello's session (sessions only);
@@ -139,8 +154,11 @@ const (
 // Encode returns h in wire format.
 func (h Hello) Encode() []byte {
 	size := HelloSize
-	if h.Features&FeatureResume != 0 {
+	switch {
+	case h.Features&FeatureResume != 0:
 		size = SessionHelloSize
+	case h.Features&FeatureGroup != 0:
+		size = GroupHelloSize
 	}
 	b := make([]byte, size)
 	copy(b, helloMagic[:])
@@ -166,6 +184,10 @@ func (h Hello) Encode() []byte {
 		be.PutUint32(b[36:], h.Generation)
 		be.PutUint32(b[40:], h.SendRing)
 		be.PutUint16(b[44:], h.TCPPort)
+	}
+	if size == GroupHelloSize {
+		be.PutUint64(b[20:], h.Process)
+		be.PutUint64(b[28:], h.Group)
 	}
 	return b
 }
@@ -233,6 +255,15 @@ func DecodeHello(data []byte) (h Hello, ok bool, err error) {
 	}
 	if h.Features&FeatureClose != 0 && h.Features&FeatureResume == 0 {
 		return Hello{}, false, protocolErrorf("hello offering Close without sessions")
+	}
+	if h.Features&FeatureGroupMove != 0 && h.Features&FeatureGroup == 0 {
+		return Hello{}, false, protocolErrorf("hello offering moves without a link group")
+	}
+	if h.Features&FeatureGroup != 0 {
+		if len(data) < GroupHelloSize {
+			return Hello{}, false, protocolErrorf("hello offering a link group in %d bytes, want %d", len(data), GroupHelloSize)
+		}
+		h.Process, h.Group = be.Uint64(data[20:]), be.Uint64(data[28:])
 	}
 	if h.Features&FeatureResume != 0 {
 		if len(data) < SessionHelloSize {

@@ -168,6 +168,35 @@ func TestSessionHello(t *testing.T) {
 	}
 }
 
+// TestGroupHello: a group's Hello carries the sender's process and the
+// group (bytes 20-35), and fits a connect request; cut short, or offering
+// moves without a group, it is a protocol error.
+func TestGroupHello(t *testing.T) {
+	if FeatureGroup != 256 || FeatureGroupMove != 512 {
+		t.Fatalf("feature bits moved: group %d, move %d", FeatureGroup, FeatureGroupMove)
+	}
+	h := Hello{Version: HelloVersion, Features: FeatureRing | FeatureRecvCredit | FeatureRecvGrant | FeatureGroup | FeatureGroupMove,
+		RecvDepth: 2048, RingSize: 4096, Process: 0x0102030405060708, Group: 0x1112131415161718}
+	b := h.Encode()
+	want := unhex(t, "72646d616e657400 01 00 00000391 0800 00001000 0102030405060708 1112131415161718")
+	if string(b) != string(want) {
+		t.Fatalf("group hello encodes as % x, want % x", b, want)
+	}
+	if len(b) > 56 {
+		t.Fatalf("group hello of %d bytes does not fit a connect request's 56", len(b))
+	}
+	if got, ok, err := DecodeHello(b); err != nil || !ok || got != h {
+		t.Fatalf("DecodeHello = %+v, %v, %v", got, ok, err)
+	}
+	if _, ok, err := DecodeHello(b[:HelloSize]); ok || !errors.Is(err, ErrProtocol) {
+		t.Errorf("a group hello cut to %d bytes: ok %v, %v; want a protocol error", HelloSize, ok, err)
+	}
+	h.Features &^= FeatureGroup
+	if _, ok, err := DecodeHello(h.Encode()); ok || !errors.Is(err, ErrProtocol) {
+		t.Errorf("moves without a group: ok %v, %v; want a protocol error", ok, err)
+	}
+}
+
 // TestLinkFeatureHello: an iWARP dialer's Hello offers the link features
 // and says in byte 9 that it needs them.
 func TestLinkFeatureHello(t *testing.T) {

@@ -1,0 +1,193 @@
+package rdmanet
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/internal/group"
+	"github.com/rdmanet/sdk/internal/rdmalink"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// acceptedGroups are the groups this process accepted, by id, for the
+// links that join them: a dialer's later links may come to another of the
+// listener's addresses, served by another rdmaSide.
+var acceptedGroups struct {
+	sync.Mutex
+	m map[uint64]*acceptedGroup
+}
+
+type acceptedGroup struct {
+	mux     *group.Mux
+	port    uint16 // the listener's
+	process uint64 // the dialer's
+}
+
+// findAcceptedGroup is the group a join names, if it is a group of the
+// listener's port made by the same dialer.
+func findAcceptedGroup(h wire.Hello, port uint16) *group.Mux {
+	acceptedGroups.Lock()
+	defer acceptedGroups.Unlock()
+	g := acceptedGroups.m[h.Group]
+	if g == nil || g.port != port || g.process != h.Process {
+		return nil
+	}
+	return g.mux // nil while the group is being made
+}
+
+// reserveAcceptedGroup gives a group being made an id of its own.
+func reserveAcceptedGroup(port uint16, process uint64) uint64 {
+	acceptedGroups.Lock()
+	defer acceptedGroups.Unlock()
+	if acceptedGroups.m == nil {
+		acceptedGroups.m = map[uint64]*acceptedGroup{}
+	}
+	id := randomID()
+	for acceptedGroups.m[id] != nil {
+		id = randomID()
+	}
+	acceptedGroups.m[id] = &acceptedGroup{port: port, process: process}
+	return id
+}
+
+// setAcceptedGroup lists the group made for id until it ends; a nil m
+// gives the id up.
+func setAcceptedGroup(id uint64, m *group.Mux) {
+	acceptedGroups.Lock()
+	defer acceptedGroups.Unlock()
+	if m == nil {
+		delete(acceptedGroups.m, id)
+		return
+	}
+	acceptedGroups.m[id].mux = m
+	go func() {
+		<-m.Done()
+		acceptedGroups.Lock()
+		delete(acceptedGroups.m, id)
+		acceptedGroups.Unlock()
+	}()
+}
+
+// errUnknownGroup refuses a join of a group this process does not have.
+var errUnknownGroup = errors.New("rdmanet: " + unknownGroupReason)
+
+// acceptGroup accepts a request for a group's link: a new group, whose
+// streams the peer opens come to the listener's Accept (serveGroup), or a
+// link that joins a group (another path of its dialer's). It returns no
+// connection of its own.
+func (s *rdmaSide) acceptGroup(ctx context.Context, req *cm.Request, h wire.Hello) error {
+	fail := func(l *rdmalink.Link, err error) error {
+		req.ID.Reject(rejectReason(err))
+		req.ID.Close()
+		if l != nil {
+			l.Discard()
+		}
+		return err
+	}
+	port := s.addr.Port()
+	var joins *group.Mux
+	if h.Group != 0 {
+		if joins = findAcceptedGroup(h, port); joins == nil {
+			req.ID.Reject([]byte(rejectPrefix + unknownGroupReason))
+			req.ID.Close()
+			return errUnknownGroup
+		}
+	}
+	if err := acceptSetups.enter(ctx); err != nil {
+		return fail(nil, err)
+	}
+	l, err := rdmalink.New(req.ID, groupLinkConfig())
+	acceptSetups.leave()
+	if err != nil {
+		return fail(nil, peerMemoryError(err))
+	}
+	linkFeatures, err := chooseLinkFeatures(h, true, l, s.cfg.extensions())
+	if err != nil {
+		return fail(l, err)
+	}
+	agreed := h.Features&(groupOffer|wire.FeatureGroupMove) | linkFeatures
+	if joins != nil && agreed&wire.FeatureGroupMove == 0 {
+		return fail(l, errUnknownGroup) // a group without moves has one link
+	}
+	id := h.Group
+	if joins == nil {
+		id = reserveAcceptedGroup(port, h.Process)
+	}
+	accept := wire.Hello{Version: wire.HelloVersion, Features: agreed, RecvDepth: groupRecvDepth, RingSize: groupLinkRing,
+		Process: processID(), Group: id}
+	err = req.ID.Accept(ctx, acceptParam(accept.Encode()))
+	if err == nil {
+		if err = l.Established(agreed&(wire.LinkFeatures|wire.FeatureGroup), true); err != nil {
+			req.ID.Disconnect()
+		}
+	}
+	if err != nil {
+		if joins == nil {
+			setAcceptedGroup(id, nil)
+		}
+		req.ID.Close()
+		l.Discard()
+		return err
+	}
+	l.StartEvents()
+	if joins != nil {
+		if err := joins.AddLink(l); err != nil {
+			l.Close()
+			return err
+		}
+		return nil
+	}
+	gc := groupConfig(s.cfg, cap(s.slots), agreed&wire.FeatureGroupMove != 0)
+	gc.Accepts = func(p uint16) bool { return p == port }
+	var m *group.Mux
+	made := make(chan struct{})
+	remote := req.ID.RemoteAddr()
+	gc.OnEnd = func(err error) {
+		<-made
+		groupEnded(sideAccepted, remote, err)
+		m.Close()
+	}
+	m, err = group.New(l, gc)
+	close(made)
+	if err != nil {
+		setAcceptedGroup(id, nil)
+		l.Close()
+		return err
+	}
+	setAcceptedGroup(id, m)
+	registerGroup(m, sideAccepted, id, h.Process)
+	s.wg.Add(1)
+	go s.serveGroup(m)
+	return nil
+}
+
+// serveGroup hands the streams a group's peer opens to Accept, as
+// connections, until the listener closes; the group then takes no more
+// and ends with its last stream.
+func (s *rdmaSide) serveGroup(m *group.Mux) {
+	defer s.wg.Done()
+	defer m.Retire()
+	for {
+		st, err := m.Accept(s.ctx)
+		if err != nil {
+			return
+		}
+		select {
+		case s.slots <- struct{}{}:
+		case <-s.ctx.Done():
+			st.Close()
+			return
+		}
+		c, err := streamConn(st, s.cfg, true)
+		if err != nil {
+			<-s.slots
+			s.handshakeFailures.Add(1)
+			continue
+		}
+		s.handshakes.Add(1)
+		metrics.groupStreams[sideIndex(sideAccepted)].Add(1)
+		s.ready <- c // never blocks: ready has room for every slot
+	}
+}

@@ -1,0 +1,301 @@
+package rdmanet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/internal/group"
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/rdmalink"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// A dialer's group has a link per path to the server (issue 25): the
+// address it dialed, and each of Dialer.FailoverAddrs from a local RDMA
+// address on the same subnet (as a session's resume paths). The first
+// link makes the group; the server's accept names the group and the
+// server's process, and the other links present the group to join it
+// (wire.Hello's Group) and must reach the same process. A link that
+// fails is made again on its path, at once and then with backoff, for as
+// long as the group lives; the group moves the failed link's streams to
+// the links that work meanwhile (internal/group, MoveTimeout).
+
+// processID names this process in its groups' Hellos: random, non-zero.
+var processID = sync.OnceValue(randomID)
+
+// randomID is 64 random bits, never 0.
+func randomID() uint64 {
+	for {
+		var b [8]byte
+		rand.Read(b[:])
+		if id := binary.BigEndian.Uint64(b[:]); id != 0 {
+			return id
+		}
+	}
+}
+
+// errUnknownGroup is a join's refusal by a server that has no such group
+// (after rejectPrefix): it ended there, or the server restarted.
+const unknownGroupReason = "unknown link group"
+
+// Backoff between tries to make a path's link again.
+const (
+	pathRetryFirst = 100 * time.Millisecond
+	pathRetryMost  = 5 * time.Second
+	// pathDialTimeout bounds one try: a path whose port is down may
+	// never answer.
+	pathDialTimeout = 3 * time.Second
+)
+
+// groupPaths are a dialer's group's paths and the links on them.
+type groupPaths struct {
+	cfg   Config
+	paths []*groupPath
+
+	mu      sync.Mutex
+	mux     *group.Mux
+	id      uint64 // the group's, from the server's accept
+	process uint64 // the server's
+	wake    chan struct{}
+}
+
+// groupPath is one pair of local and remote addresses.
+type groupPath struct {
+	src   netip.Addr // zero: routing's choice
+	dst   netip.AddrPort
+	link  link.Carrier // the link on it now; nil while it has none
+	tries int          // failed tries since it last had one
+	err   error        // the last try's
+}
+
+func (p *groupPath) String() string {
+	if p.src.IsValid() {
+		return "rdma " + p.src.String() + " -> " + p.dst.String()
+	}
+	return "rdma -> " + p.dst.String()
+}
+
+func newGroupPaths(src netip.Addr, dst netip.AddrPort, alts []netip.AddrPort, cfg Config) *groupPaths {
+	g := &groupPaths{cfg: cfg, paths: []*groupPath{{src: src, dst: dst}}, wake: make(chan struct{}, 1)}
+	for _, a := range alts {
+		if a != dst {
+			g.paths = append(g.paths, &groupPath{src: sameSubnetRDMAAddr(a.Addr()), dst: a})
+		}
+	}
+	return g
+}
+
+// dialFirst makes the group with its first link, on the first path, and
+// starts making the others once the server agreed to move streams.
+func (g *groupPaths) dialFirst(ctx context.Context, answerWait time.Duration, onEnd func(error)) (*group.Mux, error) {
+	p := g.paths[0]
+	l, h, err := dialGroupLink(ctx, p.src, p.dst, answerWait, 0)
+	if err != nil {
+		return nil, err
+	}
+	moves := h.Features&wire.FeatureGroupMove != 0
+	gc := groupConfig(g.cfg, 0, moves)
+	gc.OnEnd, gc.IdleClose, gc.Mover = onEnd, groupIdleClose, true
+	gc.OnLinkDown = g.linkDown
+	m, err := group.New(l, gc)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	g.mu.Lock()
+	g.mux, g.id, g.process, p.link = m, h.Group, h.Process, l
+	g.mu.Unlock()
+	registerGroup(m, sideDialed, h.Group, h.Process)
+	if moves {
+		go g.keep()
+	}
+	return m, nil
+}
+
+// linkDown is the group's OnLinkDown: the path of base has no link now.
+func (g *groupPaths) linkDown(base link.Carrier, err error) {
+	g.mu.Lock()
+	for _, p := range g.paths {
+		if p.link == base {
+			p.link, p.err = nil, err
+			slog.Info("rdmanet: a link of a group failed; its connections move to the others", "path", p, "err", err)
+		}
+	}
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// keep makes a link on each path that has none, until the group ends:
+// at once, then with backoff.
+func (g *groupPaths) keep() {
+	done := g.mux.Done()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-g.wake:
+		case <-timer.C:
+		}
+		next := g.tryPaths(done)
+		if next > 0 {
+			timer.Reset(next)
+		}
+	}
+}
+
+// tryPaths tries once each path whose backoff is over and that has no
+// link; it returns when to try again (0: no path lacks a link).
+func (g *groupPaths) tryPaths(done <-chan struct{}) time.Duration {
+	var next time.Duration
+	for _, p := range g.paths {
+		g.mu.Lock()
+		up := p.link != nil
+		g.mu.Unlock()
+		if up {
+			continue
+		}
+		err := g.join(p, done)
+		g.mu.Lock()
+		if err == nil {
+			p.tries, p.err = 0, nil
+		} else {
+			p.tries++
+			p.err = err
+			wait := min(pathRetryFirst<<min(p.tries-1, 10), pathRetryMost)
+			if next == 0 || wait < next {
+				next = wait
+			}
+		}
+		g.mu.Unlock()
+		if err != nil {
+			slog.Debug("rdmanet: a path of a link group has no link", "path", p, "tries", p.tries, "err", err)
+		}
+	}
+	return next
+}
+
+// join makes a link on p that joins the group.
+func (g *groupPaths) join(p *groupPath, done <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(context.Background(), pathDialTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	g.mu.Lock()
+	id, process := g.id, g.process
+	g.mu.Unlock()
+	l, h, err := dialGroupLink(ctx, p.src, p.dst, 0, id)
+	if err != nil {
+		var refused *ServerRefusedError
+		switch {
+		case errors.As(err, &refused) && refused.Reason == unknownGroupReason:
+			// The server's group ended (its last link failed long enough,
+			// or the server restarted): so does this one, at once.
+			g.mux.End(fmt.Errorf("%w: the server no longer has the group (%s)", group.ErrDown, p))
+		case nothingListens(err) && g.mux.Stats().Links == 0:
+			// The server's process is gone: its streams cannot move.
+			g.mux.End(fmt.Errorf("%w: nothing listens at %s any more: %w", group.ErrDown, p.dst, err))
+		}
+		return err
+	}
+	if h.Process != process || h.Group != id || h.Features&wire.FeatureGroupMove == 0 {
+		l.Close()
+		return fmt.Errorf("rdmanet: %s reaches another process than the group's first link", p)
+	}
+	if err := g.mux.AddLink(l); err != nil {
+		l.Close()
+		return err
+	}
+	g.mu.Lock()
+	p.link = l
+	g.mu.Unlock()
+	slog.Info("rdmanet: a link of a group is up", "path", p)
+	return nil
+}
+
+// dialGroupLink makes a link of a group with dst: an rdma_cm connection
+// whose Hello offers a group (id 0: a new one) and moves between its
+// links. A listener that does not make groups is remembered for
+// noGroupMemory, and errNoGroup returned.
+func dialGroupLink(ctx context.Context, src netip.Addr, dst netip.AddrPort, answerWait time.Duration, id uint64) (_ *rdmalink.Link, _ wire.Hello, err error) {
+	if err := cm.Available(); err != nil {
+		return nil, wire.Hello{}, err
+	}
+	cid, err := cm.NewID()
+	if err != nil {
+		return nil, wire.Hello{}, err
+	}
+	var l *rdmalink.Link
+	defer func() {
+		if err != nil && cid != nil {
+			cid.Close()
+			if l != nil {
+				l.Discard()
+			}
+		}
+	}()
+	if err := cid.Resolve(ctx, src, dst); err != nil {
+		return nil, wire.Hello{}, err
+	}
+	if err := dialSetups.enter(ctx); err != nil {
+		return nil, wire.Hello{}, err
+	}
+	l, err = rdmalink.New(cid, groupLinkConfig())
+	dialSetups.leave()
+	if err != nil {
+		l = nil
+		return nil, wire.Hello{}, peerMemoryError(err)
+	}
+	hello := wire.Hello{Version: wire.HelloVersion, Features: groupOffer | wire.FeatureGroupMove | wire.LinkFeatures,
+		RecvDepth: groupRecvDepth, RingSize: groupLinkRing, Needs: l.Needs(), Process: processID(), Group: id}
+	peer, err := connectAnswered(ctx, cid, dst, hello.Encode(), answerWait)
+	if err != nil {
+		var refused *ServerRefusedError
+		if errors.As(err, &refused) && refused.Reason == noGroupsReason {
+			groups.noGroup(dst)
+			return nil, wire.Hello{}, errNoGroup
+		}
+		return nil, wire.Hello{}, err
+	}
+	h, ok, err := wire.DecodeHello(peer.PrivateData)
+	if err != nil {
+		cid.Disconnect()
+		return nil, wire.Hello{}, err
+	}
+	agreed := h.Features & hello.Features
+	if !ok || agreed&groupOffer != groupOffer {
+		// A listener without groups answered as for a connection of its
+		// own: this link is not one, and the dial makes one.
+		cid.Disconnect()
+		groups.noGroup(dst)
+		return nil, wire.Hello{}, errNoGroup
+	}
+	if err := checkLinkAnswer(agreed&wire.LinkFeatures, ok, l); err != nil {
+		cid.Disconnect()
+		return nil, wire.Hello{}, err
+	}
+	if err := l.Established(agreed&(wire.LinkFeatures|wire.FeatureGroup), false); err != nil {
+		cid.Disconnect()
+		return nil, wire.Hello{}, err
+	}
+	l.StartEvents()
+	h.Features = agreed
+	return l, h, nil
+}
