@@ -14,7 +14,7 @@ import (
 
 // movingGroups makes two groups over two pipes each that move their
 // streams when a link fails, a the dialer; it returns each path's pipes.
-func movingGroups(t testing.TB, streams int) (a, b *group.Mux, path1, path2 [2]*link.Pipe) {
+func movingGroups(t testing.TB, streams int, oneLink bool) (a, b *group.Mux, path1, path2 [2]*link.Pipe) {
 	t.Helper()
 	cfg, _ := Config{}.withDefaults()
 	gc := groupStreamConfig(cfg)
@@ -35,6 +35,9 @@ func movingGroups(t testing.TB, streams int) (a, b *group.Mux, path1, path2 [2]*
 		a.Close()
 		b.Close()
 	})
+	if oneLink {
+		return a, b, [2]*link.Pipe{p1a, p1b}, [2]*link.Pipe{p2a, p2b}
+	}
 	if err := b.AddLink(p2b); err != nil {
 		t.Fatal(err)
 	}
@@ -45,27 +48,70 @@ func movingGroups(t testing.TB, streams int) (a, b *group.Mux, path1, path2 [2]*
 }
 
 // TestGroupFailover: 100 connections stream both ways over a group's two
-// links; the first link fails with bytes in flight on it: cut (an error
-// at both ends), or silent (nothing lands, nothing says why, and the
-// connections' keepalives find it). Its connections move to the second
-// and every byte arrives in order and once (SHA-256 at both ends).
+// links, with bytes in flight on the first when it fails or the group's
+// links change:
+//   - cut: an error at both ends; its connections move to the second;
+//   - silent: nothing lands, nothing says why, and the connections'
+//     keepalives find it;
+//   - cut and healed: after the cut, a new link on the first path (as the
+//     dialer makes it again) takes half the streams back from the second;
+//   - added: the second link comes only then, and takes half the streams
+//     from the first, which works on.
+//
+// Every byte arrives in order and once (SHA-256 at both ends).
 func TestGroupFailover(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fail func(path [2]*link.Pipe)
-	}{
-		{"cut", func(path [2]*link.Pipe) { path[0].Cut(errors.New("test: port down")) }},
-		{"silent", func(path [2]*link.Pipe) { path[0].Silence() }},
+	const conns = 100
+	heal := func(t *testing.T, a, b *group.Mux) {
+		pc := groupBase(conns)
+		qa, qb := linktest.NewPipes(t, pc, pc)
+		if err := b.AddLink(qb); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.AddLink(qa); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []groupFailoverCase{
+		{"cut", false, func(t *testing.T, a, b *group.Mux, path [2]*link.Pipe) { path[0].Cut(errors.New("test: port down")) },
+			conns / 2, 1, 1},
+		{"silent", false, func(t *testing.T, a, b *group.Mux, path [2]*link.Pipe) { path[0].Silence() }, conns / 2, 1, 1},
+		{"cut and healed", false, func(t *testing.T, a, b *group.Mux, path [2]*link.Pipe) {
+			path[0].Cut(errors.New("test: port down"))
+			deadline := time.Now().Add(linktest.HangGuard)
+			for a.Stats().Moved < conns/2 || b.Stats().Moved < conns/2 {
+				if time.Now().After(deadline) {
+					t.Fatalf("no move: %+v", a.Stats())
+				}
+				time.Sleep(time.Millisecond)
+			}
+			heal(t, a, b)
+		}, conns, 1, 2},
+		{"added", true, func(t *testing.T, a, b *group.Mux, path [2]*link.Pipe) { heal(t, a, b) }, conns / 2, 0, 2},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testGroupFailover(t, tc.fail) })
+		t.Run(tc.name, func(t *testing.T) { testGroupFailover(t, conns, tc) })
 	}
 }
 
-func testGroupFailover(t *testing.T, fail func(path [2]*link.Pipe)) {
+// groupFailoverCase is what breaks or changes, once every connection
+// streams, and the counters each side has then: streams moved, links
+// that failed, links left.
+type groupFailoverCase struct {
+	name    string
+	oneLink bool // the group starts with one link
+	fail    func(t *testing.T, a, b *group.Mux, path [2]*link.Pipe)
+	moved   uint64
+	down    uint64
+	links   int
+}
+
+func testGroupFailover(t *testing.T, conns int, tc groupFailoverCase) {
 	goroutineCheck(t)
-	const conns, size = 100, 64 << 10
-	cfg := Config{KeepAlive: 200 * time.Millisecond}
-	a, b, path1, _ := movingGroups(t, conns)
+	const size = 64 << 10
+	// A keepalive that finds the silent path in a second or two, and
+	// takes no stall of a busy test machine for a dead path (which would
+	// fail the other link too: here nothing makes it again).
+	cfg := Config{KeepAlive: time.Second}
+	a, b, path1, _ := movingGroups(t, conns, tc.oneLink)
 	// Requests on the first path land a while after they are posted, so
 	// that the cut finds some in flight.
 	path1[0].SetDelay(2 * time.Millisecond)
@@ -76,7 +122,7 @@ func testGroupFailover(t *testing.T, fail func(path [2]*link.Pipe)) {
 		x, y := groupConnPair(t, cfg, a, b)
 		pairs[i] = pair{x, y}
 	}
-	if ls := a.Links(); len(ls) != 2 || ls[0].Streams != conns/2 {
+	if ls := a.Links(); !tc.oneLink && (len(ls) != 2 || ls[0].Streams != conns/2) {
 		t.Fatalf("links %+v, want the streams spread over two", ls)
 	}
 	var wg sync.WaitGroup
@@ -100,12 +146,15 @@ func testGroupFailover(t *testing.T, fail func(path [2]*link.Pipe)) {
 		}()
 	}
 	progress.Wait()
-	fail(path1)
+	tc.fail(t, a, b, path1)
 	wg.Wait()
 	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
 		st := m.Stats()
-		if st.Moved != conns/2 || st.LinksDown != 1 || st.Links != 1 || st.MovesFailed != 0 {
-			t.Errorf("%s: %+v, want %d streams moved off the link that failed", who, st, conns/2)
+		if st.Moved != tc.moved || st.LinksDown != tc.down || st.Links != tc.links || st.MovesFailed != 0 {
+			t.Errorf("%s: %+v, want %d streams moved, %d links down, %d left", who, st, tc.moved, tc.down, tc.links)
+		}
+		if ls := m.Links(); tc.links == 2 && (len(ls) != 2 || ls[0].Streams != conns/2) {
+			t.Errorf("%s: links %+v, want the streams spread over two", who, ls)
 		}
 	}
 	for _, p := range pairs {

@@ -46,6 +46,8 @@ type baseLink struct {
 	// its receives (roomToMoveLocked), in order.
 	movesWaiting []wire.GroupMessage
 	streams      int   // streams on it now
+	leaving      int   // of which leaving it for another link (rebalance.go)
+	arriving     int   // streams leaving another link for this one
 	regs         int   // rings of streams registered on it (made or shared)
 	err          error // why it ended (nil while it works)
 	closed       bool  // its base link was closed
@@ -156,8 +158,8 @@ func (l *baseLink) completeLocked(c *link.Completion) {
 			m.protocolLocked(l, fmt.Errorf("data write: %w", err))
 			return
 		}
-		if s.l != l {
-			l.repostLocked(1) // a write it sent before it moved the stream
+		if s.l != l || s.leaving {
+			l.repostLocked(1) // a write the peer sent before it moved the stream
 			return
 		}
 		s.arriveLocked(link.Completion{Kind: link.DataArrived, N: c.N})
@@ -180,7 +182,7 @@ func (l *baseLink) completeLocked(c *link.Completion) {
 			m.protocolLocked(l, fmt.Errorf("a group message names stream %#x", uint32(tag)))
 			return
 		}
-		if s.l != l {
+		if s.l != l || s.leaving {
 			l.repostLocked(1)
 			return
 		}
@@ -219,6 +221,13 @@ func (l *baseLink) retireLocked(id uint64) {
 		}
 		if s := e.s; s != nil && s.l == l {
 			s.inflight--
+			if s.leaving {
+				// Its engine starts afresh on the link it goes to.
+				if s.inflight == 0 {
+					s.leftLocked()
+				}
+				continue
+			}
 			if e.signaled {
 				s.pushLocked(link.Completion{Kind: link.SendDone, ID: e.id}, e.seq)
 			}
@@ -519,6 +528,7 @@ func (l *baseLink) downLocked(err error) {
 	l.granted = 0
 	for _, s := range m.slots {
 		if s != nil && s.l == l {
+			s.stopLeavingLocked()
 			s.suspendLocked(err)
 		}
 	}

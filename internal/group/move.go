@@ -103,12 +103,18 @@ func (s *Stream) lostLocked() bool { return s.fails > s.resumes }
 // stream left: it has not yet taken the Resumed of its last move.
 func (s *Stream) staleLocked() bool { return s.fails > s.tookResumes }
 
-// afterLinkDownLocked moves the suspended streams (the Mover) and sets the
-// deadline of those that wait.
+// afterLinkDownLocked moves the suspended streams (the Mover), answers
+// the moves that waited for streams to leave the failed link (its peer),
+// and sets the deadline of those that wait.
 func (m *Mux) afterLinkDownLocked(err error) {
 	m.lastDown = err
 	if m.cfg.Mover {
 		m.moveSuspendedLocked()
+	}
+	for _, l := range m.links {
+		if l.err == nil && len(l.movesWaiting) > 0 {
+			l.receivesFreedLocked()
+		}
 	}
 	m.armMoveTimerLocked()
 }
@@ -205,6 +211,10 @@ func (m *Mux) moveAskedLocked(l *baseLink, g wire.GroupMessage) {
 	}
 	if s.peer != g.From || s.state != open || s.l == l || s.moving || len(l.movesWaiting) >= groupRequests {
 		m.protocolLocked(l, fmt.Errorf("StreamMove of %#x from %#x, which is not the peer's stream to move here", uint32(g.To), uint32(g.From)))
+		return
+	}
+	if s.l != nil && g.Reason == wire.MoveRebalance {
+		m.rebalanceAskedLocked(l, s, g)
 		return
 	}
 	if old := s.l; old != nil {

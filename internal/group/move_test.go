@@ -303,3 +303,56 @@ func TestHostileMoves(t *testing.T) {
 		}
 	})
 }
+
+// TestRebalanceOnAdd: a link the dialer adds takes its share of the
+// streams from the links that work: each stream that moves reports a
+// Failed that matches link.ErrDown, then Resumed, at both ends, and works
+// on its new link; the others see nothing.
+func TestRebalanceOnAdd(t *testing.T) {
+	linktest.CheckGoroutines(t)
+	a, b, _, _ := muxPair(t, moveConfig(true), moveConfig(false), baseConfig())
+	var xs, ys []*group.Stream
+	for range 6 {
+		x, y := openPair(t, a, b)
+		xs, ys = append(xs, x), append(ys, y)
+		defer x.Close()
+		defer y.Close()
+	}
+	qa, qb := linktest.NewPipes(t, baseConfig(), baseConfig())
+	if err := b.AddLink(qb); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddLink(qa); err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for i := range xs {
+		cs := linktest.PollAll(t, xs[i])
+		if len(cs) == 0 {
+			continue
+		}
+		moved++
+		if cs[len(cs)-1].Kind != link.Resumed {
+			cs = append(cs, takeUntil(t, xs[i], link.Resumed)...)
+		}
+		linktest.WantKinds(t, "dialer", cs, "failed", "resumed")
+		linktest.WantKinds(t, "listener", takeUntil(t, ys[i], link.Resumed), "failed", "resumed")
+		announce(t, ys[i], xs[i])
+		announce(t, xs[i], ys[i])
+	}
+	for i := range xs {
+		ping(t, xs[i], ys[i], []byte("after the rebalance"), 10)
+	}
+	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
+		ls := m.Links()
+		if len(ls) != 2 || ls[0].Streams != 3 || ls[1].Streams != 3 {
+			t.Errorf("%s: links %+v, want 3 streams each", who, ls)
+		}
+		if st := m.Stats(); st.Moved != 3 || st.LinksDown != 0 {
+			t.Errorf("%s: %+v, want 3 moved and no link down", who, st)
+		}
+	}
+	if moved != 3 {
+		t.Errorf("%d streams moved, want 3", moved)
+	}
+}

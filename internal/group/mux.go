@@ -277,9 +277,10 @@ func (m *Mux) AddLink(base link.Carrier) error {
 	if m.err != nil {
 		return m.err
 	}
-	m.addLocked(base)
-	if m.cfg.Mover {
+	l := m.addLocked(base)
+	if m.cfg.Mover && m.cfg.MoveTimeout > 0 {
 		m.moveSuspendedLocked()
+		m.rebalanceLocked(l)
 	}
 	return nil
 }

@@ -65,6 +65,13 @@ type Stream struct {
 	// resumes count the Failed and Resumed completions of its moves, and
 	// tookResumes the Resumeds its engine polled.
 	waiting, moving, closeDue   bool
+	// A stream leaving a link that works (rebalance.go) waits there for
+	// its requests to complete, then goes to leaveTo; at the peer of the
+	// group's dialer, to answer leaveAsk there.
+	leaving    bool
+	leaveTo    *baseLink
+	leaveAsk   *wire.GroupMessage
+	leaveTimer *time.Timer
 	suspendedAt                 time.Time
 	cause                       error
 	fails, resumes, tookResumes uint32
@@ -609,7 +616,7 @@ func (s *Stream) disconnectLocked() {
 	if s.peerDone() || s.closeSent || s.state != open || m.err != nil {
 		return
 	}
-	if s.l == nil || s.moving {
+	if s.l == nil || s.moving || s.leaving {
 		s.closeDue = true // once it is on a link again
 		return
 	}

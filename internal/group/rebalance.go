@@ -1,0 +1,179 @@
+package group
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/wire"
+)
+
+// Moves off a link that works (StreamMove with wire.MoveRebalance): when
+// the dialer of the group adds a link (a path that healed, or one that
+// joined after the first streams opened), it moves streams from the links
+// with the most onto it, until the links carry as many each, as a bond
+// moves traffic back to a port that came up.
+//
+// A stream that leaves a link that works first lets its requests there
+// complete: its engine is suspended (a Failed that matches link.ErrDown,
+// as for a link that failed), what it queued and the link did not post is
+// dropped (its engine sends it again after Resume), and only once the
+// last request it posted has completed, so that nothing of it can land
+// in the peer's ring later, does StreamMove go on the new link. The peer
+// does the same before it answers. What arrives for the stream on the old
+// link meanwhile is dropped: it landed, and the engines' Resume sends it
+// again, to the same place.
+
+// errRebalance suspends a stream that moves off a link that works.
+var errRebalance = errors.New("group: the stream moves to a link with fewer streams")
+
+// rebalanceLocked moves streams onto to, just added, from the links with
+// the most, until to has its share.
+func (m *Mux) rebalanceLocked(to *baseLink) {
+	live, total := 0, 0
+	for _, l := range m.links {
+		if l.err == nil {
+			live++
+			total += l.streams - l.leaving
+		}
+	}
+	if live < 2 {
+		return
+	}
+	share := total / live
+	for to.streams+to.arriving < share {
+		var from *baseLink
+		for _, l := range m.links {
+			if l != to && l.err == nil && (from == nil || l.streams-l.leaving > from.streams-from.leaving) {
+				from = l
+			}
+		}
+		if from == nil || from.streams-from.leaving <= share {
+			return
+		}
+		s := m.leaverLocked(from)
+		if s == nil {
+			return
+		}
+		s.leaveLocked(to, nil)
+	}
+}
+
+// leaverLocked is a stream on l that may leave it: open, and not closing,
+// moving or leaving already.
+func (m *Mux) leaverLocked(l *baseLink) *Stream {
+	for _, s := range m.slots {
+		if s != nil && s.l == l && s.state == open && !s.leaving && !s.moving && !s.disconnecting && !s.down &&
+			!s.peerClosed && !s.closeSent && s.announced {
+			return s
+		}
+	}
+	return nil
+}
+
+// leaveLocked starts the stream's move off its link, which works, to
+// to: at the dialer, it sends StreamMove once it left; at its peer, ask
+// is the StreamMove to answer then.
+func (s *Stream) leaveLocked(to *baseLink, ask *wire.GroupMessage) {
+	from := s.l
+	s.leaving, s.leaveTo, s.leaveAsk = true, to, ask
+	from.leaving++
+	to.arriving++
+	s.dropQueuedLocked()
+	if !s.lostLocked() {
+		s.fails++
+		s.pushLocked(link.Completion{Kind: link.Failed, Err: movingError(from, errRebalance)}, 0)
+		s.signalLocked()
+	}
+	if s.inflight == 0 {
+		s.leftLocked()
+		return
+	}
+	// A link that does not complete what was posted on it within the move
+	// timeout has failed: its streams move as for any failure.
+	m := s.m
+	s.leaveTimer = time.AfterFunc(m.cfg.MoveTimeout, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if s.leaving && s.l == from {
+			from.downLocked(fmt.Errorf("%w: %s completed nothing in %v", ErrDown, from.name(), m.cfg.MoveTimeout))
+		}
+	})
+}
+
+// leftLocked: the last request the leaving stream posted on its link
+// completed. It takes the stream off the link, and moves it.
+func (s *Stream) leftLocked() {
+	m, from, to, ask := s.m, s.l, s.leaveTo, s.leaveAsk
+	s.stopLeaveTimer()
+	s.leaving, s.leaveTo, s.leaveAsk = false, nil, nil
+	from.leaving--
+	to.arriving--
+	from.streams--
+	from.granted -= s.avail + s.taken
+	s.l = nil
+	s.avail, s.taken = 0, 0
+	s.announced = false
+	s.peerRings, s.nextRing = [3]remoteRing{}, 0
+	from.receivesFreedLocked()
+	if s.peerDone() && (!s.closeSent || s.closeAnswered) {
+		// Closed at both ends while it left: nothing to move.
+		if ask != nil {
+			movedRefusal(to, *ask, wire.ReasonGone)
+		}
+		m.maybeFreeLocked(s)
+		return
+	}
+	s.suspendedAt, s.cause = time.Now(), errRebalance
+	s.waiting = true
+	m.suspended = append(m.suspended, s)
+	switch {
+	case ask != nil && (len(to.movesWaiting) > 0 || !to.roomToMoveLocked()):
+		to.movesWaiting = append(to.movesWaiting, *ask) // receivesFreedLocked answers it
+	case ask != nil:
+		// The peer of the dialer answers the move it was asked for.
+		to.takeMoveLocked(*ask)
+	case to.err == nil && to.roomToMoveLocked():
+		m.dropSuspendedLocked(s)
+		m.moveLocked(s, to, wire.MoveRebalance)
+	default:
+		m.moveSuspendedLocked() // to failed or filled meanwhile: another
+	}
+	m.armMoveTimerLocked()
+}
+
+// rebalanceAskedLocked takes the dialer's StreamMove of a stream off its
+// link, which works here too: the stream leaves it, then the move is
+// answered.
+func (m *Mux) rebalanceAskedLocked(l *baseLink, s *Stream, g wire.GroupMessage) {
+	if s.leaving {
+		m.protocolLocked(l, fmt.Errorf("StreamMove of %#x, which moves already", uint32(s.tag)))
+		return
+	}
+	s.leaveLocked(l, &g)
+}
+
+// stopLeavingLocked: the link a leaving stream was on failed first; the
+// stream is suspended as the others, and a move it was asked for is
+// answered as theirs are.
+func (s *Stream) stopLeavingLocked() {
+	if !s.leaving {
+		return
+	}
+	from, to, ask := s.l, s.leaveTo, s.leaveAsk
+	s.stopLeaveTimer()
+	s.leaving, s.leaveTo, s.leaveAsk = false, nil, nil
+	from.leaving--
+	to.arriving--
+	if ask != nil {
+		to.movesWaiting = append([]wire.GroupMessage{*ask}, to.movesWaiting...)
+	}
+}
+
+func (s *Stream) stopLeaveTimer() {
+	if s.leaveTimer != nil {
+		s.leaveTimer.Stop()
+		s.leaveTimer = nil
+	}
+}
