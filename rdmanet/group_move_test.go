@@ -164,4 +164,18 @@ func testGroupFailover(t *testing.T, conns int, tc groupFailoverCase) {
 		closeAndWait(t, p.x)
 		closeAndWait(t, p.y)
 	}
+	// With every stream gone, every receive of the links that work is
+	// posted again: a move leaks none.
+	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
+		deadline := time.Now().Add(linktest.HangGuard)
+		for m.Stats().Streams > 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		for _, ls := range m.Links() {
+			p := ls.Base.(*link.Pipe)
+			if got, want := p.Stats().RecvPosted, p.Caps().RecvDepth; got != want {
+				t.Errorf("%s: %d receives posted on a link with no stream, want all %d", who, got, want)
+			}
+		}
+	}
 }

@@ -302,6 +302,7 @@ func (s *Stream) moveFailedLocked(err *MoveError) {
 	m.dropSuspendedLocked(s)
 	if l := s.l; l != nil {
 		l.granted -= s.avail + s.taken
+		l.repostLocked(s.taken)
 		l.streams--
 		s.l = nil
 		l.maybeCloseLocked()

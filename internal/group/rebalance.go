@@ -112,6 +112,7 @@ func (s *Stream) leftLocked() {
 	to.arriving--
 	from.streams--
 	from.granted -= s.avail + s.taken
+	from.repostLocked(s.taken) // the link works on: its receives go back to its pool
 	s.l = nil
 	s.avail, s.taken = 0, 0
 	s.announced = false
