@@ -55,8 +55,9 @@ import (
 // groupRequests is how many group requests (StreamOpen, StreamClose,
 // StreamMove) each side may have unanswered on a link; the receives
 // reserved for the group's messages are twice that (the peer's requests,
-// and the answers to this side's).
-const groupRequests = 8
+// and the answers to this side's). A failover moves every stream of a
+// link at once: 32 moves a round trip.
+const groupRequests = 32
 
 // Config sizes a group's streams.
 type Config struct {
