@@ -38,8 +38,11 @@ const groupStreamFeatures = wire.FeatureRing | wire.FeatureShutdown | wire.Featu
 // own), its receives are the streams' pool.
 const (
 	// groupRecvDepth: a group that moves its streams keeps, on each link,
-	// every stream's first grant (8): about a thousand streams a group.
-	groupRecvDepth    = 8192
+	// every stream's first grant (8), so that any link can take them all:
+	// a thousand streams a group hold half its receives, and credit for
+	// those that stream comes from the rest. 512 KiB of receive slots a
+	// link.
+	groupRecvDepth    = 16384
 	groupSendDepth    = 255
 	groupControlDepth = 64
 	groupLinkRing     = 4096
