@@ -81,6 +81,10 @@ func groupConfig(cfg Config, backlog int, moves bool) group.Config {
 	gc.Backlog = backlog
 	if moves {
 		gc.MoveTimeout = groupMoveTimeout
+		// A dialer whose links all ended with a disconnect (its process
+		// died, say) comes back at once if it will: a session's server
+		// waits as long (peerLeftWait).
+		gc.PeerLeftWait = peerLeftWait(cfg)
 	}
 	return gc
 }

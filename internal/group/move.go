@@ -103,11 +103,23 @@ func (s *Stream) lostLocked() bool { return s.fails > s.resumes }
 // stream left: it has not yet taken the Resumed of its last move.
 func (s *Stream) staleLocked() bool { return s.fails > s.tookResumes }
 
+// errPeerLeft ends a group whose peer disconnected its last link and did
+// not come back within PeerLeftWait.
+var errPeerLeft = disconnected{fmt.Errorf("%w: the peer disconnected the group's last link and did not come back", ErrDown)}
+
 // afterLinkDownLocked moves the suspended streams (the Mover), answers
 // the moves that waited for streams to leave the failed link (its peer),
-// and sets the deadline of those that wait.
+// and sets the deadline of those that wait: a peer that disconnected the
+// last link has PeerLeftWait to come back.
 func (m *Mux) afterLinkDownLocked(err error) {
 	m.lastDown = err
+	if !m.cfg.Mover && m.cfg.PeerLeftWait > 0 && Disconnected(err) && !m.liveLocked() {
+		if m.leftTimer == nil {
+			m.leftTimer = time.AfterFunc(m.cfg.PeerLeftWait, m.peerLeftDeadline)
+		} else {
+			m.leftTimer.Reset(m.cfg.PeerLeftWait)
+		}
+	}
 	if m.cfg.Mover {
 		m.moveSuspendedLocked()
 	}
@@ -360,6 +372,16 @@ func (m *Mux) armMoveTimerLocked() {
 		m.moveTimer = time.AfterFunc(wait, m.moveDeadline)
 	} else {
 		m.moveTimer.Reset(wait)
+	}
+}
+
+// peerLeftDeadline ends the group as its peer's close if no link came
+// back within PeerLeftWait.
+func (m *Mux) peerLeftDeadline() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err == nil && !m.liveLocked() {
+		m.endLocked(errPeerLeft)
 	}
 }
 

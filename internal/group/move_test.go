@@ -12,6 +12,7 @@ import (
 	"github.com/rdmanet/sdk/internal/group"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/linktest"
+	"github.com/rdmanet/sdk/internal/stream"
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
@@ -354,5 +355,31 @@ func TestRebalanceOnAdd(t *testing.T) {
 	}
 	if moved != 3 {
 		t.Errorf("%d streams moved, want 3", moved)
+	}
+}
+
+// TestPeerLeft: when the dialer's process dies its kernel disconnects its
+// links: the other side's streams end as their peer's close
+// (stream.ErrPeerLeftLink, which Conn reads as io.EOF) after PeerLeftWait,
+// not after the move timeout.
+func TestPeerLeft(t *testing.T) {
+	cb := moveConfig(false)
+	cb.MoveTimeout, cb.PeerLeftWait = time.Minute, 100*time.Millisecond
+	a, b, pa, _ := muxPair(t, moveConfig(true), cb, baseConfig())
+	x, y := openPair(t, a, b)
+	defer x.Close()
+	defer y.Close()
+	start := time.Now()
+	pa.Close() // as the dialer's kernel does for a process that died
+	cs := takeUntil(t, y, link.Ended)
+	linktest.WantKinds(t, "listener", cs, "failed", "ended")
+	if !errors.Is(cs[1].Err, stream.ErrPeerLeftLink) {
+		t.Errorf("ended with %v, want stream.ErrPeerLeftLink", cs[1].Err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("ended %v after the peer left, want about PeerLeftWait", took)
+	}
+	if err := waitErr(t, b); !group.Disconnected(err) {
+		t.Errorf("group ended with %v, want the peer's disconnection", err)
 	}
 }

@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/stream"
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
@@ -102,6 +103,13 @@ type Config struct {
 	// Mover is set at the side that made the links (the dialer): it moves
 	// the streams, the other side waits for its StreamMoves.
 	Mover bool
+	// PeerLeftWait, at the side that does not move streams: when the
+	// group's last working link was disconnected (the peer's process may
+	// have died: its kernel disconnects), how long the group waits for the
+	// peer to come back with a link or a move before its streams end as
+	// their peer's close (as a plain connection's do when its peer dies).
+	// Zero: MoveTimeout, as for any failure.
+	PeerLeftWait time.Duration
 	// OnLinkDown, if set, is called on a goroutine of its own when one of
 	// the group's links (base) fails while the group goes on
 	// (MoveTimeout): the owner may make another on its path (AddLink).
@@ -225,6 +233,7 @@ type Mux struct {
 
 	suspended []*Stream // waiting for a move, oldest first
 	moveTimer *time.Timer
+	leftTimer *time.Timer // PeerLeftWait
 	lastDown  error // the last link failure, for a group that ends with no link
 
 	err       error // the group ended: why
@@ -572,6 +581,9 @@ func (m *Mux) endLocked(err error) {
 	if m.moveTimer != nil {
 		m.moveTimer.Stop()
 	}
+	if m.leftTimer != nil {
+		m.leftTimer.Stop()
+	}
 	for _, s := range m.slots {
 		if s == nil {
 			continue
@@ -586,6 +598,9 @@ func (m *Mux) endLocked(err error) {
 			s.closed = true // its opener gave up: nobody else will close it
 		}
 		switch {
+		case s.lostLocked() && errors.Is(err, errPeerLeft):
+			// As when the peer's process dies under a plain connection.
+			s.endedLocked(stream.ErrPeerLeftLink)
 		case s.lostLocked():
 			// Suspended: its engine waits for a move, and takes only its end.
 			s.endedLocked(err)
