@@ -79,6 +79,7 @@ func groupConfig(cfg Config, backlog int, moves bool) group.Config {
 	gc.SendRing, gc.RecvRing = first.SendBuffer, first.RecvBuffer
 	gc.SendDepth, gc.ControlDepth = groupSendDepth/4, controlSlots
 	gc.Backlog = backlog
+	gc.OnMove = func(k group.MoveKind) { metrics.groupMoves[k].Add(1) }
 	if moves {
 		gc.MoveTimeout = groupMoveTimeout
 		// A dialer whose links all ended with a disconnect (its process

@@ -111,6 +111,7 @@ func testGroupFailover(t *testing.T, conns int, tc groupFailoverCase) {
 	// takes no stall of a busy test machine for a dead path (which would
 	// fail the other link too: here nothing makes it again).
 	cfg := Config{KeepAlive: time.Second}
+	before := ReadMetrics().GroupMoves
 	a, b, path1, _ := movingGroups(t, conns, tc.oneLink)
 	// Requests on the first path land a while after they are posted, so
 	// that the cut finds some in flight.
@@ -163,6 +164,11 @@ func testGroupFailover(t *testing.T, conns int, tc groupFailoverCase) {
 		}
 		closeAndWait(t, p.x)
 		closeAndWait(t, p.y)
+	}
+	// Both sides are this process's: each move counts twice.
+	after := ReadMetrics().GroupMoves
+	if moved := after["failover"] + after["rebalance"] - before["failover"] - before["rebalance"]; moved != 2*tc.moved || after["failed"] != before["failed"] {
+		t.Errorf("metrics: %v moves after, %v before; want %d more moved, none failed", after, before, 2*tc.moved)
 	}
 	// With every stream gone, every receive of the links that work is
 	// posted again: a move leaks none.

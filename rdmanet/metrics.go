@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/group"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/stream"
@@ -82,6 +83,7 @@ var metrics struct {
 	// Link groups (issue 25): groups made and streams opened in them, by
 	// side (dialed, accepted).
 	groupsMade, groupStreams [2]atomic.Uint64
+	groupMoves               [3]atomic.Uint64 // by group.MoveKind
 }
 
 // sideIndex numbers the sides for the counters by side.
@@ -151,6 +153,11 @@ type Metrics struct {
 	// "accepted"); GroupsOpen is how many groups are open now (Groups).
 	Groups, GroupStreams map[string]uint64
 	GroupsOpen           int
+	// GroupMoves counts the streams of link groups that moved to another
+	// link of their group, by kind: "failover" (their link failed),
+	// "rebalance" (off a link that works, onto one that joined or healed),
+	// and "failed" (their link failed and none took them in time).
+	GroupMoves map[string]uint64
 
 	// AsyncEvents counts the RDMA devices' asynchronous events read
 	// (ibv_get_async_event), by type: "PORT_ERR", "PORT_ACTIVE",
@@ -187,6 +194,10 @@ func ReadMetrics() Metrics {
 		m.GroupStreams[side] = metrics.groupStreams[i].Load()
 	}
 	m.GroupsOpen = openGroups()
+	m.GroupMoves = map[string]uint64{}
+	for k := range metrics.groupMoves {
+		m.GroupMoves[group.MoveKind(k).String()] = metrics.groupMoves[k].Load()
+	}
 	t := liveTotals()
 	m.Open, m.BytesSent, m.BytesReceived, m.RequestsPosted, m.MessagesArrived = t.open, t.sent, t.received, t.posted, t.arrived
 	return m

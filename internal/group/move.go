@@ -293,6 +293,9 @@ func (m *Mux) movedLocked(l *baseLink, g wire.GroupMessage) {
 func (s *Stream) resumedLocked() {
 	m := s.m
 	m.stats.Moved++
+	if m.cfg.OnMove != nil {
+		m.cfg.OnMove(map[bool]MoveKind{false: MoveFailover, true: MoveRebalance}[s.cause == errRebalance])
+	}
 	if s.lostLocked() {
 		s.resumes++
 		s.pushLocked(link.Completion{Kind: link.Resumed}, 0)
@@ -311,6 +314,9 @@ func (s *Stream) resumedLocked() {
 func (s *Stream) moveFailedLocked(err *MoveError) {
 	m := s.m
 	m.stats.MovesFailed++
+	if m.cfg.OnMove != nil {
+		m.cfg.OnMove(MoveFailed)
+	}
 	m.dropSuspendedLocked(s)
 	if l := s.l; l != nil {
 		l.granted -= s.avail + s.taken

@@ -110,10 +110,35 @@ type Config struct {
 	// their peer's close (as a plain connection's do when its peer dies).
 	// Zero: MoveTimeout, as for any failure.
 	PeerLeftWait time.Duration
+	// OnMove, if set, is called for every stream that moved (MoveFailover,
+	// MoveRebalance) or could not (MoveFailed), under the group's lock: it
+	// only counts.
+	OnMove func(MoveKind)
 	// OnLinkDown, if set, is called on a goroutine of its own when one of
 	// the group's links (base) fails while the group goes on
 	// (MoveTimeout): the owner may make another on its path (AddLink).
 	OnLinkDown func(base link.Carrier, err error)
+}
+
+// MoveKind says how a stream's move went, for OnMove.
+type MoveKind uint8
+
+const (
+	MoveFailover  MoveKind = iota // its link failed, and it moved
+	MoveRebalance                 // it moved off a link that works
+	MoveFailed                    // its link failed, and no link took it
+)
+
+func (k MoveKind) String() string {
+	switch k {
+	case MoveFailover:
+		return "failover"
+	case MoveRebalance:
+		return "rebalance"
+	case MoveFailed:
+		return "failed"
+	}
+	return fmt.Sprintf("move(%d)", uint8(k))
 }
 
 // Spread is how a group picks the link a new stream opens on.
@@ -234,7 +259,7 @@ type Mux struct {
 	suspended []*Stream // waiting for a move, oldest first
 	moveTimer *time.Timer
 	leftTimer *time.Timer // PeerLeftWait
-	lastDown  error // the last link failure, for a group that ends with no link
+	lastDown  error       // the last link failure, for a group that ends with no link
 
 	err       error // the group ended: why
 	closed    bool

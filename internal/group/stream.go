@@ -64,14 +64,14 @@ type Stream struct {
 	// with a StreamClose to send once it is on one (closeDue). fails and
 	// resumes count the Failed and Resumed completions of its moves, and
 	// tookResumes the Resumeds its engine polled.
-	waiting, moving, closeDue   bool
+	waiting, moving, closeDue bool
 	// A stream leaving a link that works (rebalance.go) waits there for
 	// its requests to complete, then goes to leaveTo; at the peer of the
 	// group's dialer, to answer leaveAsk there.
-	leaving    bool
-	leaveTo    *baseLink
-	leaveAsk   *wire.GroupMessage
-	leaveTimer *time.Timer
+	leaving                     bool
+	leaveTo                     *baseLink
+	leaveAsk                    *wire.GroupMessage
+	leaveTimer                  *time.Timer
 	suspendedAt                 time.Time
 	cause                       error
 	fails, resumes, tookResumes uint32

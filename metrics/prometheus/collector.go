@@ -23,7 +23,7 @@ import (
 type Collector struct {
 	connections, fallbacks, connectFailures, connErrors *prom.Desc
 	open, bytes, requests, messages, sessionMoves       *prom.Desc
-	groups, groupStreams, groupsOpen                    *prom.Desc
+	groups, groupStreams, groupsOpen, groupMoves        *prom.Desc
 }
 
 // NewCollector returns a collector of the process's rdmanet metrics.
@@ -62,13 +62,16 @@ func NewCollector() *Collector {
 			[]string{"side"}, nil),
 		groupsOpen: prom.NewDesc("rdmanet_groups_open",
 			"Link groups open now.", nil, nil),
+		groupMoves: prom.NewDesc("rdmanet_group_stream_moves_total",
+			"Streams of link groups moved to another link of their group, by kind: failover (their link failed), rebalance (onto a link that joined or healed), failed (no link took them in time).",
+			[]string{"kind"}, nil),
 	}
 }
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prom.Desc) {
 	for _, d := range []*prom.Desc{c.connections, c.fallbacks, c.connectFailures, c.connErrors,
-		c.open, c.bytes, c.requests, c.messages, c.sessionMoves, c.groups, c.groupStreams, c.groupsOpen} {
+		c.open, c.bytes, c.requests, c.messages, c.sessionMoves, c.groups, c.groupStreams, c.groupsOpen, c.groupMoves} {
 		ch <- d
 	}
 }
@@ -103,6 +106,9 @@ func (c *Collector) Collect(ch chan<- prom.Metric) {
 		counter(c.groupStreams, m.GroupStreams[side], side)
 	}
 	ch <- prom.MustNewConstMetric(c.groupsOpen, prom.GaugeValue, float64(m.GroupsOpen))
+	for kind, n := range m.GroupMoves {
+		counter(c.groupMoves, n, kind)
+	}
 }
 
 var _ prom.Collector = (*Collector)(nil)
