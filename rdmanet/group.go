@@ -15,16 +15,19 @@ import (
 )
 
 // Link groups (issue 25; docs/engine.md, "Link groups"): with
-// Config.groups, the first dial to a listener makes one RDMA connection
-// that carries every later connection to it as a stream (internal/group):
-// a dial then costs one message and its answer, no rdma_cm exchange, no
-// queue pair and no registration. The listener's Accept returns streams
-// as it returns connections.
+// Config.groups, the first dial to a listener makes a group: an RDMA
+// connection that carries every later connection to it as a stream
+// (internal/group), and one more to each of the listener's other
+// addresses the dialer knows (Dialer.FailoverAddrs), between which the
+// streams move when one fails (group_paths.go). A dial then costs one
+// message and its answer, no rdma_cm exchange, no queue pair and no
+// registration. The listener's Accept returns streams as it returns
+// connections (group_accept.go).
 //
-// Off by default until a group moves its streams when its link fails
-// (issue 25's failover): today a group's link that fails ends its streams,
-// as a plain connection's does. Not with sessions (Config.ResumeTimeout)
-// or Config.ValkeyCompatible, which keep a queue pair per connection.
+// Off by default until a group's streams keep growing their rings while
+// it moves them, and move to TCP when no RDMA path is left. Not with
+// sessions (Config.ResumeTimeout) or Config.ValkeyCompatible, which keep
+// a queue pair per connection.
 
 // groupOffer is what a group's link agrees on: rings, half-close, and
 // credit for every message, granted from the link's pool of receives.
