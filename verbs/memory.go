@@ -111,16 +111,7 @@ type MR struct {
 
 // Register registers buf with the given access rights.
 func (pd *PD) Register(buf *Buffer, access Access) (*MR, error) {
-	if !pd.g.Use() {
-		return nil, ErrClosed
-	}
-	defer pd.g.Done()
-	buf.g.Lock()
-	defer buf.g.Unlock()
-	if buf.g.Closed() {
-		return nil, ErrClosed
-	}
-	return pd.registerLocked(buf, buf.mem, access)
+	return pd.register(buf, nil, access)
 }
 
 // RegisterPart registers part, which is memory of buf (another domain's
@@ -128,6 +119,14 @@ func (pd *PD) Register(buf *Buffer, access Access) (*MR, error) {
 // second device. The part's MR counts as one of buf's, which stays mapped
 // until it is closed.
 func (pd *PD) RegisterPart(buf *Buffer, part []byte, access Access) (*MR, error) {
+	if len(part) == 0 {
+		return nil, fmt.Errorf("verbs: RegisterPart of no memory")
+	}
+	return pd.register(buf, part, access)
+}
+
+// register registers part of buf, or all of it if part is nil.
+func (pd *PD) register(buf *Buffer, part []byte, access Access) (*MR, error) {
 	if !pd.g.Use() {
 		return nil, ErrClosed
 	}
@@ -137,9 +136,12 @@ func (pd *PD) RegisterPart(buf *Buffer, part []byte, access Access) (*MR, error)
 	if buf.g.Closed() {
 		return nil, ErrClosed
 	}
+	if part == nil {
+		return pd.registerLocked(buf, buf.mem, access)
+	}
 	start := uintptr(unsafe.Pointer(unsafe.SliceData(buf.mem)))
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(part)))
-	if len(part) == 0 || p < start || p+uintptr(len(part)) > start+uintptr(len(buf.mem)) {
+	if p < start || p+uintptr(len(part)) > start+uintptr(len(buf.mem)) {
 		return nil, fmt.Errorf("verbs: RegisterPart of %d bytes outside the %d-byte buffer", len(part), len(buf.mem))
 	}
 	return pd.registerLocked(buf, part, access)

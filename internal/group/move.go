@@ -52,6 +52,23 @@ func movingError(l *baseLink, cause error) error {
 	return fmt.Errorf("group: %s failed, the stream moves to another link: %w: %w", l.name(), link.ErrDown, cause)
 }
 
+// detachLocked takes the stream off its link, which works on: the credit
+// its peer held there and the receives its messages took go back to the
+// link's pool.
+func (s *Stream) detachLocked() {
+	l := s.l
+	if l == nil {
+		return
+	}
+	l.granted -= s.avail + s.taken
+	l.repostLocked(s.taken)
+	l.streams--
+	s.l = nil
+	s.avail, s.taken = 0, 0
+	l.maybeCloseLocked()
+	l.receivesFreedLocked()
+}
+
 // suspendLocked takes the stream off its link, which failed (cause):
 // an open in flight fails; an open stream waits for a move.
 func (s *Stream) suspendLocked(cause error) {
@@ -318,15 +335,7 @@ func (s *Stream) moveFailedLocked(err *MoveError) {
 		m.cfg.OnMove(MoveFailed)
 	}
 	m.dropSuspendedLocked(s)
-	if l := s.l; l != nil {
-		l.granted -= s.avail + s.taken
-		l.repostLocked(s.taken)
-		l.streams--
-		s.l = nil
-		l.maybeCloseLocked()
-		l.receivesFreedLocked()
-	}
-	s.avail, s.taken = 0, 0
+	s.detachLocked()
 	s.moving = false
 	s.endedLocked(err)
 	m.maybeFreeLocked(s)

@@ -516,13 +516,7 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 	}
 	s.freed = true
 	m.dropSuspendedLocked(s)
-	if l := s.l; l != nil {
-		l.granted -= s.avail + s.taken
-		l.repostLocked(s.taken)
-		l.streams--
-		s.l = nil
-		l.receivesFreedLocked()
-	}
+	s.detachLocked()
 	// Registrations on the links it moved to go before the memory does
 	// (the links close only after the last stream).
 	s.releaseRingsLocked()

@@ -110,14 +110,9 @@ func (s *Stream) leftLocked() {
 	s.leaving, s.leaveTo, s.leaveAsk = false, nil, nil
 	from.leaving--
 	to.arriving--
-	from.streams--
-	from.granted -= s.avail + s.taken
-	from.repostLocked(s.taken) // the link works on: its receives go back to its pool
-	s.l = nil
-	s.avail, s.taken = 0, 0
+	s.detachLocked() // the link works on: its receives go back to its pool
 	s.announced = false
 	s.peerRings, s.nextRing = [3]remoteRing{}, 0
-	from.receivesFreedLocked()
 	if s.peerDone() && (!s.closeSent || s.closeAnswered) {
 		// Closed at both ends while it left: nothing to move.
 		if ask != nil {
