@@ -24,8 +24,16 @@ func FuzzGroup(f *testing.F) {
 	f.Add(seed(0, b))
 	wire.SetStream(&b, wire.MakeStreamTag(1, 1))
 	f.Add(append(seed(0, b), seed(1, b)...))
+	for _, reason := range []uint32{wire.ReasonNone, wire.MoveRebalance} {
+		(&wire.GroupMessage{Op: wire.OpStreamMove, To: wire.MakeStreamTag(1, 1), From: wire.MakeStreamTag(1, 1), Grant: 8, Reason: reason}).Encode(&b)
+		f.Add(seed(0, b))
+	}
+	(&wire.GroupMessage{Op: wire.OpStreamMoved, To: wire.MakeStreamTag(1, 1), From: wire.MakeStreamTag(1, 1), Grant: 8}).Encode(&b)
+	f.Add(seed(0, b))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, pb := rawPeer(t, group.DefaultConfig())
+		// A group that moves streams, at the side that waits for moves:
+		// the peer may send StreamMove, and anything else, after its open.
+		m, pb := rawPeer(t, moveConfig(false))
 		ctx, cancel := context.WithTimeout(context.Background(), linktest.HangGuard)
 		defer cancel()
 		opened := make(chan *group.Stream, 1)

@@ -229,8 +229,12 @@ func (m *Mux) moveLocked(s *Stream, to *baseLink, reason uint32) {
 
 // moveAskedLocked takes the Mover's StreamMove on l.
 func (m *Mux) moveAskedLocked(l *baseLink, g wire.GroupMessage) {
-	if m.cfg.Mover {
+	switch {
+	case m.cfg.Mover:
 		m.protocolLocked(l, fmt.Errorf("StreamMove to the group's dialer"))
+		return
+	case m.cfg.MoveTimeout <= 0:
+		m.protocolLocked(l, fmt.Errorf("StreamMove in a group that does not move streams"))
 		return
 	}
 	s, err := m.streamLocked(g.To)

@@ -279,6 +279,13 @@ func TestHostileMoves(t *testing.T) {
 			t.Errorf("group ended with %v, want a protocol error", err)
 		}
 	})
+	t.Run("move in a group without moves", func(t *testing.T) {
+		m, pb := rawPeer(t, group.DefaultConfig())
+		linktest.Post(t, pb, groupMsg(wire.GroupMessage{Op: wire.OpStreamMove, To: wire.MakeStreamTag(1, 1), From: wire.MakeStreamTag(1, 1), Grant: 8}))
+		if err := waitErr(t, m); !errors.Is(err, wire.ErrProtocol) {
+			t.Errorf("group ended with %v, want a protocol error", err)
+		}
+	})
 	t.Run("moved unasked", func(t *testing.T) {
 		m, pb := rawPeer(t, moveConfig(true))
 		linktest.Post(t, pb, groupMsg(wire.GroupMessage{Op: wire.OpStreamMoved, To: wire.MakeStreamTag(1, 1), From: wire.MakeStreamTag(1, 1), Grant: 8}))
