@@ -73,9 +73,8 @@ func groupLinkConfig() rdmalink.Config {
 const groupMoveTimeout = 15 * time.Second
 
 // groupConfig sizes a group's streams for connections with cfg: their
-// rings start as a connection's do (firstRings) and grow as theirs, but
-// in a group that moves its streams (moves), whose streams are resumable,
-// they keep their first size.
+// rings start as a connection's do (firstRings) and grow as theirs, also
+// in a group that moves its streams (moves), whose streams are resumable.
 func groupConfig(cfg Config, backlog int, moves bool) group.Config {
 	gc := group.DefaultConfig()
 	first := cfg.firstRings()

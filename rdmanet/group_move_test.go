@@ -148,7 +148,18 @@ func testGroupFailover(t *testing.T, conns int, tc groupFailoverCase) {
 	}
 	progress.Wait()
 	tc.fail(t, a, b, path1)
-	wg.Wait()
+	// A hang guard that says where each connection stands, rather than
+	// go test's panic ten minutes on.
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(linktest.HangGuard):
+		for i, p := range pairs {
+			t.Logf("connection %d: %+v\n\tpeer: %+v", i, p.x.Info(), p.y.Info())
+		}
+		t.Fatalf("connections still streaming %v after the failure; groups %+v, %+v", linktest.HangGuard, a.Stats(), b.Stats())
+	}
 	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
 		st := m.Stats()
 		if st.Moved != tc.moved || st.LinksDown != tc.down || st.Links != tc.links || st.MovesFailed != 0 {

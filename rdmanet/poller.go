@@ -119,8 +119,14 @@ func (d *linkDriver) DrainedLocked() bool { return d.eng.Drained() }
 func (c *Conn) handleLocked(cs []link.Completion) {
 	for i := range cs {
 		switch cs[i].Kind {
-		case link.Resumed: // a session's new path (internal/session)
+		case link.Resumed: // a session's new path (internal/session), a stream's new link
 			addr, key := c.link.RecvRingKey()
+			if k, ok := c.link.(link.RingKeyer); ok {
+				// Its ring may have grown: the one the peer writes into now.
+				if a, r, ok := k.RingKey(c.eng.RecvWriteMem()); ok {
+					addr, key = a, r
+				}
+			}
 			if err := c.eng.Relink(c.link.Caps(), addr, key); err != nil {
 				c.eng.End(err)
 			}

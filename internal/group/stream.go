@@ -192,6 +192,7 @@ var (
 	_ link.Rings         = (*Stream)(nil)
 	_ link.PeerRingNamer = (*Stream)(nil)
 	_ link.Resumer       = (*Stream)(nil)
+	_ link.RingKeyer     = (*Stream)(nil)
 )
 
 // peerDone reports whether nothing more of the peer's lands on the stream:
@@ -244,6 +245,21 @@ func (s *Stream) RecvRingKey() (uint64, uint32) {
 	s.m.mu.Lock()
 	defer s.m.mu.Unlock()
 	return s.recvKeyLocked()
+}
+
+// RingKey names a receive ring of the stream's on the link it is on now
+// (link.RingKeyer).
+func (s *Stream) RingKey(mem []byte) (uint64, uint32, bool) {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	for i := range s.recv {
+		if link.SameRing(s.recv[i].mem, mem) {
+			if g := s.recv[i].regOn(s.l); g != nil {
+				return g.addr, g.key, true
+			}
+		}
+	}
+	return 0, 0, false
 }
 
 func (s *Stream) recvKeyLocked() (uint64, uint32) {

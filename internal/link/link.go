@@ -176,6 +176,13 @@ type Resumer interface {
 	Lost(cause error) (failure bool)
 }
 
+// RingKeyer is a link whose receive rings change while it runs and that
+// names any of them (a group's stream, whose rings grew and moved with it):
+// the address and key by which the peer writes into mem on the link now.
+type RingKeyer interface {
+	RingKey(mem []byte) (addr uint64, rkey uint32, ok bool)
+}
+
 // PeerRingNamer is a link whose peer named its receive ring before the
 // stream began (a link group's stream: the open and its answer carry the
 // rings), so that the engine may write into it at once

@@ -45,7 +45,8 @@ const wantEnd = wantShutdown | wantClose
 // last receive is kept for it (recvCredit). dataFirst holds back the
 // messages that end the stream (wantEnd): written bytes are still to be
 // posted, and must reach the peer before them.
-func (q *controlQueue) next(draining, creditOnly, dataFirst bool) (wire.Message, bool) {
+func (q *controlQueue) next(draining, creditOnly bool, order controlOrder) (wire.Message, bool) {
+	dataFirst := order.dataFirst
 	if creditOnly {
 		if !draining && q.want&wantCredit != 0 {
 			q.want &^= wantCredit
@@ -79,7 +80,7 @@ func (q *controlQueue) next(draining, creditOnly, dataFirst bool) (wire.Message,
 	case q.want&wantAnnounce != 0:
 		q.want &^= wantAnnounce
 		return q.announce, true
-	case q.want&wantRingAt != 0 && !dataFirst:
+	case q.want&wantRingAt != 0 && !order.heldFirst:
 		// The engine fills in the position as it switches.
 		q.want &^= wantRingAt
 		return wire.Message{Op: wire.OpRingAt}, true
@@ -104,16 +105,28 @@ func (q *controlQueue) next(draining, creditOnly, dataFirst bool) (wire.Message,
 }
 
 // pending reports whether a message waits that next would send.
-func (q *controlQueue) pending(draining, dataFirst bool) bool {
+func (q *controlQueue) pending(draining bool, order controlOrder) bool {
 	want := q.want
-	if dataFirst {
-		want &^= wantEnd | wantRingAt
+	if order.dataFirst {
+		want &^= wantEnd
+	}
+	if order.heldFirst {
+		want &^= wantRingAt
 	}
 	if draining {
 		return want&(wantEnd|wantResume) != 0
 	}
 	return want != 0 || q.featureReplies > 0
 }
+
+// controlOrder says which control messages wait for data: the end of the
+// stream (Shutdown, Close) for every byte to send, sent again included
+// (dataFirst); a switch to the peer's offered ring (RingAt) only for the
+// bytes held and the peer's Resume (heldFirst): bytes sent again after it
+// go to the new ring, at their stream positions, as any bytes after the
+// switch do (a ring offered right after a resume waited for the bytes sent
+// again, which wait for the switch).
+type controlOrder struct{ dataFirst, heldFirst bool }
 
 // creditMessage is the Credit owed: the newest one queued, or, when receive
 // credit alone made one due, a Credit the engine fills in as it posts it.

@@ -216,6 +216,7 @@ type Engine struct {
 	// (resuming) and the bytes after what it received are sent again
 	// (resend), nothing new is written.
 	resumable  bool
+	relinked   bool // Relink ran: the peer's announcements name its current ring
 	lost       error
 	resuming   bool
 	resend     uint64
@@ -352,6 +353,16 @@ func (e *Engine) PeerGone() bool { return e.peerGone }
 // Relink; nil otherwise. Reads return what arrived, Writes wait.
 func (e *Engine) Lost() error { return e.lost }
 
+// RecvWriteMem is the receive ring the peer's bytes land in now (nil
+// outside ring mode): what Relink announces, by the key the new link gives
+// it (link.RingKeyer).
+func (e *Engine) RecvWriteMem() []byte {
+	if r, ok := e.recv.(*RecvRing); ok {
+		return r.WriteMem()
+	}
+	return nil
+}
+
 // Relink resumes a suspended session over a new link with caps, whose
 // receive ring is named by recvAddr and recvKey. The session's rings are
 // the same memory: the new link was made over them, and the bytes this side
@@ -381,10 +392,14 @@ func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
 	e.reposts = 0
 	e.corkOff, e.corkRemote, e.corkRKey = 0, 0, 0
 	e.arrived = false
+	// The ring the peer writes into now, which grew since the first
+	// perhaps: its address and key on the new link are the caller's
+	// (RecvWriteMem).
 	announce := e.ctl.announce
-	announce.Addr, announce.RKey = recvAddr, recvKey
+	announce.Addr, announce.RKey, announce.Length = recvAddr, recvKey, uint32(len(ring.WriteMem()))
 	received, consumed := ring.Totals()
 	ring.Relinked()
+	e.relinked = true
 	want := wantResume | wantAnnounce
 	if e.draining && e.cfg.Features&wire.FeatureClose != 0 {
 		// The Close sent on the lost link may not have arrived.
@@ -670,7 +685,9 @@ func (e *Engine) control(m wire.Message) {
 		e.sq.Rewind(m.ReceivedBytes, m.ConsumedBytes)
 		e.resuming, e.resend = false, sent-m.ReceivedBytes
 	case wire.OpRegisterXferMemory:
-		if e.cfg.Features&wire.FeatureRing != 0 && e.cfg.PeerHello && m.Length != e.cfg.Peer.RingSize {
+		// After a Relink, the peer announces the ring this side's bytes
+		// land in now, which may have grown since its Hello.
+		if e.cfg.Features&wire.FeatureRing != 0 && e.cfg.PeerHello && m.Length != e.cfg.Peer.RingSize && !e.relinked {
 			e.Fail(protocolErrorf("peer announced a %d-byte ring after offering %d bytes", m.Length, e.cfg.Peer.RingSize))
 			return
 		}
@@ -766,14 +783,14 @@ func (e *Engine) AfterCompletions() {
 func (e *Engine) flushControl() {
 	for e.err == nil && e.lost == nil && e.ctl.outstanding < e.ctl.slots && e.sq.SlotsFree() > 0 {
 		if !e.rc.canControl(true) {
-			if e.ctl.pending(e.draining, e.dataFirst()) {
+			if e.ctl.pending(e.draining, e.controlOrder()) {
 				e.waitCredit()
 			}
 			return
 		}
-		m, ok := e.ctl.next(e.draining, !e.rc.canControl(false), e.dataFirst())
+		m, ok := e.ctl.next(e.draining, !e.rc.canControl(false), e.controlOrder())
 		if !ok {
-			if e.ctl.pending(e.draining, e.dataFirst()) {
+			if e.ctl.pending(e.draining, e.controlOrder()) {
 				e.waitCredit()
 			}
 			return
@@ -1052,6 +1069,11 @@ func (e *Engine) signalTail() {
 // the messages that end the stream (Shutdown, Close) follow them.
 func (e *Engine) dataFirst() bool { return e.sq.Held() > 0 || e.resend > 0 || e.resuming }
 
+// controlOrder is what control messages wait for now (controlOrder).
+func (e *Engine) controlOrder() controlOrder {
+	return controlOrder{dataFirst: e.dataFirst(), heldFirst: e.sq.Held() > 0 || e.resuming}
+}
+
 // Drained reports whether an orderly close may disconnect now: every
 // request completed (and no control message waits), or the stream ended.
 func (e *Engine) Drained() bool {
@@ -1061,7 +1083,7 @@ func (e *Engine) Drained() bool {
 	case e.lost != nil || e.resuming || e.resend > 0:
 		return false // a session that lost its link resumes to deliver
 	}
-	return (e.sq.Idle() && e.sq.Held() == 0 && !e.ctl.pending(true, false))
+	return (e.sq.Idle() && e.sq.Held() == 0 && !e.ctl.pending(true, controlOrder{}))
 }
 
 // suspended reports whether new bytes must wait: the link is lost, or a

@@ -69,12 +69,15 @@ func newGrowth(cfg Config) growth {
 		maxSend: max(cfg.MaxSendRing, len(cfg.SendRing)), maxRecv: max(cfg.MaxRecvRing, len(cfg.RecvRing)),
 		shrinkAfter: cfg.ShrinkAfter,
 	}
-	resumable := cfg.Features&wire.FeatureResume != 0
-	// A session's rings outlive its links (its bytes are sent again from
-	// them), so they keep their size.
-	g.send = !resumable && (g.maxSend > g.firstSend || g.shrinkAfter > 0)
+	// A resumable stream's rings grow too, on a link that makes rings (a
+	// group's stream, whose rings move with it): Relink announces the ring
+	// the peer writes into now, and a switch the lost link left half done
+	// is undone (the offer is withdrawn, the peer writes on where the
+	// announcement says). A session's link makes none (its rings are the
+	// session's), and growth stops at the first Flush.
+	g.send = g.maxSend > g.firstSend || g.shrinkAfter > 0
 	ring := cfg.Features&wire.FeatureRing != 0
-	g.recv = !resumable && (!ring || cfg.Features&wire.FeatureGrow != 0) && (g.maxRecv > g.firstRecv || g.shrinkAfter > 0)
+	g.recv = (!ring || cfg.Features&wire.FeatureGrow != 0) && (g.maxRecv > g.firstRecv || g.shrinkAfter > 0)
 	return g
 }
 
@@ -221,7 +224,9 @@ func (e *Engine) applyGrowth(l Poster) {
 		clear(r.retired)
 		r.retired = r.retired[:0]
 	}
-	if size := g.wantSend; size > 0 && e.sq.Empty() {
+	// Not while bytes wait to be sent again after a Resume: they are in
+	// the ring, beyond what the queue counts.
+	if size := g.wantSend; size > 0 && e.sq.Empty() && e.resend == 0 && !e.resuming {
 		g.wantSend = 0
 		if mem, err := rl.ReplaceSendRing(size); err != nil {
 			g.maxSend = int(e.sq.ring)

@@ -63,8 +63,27 @@ func (r *RecvRing) Mem() []byte { return r.mem }
 // Totals are the running totals of bytes that arrived and were read.
 func (r *RecvRing) Totals() (received, consumed uint64) { return r.written, r.read }
 
-// Relinked notes that the peer learns the consumed total from Resume.
-func (r *RecvRing) Relinked() { r.credited = r.read }
+// Relinked notes that the peer learns the consumed total from Resume, and
+// withdraws a ring offered that the peer did not switch to (its RingAt
+// would have come before any byte of the new link): the peer writes where
+// this side announces on the new link, WriteMem, and the ring offered is
+// given back (retired).
+func (r *RecvRing) Relinked() {
+	r.credited = r.read
+	if r.offered != nil {
+		r.retired = append(r.retired, r.offered.mem)
+		r.offered = nil
+	}
+}
+
+// WriteMem is the ring the peer writes into now: the one it switched to,
+// if it did.
+func (r *RecvRing) WriteMem() []byte {
+	if r.next != nil {
+		return r.next.mem
+	}
+	return r.mem
+}
 
 // Arrived records n bytes written by the peer at the ring's write position
 // (in the ring it switched to, if it did). A write that overruns the space
@@ -183,6 +202,7 @@ type SendRing struct {
 	announced      bool
 	sent, peerRead uint64 // running totals
 	offer          *wire.Message
+	prevSize       uint64 // the ring's size before the last Switch
 }
 
 // Announce takes the peer's RegisterXferMemory, which in ring mode comes
@@ -216,6 +236,7 @@ func (s *SendRing) Offer(m wire.Message) error {
 // RingAt that tells the peer so.
 func (s *SendRing) Switch() wire.Message {
 	m := s.offer
+	s.prevSize = s.size
 	s.addr, s.size, s.rkey, s.offer = m.Addr, uint64(m.Length), m.RKey, nil
 	return wire.Message{Op: wire.OpRingAt, At: s.sent}
 }
@@ -254,18 +275,22 @@ func (s *SendRing) Take(n uint32) (remoteAddr uint64, rkey uint32, got uint32) {
 // Sent is the running total of bytes taken.
 func (s *SendRing) Sent() uint64 { return s.sent }
 
-// Relink forgets the peer's ring, which its new link announces again.
-// unsent bytes that a Rewind took back and were not sent again count as
-// sent, until the next Rewind.
+// Relink forgets the peer's ring, which its new link announces again (the
+// one it reads from the bytes this side sends again on: a switch whose
+// RingAt the lost link may have lost is the announcement's to decide),
+// and an offer not yet switched to, which the peer withdraws. unsent
+// bytes that a Rewind took back and were not sent again count as sent,
+// until the next Rewind.
 func (s *SendRing) Relink(unsent uint64) {
 	s.announced = false
+	s.offer = nil
 	s.sent += unsent
 }
 
 // Rewind takes the peer's Resume: it received the stream up to received and
 // read it up to consumed. What follows received is sent again.
 func (s *SendRing) Rewind(received, consumed uint64) error {
-	if consumed > received || received > s.sent || consumed < s.peerRead || received-consumed > s.size {
+	if consumed > received || received > s.sent || consumed < s.peerRead || received-consumed > max(s.size, s.prevSize) {
 		return protocolErrorf("resume at %d bytes received, %d consumed; %d were sent and %d credited", received, consumed, s.sent, s.peerRead)
 	}
 	s.sent, s.peerRead = received, consumed

@@ -98,7 +98,8 @@ const (
 	// (Ring, answered by RingAt), so a connection starts with small rings
 	// and grows them as it streams (docs/protocol.md, "Rings that follow
 	// traffic"). The Hello's RingSize is the first ring's size. It needs
-	// FeatureRing, and is not offered with FeatureResume yet.
+	// FeatureRing. With FeatureResume, rings grow only on a link that
+	// makes them (a group's stream); a session's keep their size.
 	FeatureGrow
 	// FeatureRecvGrant: with FeatureRecvCredit, a receiver may give back
 	// more credit than the receives the peer's messages took, or less: a
