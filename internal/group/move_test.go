@@ -272,27 +272,26 @@ func TestMoveClosedWhileSuspended(t *testing.T) {
 // no move, and a move of another's stream are protocol errors that end
 // the group; a move of a stream that ended is answered ReasonGone.
 func TestHostileMoves(t *testing.T) {
-	t.Run("move to the dialer", func(t *testing.T) {
-		m, pb := rawPeer(t, moveConfig(true))
-		linktest.Post(t, pb, groupMsg(wire.GroupMessage{Op: wire.OpStreamMove, To: wire.MakeStreamTag(1, 1), From: wire.MakeStreamTag(1, 1), Grant: 8}))
-		if err := waitErr(t, m); !errors.Is(err, wire.ErrProtocol) {
-			t.Errorf("group ended with %v, want a protocol error", err)
-		}
-	})
-	t.Run("move in a group without moves", func(t *testing.T) {
-		m, pb := rawPeer(t, group.DefaultConfig())
-		linktest.Post(t, pb, groupMsg(wire.GroupMessage{Op: wire.OpStreamMove, To: wire.MakeStreamTag(1, 1), From: wire.MakeStreamTag(1, 1), Grant: 8}))
-		if err := waitErr(t, m); !errors.Is(err, wire.ErrProtocol) {
-			t.Errorf("group ended with %v, want a protocol error", err)
-		}
-	})
-	t.Run("moved unasked", func(t *testing.T) {
-		m, pb := rawPeer(t, moveConfig(true))
-		linktest.Post(t, pb, groupMsg(wire.GroupMessage{Op: wire.OpStreamMoved, To: wire.MakeStreamTag(1, 1), From: wire.MakeStreamTag(1, 1), Grant: 8}))
-		if err := waitErr(t, m); !errors.Is(err, wire.ErrProtocol) {
-			t.Errorf("group ended with %v, want a protocol error", err)
-		}
-	})
+	move := wire.GroupMessage{Op: wire.OpStreamMove, To: wire.MakeStreamTag(1, 1), From: wire.MakeStreamTag(1, 1), Grant: 8}
+	moved := move
+	moved.Op = wire.OpStreamMoved
+	for _, tc := range []struct {
+		name string
+		cfg  group.Config
+		msg  wire.GroupMessage
+	}{
+		{"move to the dialer", moveConfig(true), move},
+		{"move in a group without moves", group.DefaultConfig(), move},
+		{"moved unasked", moveConfig(true), moved},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, pb := rawPeer(t, tc.cfg)
+			linktest.Post(t, pb, groupMsg(tc.msg))
+			if err := waitErr(t, m); !errors.Is(err, wire.ErrProtocol) {
+				t.Errorf("group ended with %v, want a protocol error", err)
+			}
+		})
+	}
 	t.Run("move of a stream not open", func(t *testing.T) {
 		m, pb := rawPeer(t, moveConfig(false))
 		linktest.Post(t, pb, groupMsg(wire.GroupMessage{Op: wire.OpStreamMove, To: wire.MakeStreamTag(5, 1), From: wire.MakeStreamTag(1, 1), Grant: 8}))
