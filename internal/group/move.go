@@ -92,7 +92,7 @@ func (s *Stream) suspendLocked(cause error) {
 		m.maybeFreeLocked(s)
 		return
 	}
-	if s.peerDone() && (!s.closeSent || s.closeAnswered) {
+	if s.settledLocked() {
 		// Both sides let go of it; it waits only for its Close here.
 		m.maybeFreeLocked(s)
 		return
@@ -131,11 +131,7 @@ var errPeerLeft = disconnected{fmt.Errorf("%w: the peer disconnected the group's
 func (m *Mux) afterLinkDownLocked(err error) {
 	m.lastDown = err
 	if !m.cfg.Mover && m.cfg.PeerLeftWait > 0 && Disconnected(err) && !m.liveLocked() {
-		if m.leftTimer == nil {
-			m.leftTimer = time.AfterFunc(m.cfg.PeerLeftWait, m.peerLeftDeadline)
-		} else {
-			m.leftTimer.Reset(m.cfg.PeerLeftWait)
-		}
+		armTimer(&m.leftTimer, m.cfg.PeerLeftWait, m.peerLeftDeadline)
 	}
 	if m.cfg.Mover {
 		m.moveSuspendedLocked()
@@ -257,9 +253,14 @@ func (m *Mux) moveAskedLocked(l *baseLink, g wire.GroupMessage) {
 			return
 		}
 	}
+	l.takeOrQueueMoveLocked(g)
+}
+
+// takeOrQueueMoveLocked takes a StreamMove now, or once l's receives
+// come back (roomToMoveLocked) and the moves before it were taken: moves
+// keep their order. At most groupRequests wait: they are requests.
+func (l *baseLink) takeOrQueueMoveLocked(g wire.GroupMessage) {
 	if len(l.movesWaiting) > 0 || !l.roomToMoveLocked() {
-		// Receives come back in a moment (roomToMoveLocked); moves keep
-		// their order. At most groupRequests wait: they are requests.
 		l.movesWaiting = append(l.movesWaiting, g)
 		return
 	}
@@ -313,10 +314,11 @@ func (m *Mux) movedLocked(l *baseLink, g wire.GroupMessage) {
 // goes now.
 func (s *Stream) resumedLocked() {
 	m := s.m
-	m.stats.Moved++
-	if m.cfg.OnMove != nil {
-		m.cfg.OnMove(map[bool]MoveKind{false: MoveFailover, true: MoveRebalance}[s.cause == errRebalance])
+	kind := MoveFailover
+	if s.cause == errRebalance {
+		kind = MoveRebalance
 	}
+	m.countMoveLocked(kind)
 	if s.lostLocked() {
 		s.resumes++
 		s.pushLocked(link.Completion{Kind: link.Resumed}, 0)
@@ -330,14 +332,23 @@ func (s *Stream) resumedLocked() {
 	m.maybeFreeLocked(s)
 }
 
+// countMoveLocked counts a stream's move (Stats, Config.OnMove).
+func (m *Mux) countMoveLocked(k MoveKind) {
+	if k == MoveFailed {
+		m.stats.MovesFailed++
+	} else {
+		m.stats.Moved++
+	}
+	if m.cfg.OnMove != nil {
+		m.cfg.OnMove(k)
+	}
+}
+
 // moveFailedLocked ends a stream that could not move: its engine takes
 // link.Ended with err, and nothing more of the peer's comes for it.
 func (s *Stream) moveFailedLocked(err *MoveError) {
 	m := s.m
-	m.stats.MovesFailed++
-	if m.cfg.OnMove != nil {
-		m.cfg.OnMove(MoveFailed)
-	}
+	m.countMoveLocked(MoveFailed)
 	m.dropSuspendedLocked(s)
 	s.detachLocked()
 	s.moving = false
@@ -387,11 +398,7 @@ func (m *Mux) armMoveTimerLocked() {
 	if len(m.suspended) > 0 {
 		wait = time.Until(m.suspended[0].suspendedAt.Add(m.cfg.MoveTimeout))
 	}
-	if m.moveTimer == nil {
-		m.moveTimer = time.AfterFunc(wait, m.moveDeadline)
-	} else {
-		m.moveTimer.Reset(wait)
-	}
+	armTimer(&m.moveTimer, wait, m.moveDeadline)
 }
 
 // peerLeftDeadline ends the group as its peer's close if no link came

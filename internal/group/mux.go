@@ -511,7 +511,7 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 	// The peer may still write into its ring until it sent StreamClose or
 	// answered this side's; and the answer to this side's StreamClose
 	// names the slot, which must not be another stream's by then.
-	if s.freed || !s.closed || m.err == nil && (!s.peerDone() || s.closeSent && !s.closeAnswered) {
+	if s.freed || !s.closed || m.err == nil && !s.settledLocked() {
 		return
 	}
 	s.freed = true
@@ -539,12 +539,17 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 	}
 	if m.cfg.IdleClose > 0 && m.stats.Streams == 0 {
 		m.idleSince = time.Now()
-		if m.idleTimer == nil {
-			m.idleTimer = time.AfterFunc(m.cfg.IdleClose, m.closeIfIdle)
-		} else {
-			m.idleTimer.Reset(m.cfg.IdleClose)
-		}
+		armTimer(&m.idleTimer, m.cfg.IdleClose, m.closeIfIdle)
 	}
+}
+
+// armTimer starts *t to call f after d, or sets the one it holds to.
+func armTimer(t **time.Timer, d time.Duration, f func()) {
+	if *t == nil {
+		*t = time.AfterFunc(d, f)
+		return
+	}
+	(*t).Reset(d)
 }
 
 // closeIfIdle closes a group that has had no stream for IdleClose.

@@ -35,7 +35,7 @@ func (m *Mux) rebalanceLocked(to *baseLink) {
 	for _, l := range m.links {
 		if l.err == nil {
 			live++
-			total += l.streams - l.leaving
+			total += l.staying()
 		}
 	}
 	if live < 2 {
@@ -45,11 +45,11 @@ func (m *Mux) rebalanceLocked(to *baseLink) {
 	for to.streams+to.arriving < share {
 		var from *baseLink
 		for _, l := range m.links {
-			if l != to && l.err == nil && (from == nil || l.streams-l.leaving > from.streams-from.leaving) {
+			if l != to && l.err == nil && (from == nil || l.staying() > from.staying()) {
 				from = l
 			}
 		}
-		if from == nil || from.streams-from.leaving <= share {
+		if from == nil || from.staying() <= share {
 			return
 		}
 		s := m.leaverLocked(from)
@@ -59,6 +59,9 @@ func (m *Mux) rebalanceLocked(to *baseLink) {
 		s.leaveLocked(to, nil)
 	}
 }
+
+// staying is how many of l's streams are not leaving it.
+func (l *baseLink) staying() int { return l.streams - l.leaving }
 
 // leaverLocked is a stream on l that may leave it: open, and not closing,
 // moving or leaving already.
@@ -105,15 +108,12 @@ func (s *Stream) leaveLocked(to *baseLink, ask *wire.GroupMessage) {
 // leftLocked: the last request the leaving stream posted on its link
 // completed. It takes the stream off the link, and moves it.
 func (s *Stream) leftLocked() {
-	m, from, to, ask := s.m, s.l, s.leaveTo, s.leaveAsk
-	s.stopLeaveTimer()
-	s.leaving, s.leaveTo, s.leaveAsk = false, nil, nil
-	from.leaving--
-	to.arriving--
+	m := s.m
+	to, ask := s.endLeaveLocked()
 	s.detachLocked() // the link works on: its receives go back to its pool
 	s.announced = false
 	s.peerRings, s.nextRing = [3]remoteRing{}, 0
-	if s.peerDone() && (!s.closeSent || s.closeAnswered) {
+	if s.settledLocked() {
 		// Closed at both ends while it left: nothing to move.
 		if ask != nil {
 			movedRefusal(to, *ask, wire.ReasonGone)
@@ -125,11 +125,9 @@ func (s *Stream) leftLocked() {
 	s.waiting = true
 	m.suspended = append(m.suspended, s)
 	switch {
-	case ask != nil && (len(to.movesWaiting) > 0 || !to.roomToMoveLocked()):
-		to.movesWaiting = append(to.movesWaiting, *ask) // receivesFreedLocked answers it
 	case ask != nil:
 		// The peer of the dialer answers the move it was asked for.
-		to.takeMoveLocked(*ask)
+		to.takeOrQueueMoveLocked(*ask)
 	case to.err == nil && to.roomToMoveLocked():
 		m.dropSuspendedLocked(s)
 		m.moveLocked(s, to, wire.MoveRebalance)
@@ -157,19 +155,22 @@ func (s *Stream) stopLeavingLocked() {
 	if !s.leaving {
 		return
 	}
-	from, to, ask := s.l, s.leaveTo, s.leaveAsk
-	s.stopLeaveTimer()
-	s.leaving, s.leaveTo, s.leaveAsk = false, nil, nil
-	from.leaving--
-	to.arriving--
-	if ask != nil {
+	if to, ask := s.endLeaveLocked(); ask != nil {
 		to.movesWaiting = append([]wire.GroupMessage{*ask}, to.movesWaiting...)
 	}
 }
 
-func (s *Stream) stopLeaveTimer() {
+// endLeaveLocked ends the stream's leaving of its link (it left, or the
+// link failed first) and returns where it was going and the move it was
+// asked for, if any.
+func (s *Stream) endLeaveLocked() (to *baseLink, ask *wire.GroupMessage) {
 	if s.leaveTimer != nil {
 		s.leaveTimer.Stop()
 		s.leaveTimer = nil
 	}
+	to, ask = s.leaveTo, s.leaveAsk
+	s.leaving, s.leaveTo, s.leaveAsk = false, nil, nil
+	s.l.leaving--
+	to.arriving--
+	return to, ask
 }

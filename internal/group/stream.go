@@ -199,6 +199,11 @@ var (
 // it sent StreamClose, or answered this side's.
 func (s *Stream) peerDone() bool { return s.peerClosed || s.closeAnswered }
 
+// settledLocked reports whether both sides let go of the stream: nothing
+// of the peer's lands on it, and no StreamClose of this side's waits for
+// its answer.
+func (s *Stream) settledLocked() bool { return s.peerDone() && (!s.closeSent || s.closeAnswered) }
+
 // Moves reports whether the stream moves when its link fails
 // (Config.MoveTimeout): its engine must be resumable.
 func (s *Stream) Moves() bool { return s.m.cfg.MoveTimeout > 0 }
@@ -252,16 +257,26 @@ func (s *Stream) RecvRingKey() (uint64, uint32) {
 func (s *Stream) RingKey(mem []byte) (uint64, uint32, bool) {
 	s.m.mu.Lock()
 	defer s.m.mu.Unlock()
-	for i := range s.recv {
-		if link.SameRing(s.recv[i].mem, mem) {
-			if g := s.recv[i].regOn(s.l); g != nil {
-				return g.addr, g.key, true
-			}
+	if i := s.recvIndexLocked(mem); i >= 0 {
+		if g := s.recv[i].regOn(s.l); g != nil {
+			return g.addr, g.key, true
 		}
 	}
 	return 0, 0, false
 }
 
+// recvIndexLocked is where mem is among the stream's receive rings, or -1.
+func (s *Stream) recvIndexLocked(mem []byte) int {
+	for i := range s.recv {
+		if link.SameRing(s.recv[i].mem, mem) {
+			return i
+		}
+	}
+	return -1
+}
+
+// recvKeyLocked names the first receive ring on the stream's link, or on
+// the last it was on while it has none (0 once given back).
 func (s *Stream) recvKeyLocked() (uint64, uint32) {
 	if len(s.recv) == 0 || !link.SameRing(s.recv[0].mem, s.recvMem) || len(s.recv[0].regs) == 0 {
 		return 0, 0
@@ -273,6 +288,7 @@ func (s *Stream) recvKeyLocked() (uint64, uint32) {
 	}
 	return g.addr, g.key
 }
+
 func (s *Stream) Addrs() (local, remote netip.AddrPort) { return s.local, s.remote }
 
 // PathProgress is the base link's: every stream of the group shares its
@@ -693,12 +709,10 @@ func (s *Stream) ReleaseRecvRing(mem []byte) error {
 	if s.closed || s.freed || m.err != nil {
 		return s.closedError("ReleaseRecvRing")
 	}
-	for i := range s.recv {
-		if link.SameRing(mem, s.recv[i].mem) {
-			s.recv[i].release(false)
-			s.recv = append(s.recv[:i], s.recv[i+1:]...)
-			return nil
-		}
+	if i := s.recvIndexLocked(mem); i >= 0 {
+		s.recv[i].release(false)
+		s.recv = append(s.recv[:i], s.recv[i+1:]...)
+		return nil
 	}
 	return s.misuse("ReleaseRecvRing: a ring of %d bytes the stream does not hold", len(mem))
 }

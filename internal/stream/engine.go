@@ -1064,14 +1064,13 @@ func (e *Engine) signalTail() {
 	}
 }
 
-// dataFirst reports whether bytes written may still be to post (held, or,
-// on a resumed link, to be sent again, which the peer's Resume tells):
-// the messages that end the stream (Shutdown, Close) follow them.
-func (e *Engine) dataFirst() bool { return e.sq.Held() > 0 || e.resend > 0 || e.resuming }
-
-// controlOrder is what control messages wait for now (controlOrder).
+// controlOrder is what control messages wait for now: the messages that
+// end the stream (Shutdown, Close) wait for bytes that may still be to post
+// (held, or, on a resumed link, to be sent again, which the peer's Resume
+// tells); RingAt only for those held and the Resume (controlOrder).
 func (e *Engine) controlOrder() controlOrder {
-	return controlOrder{dataFirst: e.dataFirst(), heldFirst: e.sq.Held() > 0 || e.resuming}
+	held := e.sq.Held() > 0 || e.resuming
+	return controlOrder{dataFirst: held || e.resend > 0, heldFirst: held}
 }
 
 // Drained reports whether an orderly close may disconnect now: every
