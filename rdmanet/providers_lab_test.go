@@ -241,7 +241,9 @@ func TestLabSessionLetsGo(t *testing.T) {
 			defer ns.Close()
 			sides := map[string]*rdmanet.Conn{"client": nc.(*rdmanet.Conn), "server": ns.(*rdmanet.Conn)}
 
-			const size = 16 << 20
+			// 8 MiB each way outlasts the four moves (about a second
+			// each) under the race detector, at under 1 MB/s.
+			const size = 8 << 20
 			sums := make([][2][32]byte, 2)
 			done := make(chan struct{}, 4)
 			for i, ends := range [][2]net.Conn{{nc, ns}, {ns, nc}} {
