@@ -10,6 +10,70 @@
 // a signaled request completes once it has landed at the peer, and an
 // unsignaled one silently with the next signaled one.
 //
+// # Carrier mode
+//
+// With Config.Carrier the link is a link.Carrier: it carries a link
+// group's streams (internal/group) when the group's RDMA links are down,
+// so that TCP is the group's last path. Both ends must set it the same;
+// the caller agrees on it with the peer before New, as on the rest of the
+// set-up. In carrier mode:
+//
+//   - SendRing and RecvRing may be empty (a group's base link carries
+//     only control messages and stream data). RecvRingKey still names
+//     RecvRing; a data request into an empty ring is a remote access
+//     error, as one past any ring is.
+//   - The link makes no memory: NewRecvRing and NewSendRing fail with an
+//     error wrapping ErrNoRings (not link.ErrMisuse; they do so in either
+//     mode). The streams on the link keep the rings an RDMA link of the
+//     group made, which ShareRecvRing and ShareSendRing register here (the
+//     maker is not used). A receive ring gets a fresh rkey, unique among
+//     the link's live ones, and a fake address of its own, 4 GiB of
+//     address space apart from any other ring's, so that an address of one
+//     ring is in no other's range (a ring is at most 4 GiB); a transmit
+//     ring gets a fresh key, never 0. Sharing no memory (zero length), or a
+//     receive ring already registered, is misuse.
+//   - ReleaseRecvRing (a ring ShareRecvRing registered, or the first one)
+//     and ReleaseSendRing drop the registration; the memory stays its
+//     maker's. Releasing what is not registered is misuse. After it, a
+//     peer's data or marker naming the ring is a remote access error (as a
+//     wrong key is), and a SendData naming the transmit ring's key is
+//     misuse at PostSend.
+//   - A SendData with Ring 0 sends from SendRing; with another Ring, from
+//     the transmit ring registered under that key. PostSend checks that
+//     the key is registered and the range inside that ring (else misuse).
+//     The writer reads the bytes when it writes the request, as from
+//     SendRing: the caller releases a transmit ring only once no request
+//     sends from it (the engine does so after the request's completion,
+//     which comes after the peer acknowledged it). ReleaseSendRing of a
+//     ring an unacknowledged request sends from is misuse while the link
+//     is up; once the link is down, requests not yet written never will
+//     be, and if the writer is writing some from that ring, ReleaseSendRing
+//     cuts the write short (a write deadline in the past; closing the
+//     socket if deadlines fail) and waits for the writer to let go of the
+//     ring. The peer then misses what the writer still owed it (an Abort or
+//     a Disconnect frame) and sees the socket end at Close.
+//   - Every data request is written as a Tagged data frame (0x07), which
+//     carries SendWR.Tag; the peer's DataArrived reports it as
+//     Completion.Tag. A Tagged data frame on a link not in carrier mode,
+//     and a Data frame (0x01) on a link in carrier mode, are protocol
+//     errors: the ends disagree on the mode.
+//   - The reader does not read a tagged payload straight into the ring:
+//     it reads it through its fixed buffer, and copies each piece into the
+//     ring under the link's lock once it found the ring still registered.
+//     So nothing lands in a ring once ReleaseRecvRing returned, even while
+//     the rest of a payload is on its way from a slow peer (the ring may be
+//     another link's pinned memory, given back to a pool or unmapped right
+//     after). A ring released while a payload lands in it fails the link
+//     with a remote access error: an honest peer writes into a ring only
+//     while the engine holds it (the engine releases a ring once the peer
+//     moved off it and every byte it wrote was read). Memory stays bounded
+//     and nothing is allocated per frame.
+//   - Close and Config.Release keep their meaning for every ring, shared
+//     or not: once Close returns, the link touches none of them again.
+//
+// Not in carrier mode, ShareRecvRing and ShareSendRing are misuse, so no
+// transmit ring has a key and a SendData with Ring set is misuse too.
+//
 // # Goroutines
 //
 // New starts two goroutines. The writer takes the posted requests (PostSend
@@ -20,7 +84,8 @@
 // of 128 bytes or less are copied next to their header, larger ones are
 // written straight from the ring. The reader takes frames from the socket through a fixed buffer and
 // reads a data frame's payload straight into the receive ring at its place:
-// the data lands when it arrives, as a NIC writes it.
+// the data lands when it arrives, as a NIC writes it (in carrier mode,
+// through its buffer: see above).
 //
 // # Completions and acknowledgements
 //
@@ -84,7 +149,7 @@
 // Both directions carry the same frames, back to back, with no padding.
 // Every frame starts with a one-byte type; integers are big-endian.
 //
-//	Data (0x01), 17 bytes + N:
+//	Data (0x01), not in carrier mode, 17 bytes + N:
 //	  [0]      0x01
 //	  [1:5]    rkey: the key of the peer's receive ring
 //	  [5:13]   address: where in the peer's ring the bytes go (ring address + offset)
@@ -99,9 +164,10 @@
 //	  [5:13]   address
 //	Ack (0x04), 9 bytes:
 //	  [0]      0x04
-//	  [1:9]    how many request frames (Data, Control, Marker) the sender of
-//	           the Ack has taken since the link began: cumulative, never
-//	           decreasing, at most what was written to it
+//	  [1:9]    how many request frames (Data or Tagged data, Control,
+//	           Marker) the sender of the Ack has taken since the link
+//	           began: cumulative, never decreasing, at most what was
+//	           written to it
 //	Disconnect (0x05), 1 byte: the orderly end; nothing follows it
 //	  [0]      0x05
 //	Abort (0x06), 10 bytes: the sender of the Abort failed; nothing follows it
@@ -110,6 +176,13 @@
 //	  [9]      why: 1 remote access error (the next request frame after that
 //	           count named a range outside the ring or the wrong key);
 //	           2 protocol error (a malformed frame)
+//	Tagged data (0x07), carrier mode only, 21 bytes + N:
+//	  [0]      0x07
+//	  [1:5]    rkey: the key of one of the peer's receive rings
+//	  [5:13]   address: where the bytes go (that ring's address + offset)
+//	  [13:17]  tag: SendWR.Tag, which the peer's DataArrived reports
+//	  [17:21]  N: payload length
+//	  [21:21+N] payload
 //
 // Any other type byte is a protocol error. The connection's set-up (which
 // side is which, the rings' sizes, the rdmanet Hello) is the caller's, done

@@ -29,20 +29,32 @@ func (l *Link) read() {
 			return
 		}
 		var more bool
-		switch t {
-		case frameData:
+		switch {
+		case t == frameData && !l.cfg.Carrier:
 			more = l.readData()
-		case frameControl:
+		case t == frameTagged && l.cfg.Carrier:
+			more = l.readTagged()
+		case t == frameData || t == frameTagged:
+			// Both ends set Config.Carrier the same: a data frame of the
+			// other kind says that they did not.
+			l.mu.Lock()
+			if l.cfg.Carrier {
+				l.protocolErrorLocked("a data frame without a tag (%#x) on a link in carrier mode", t)
+			} else {
+				l.protocolErrorLocked("a tagged data frame (%#x) on a link not in carrier mode", t)
+			}
+			l.mu.Unlock()
+		case t == frameControl:
 			more = l.readControl()
-		case frameMarker:
+		case t == frameMarker:
 			more = l.readMarker()
-		case frameAck:
+		case t == frameAck:
 			more = l.readAck()
-		case frameDisconnect:
+		case t == frameDisconnect:
 			l.mu.Lock()
 			l.endLocked(link.Completion{Kind: link.Disconnected})
 			l.mu.Unlock()
-		case frameAbort:
+		case t == frameAbort:
 			more = l.readAbort()
 		default:
 			l.mu.Lock()
@@ -72,7 +84,7 @@ func (l *Link) readData() bool {
 	rkey, addr, n := be.Uint32(h[0:]), be.Uint64(h[4:]), be.Uint32(h[12:])
 	off, ok := l.ringOffset(addr, rkey, n)
 	if !ok {
-		l.remoteAccess("data", addr, rkey, n)
+		l.remoteAccess(l.outsideError("data", addr, rkey, n))
 		return false
 	}
 	if !l.takeRecv() {
@@ -83,6 +95,67 @@ func (l *Link) readData() bool {
 		return false
 	}
 	return l.arrived(link.Completion{Kind: link.DataArrived, N: n})
+}
+
+// readTagged takes a Tagged data frame (carrier mode). Its payload goes
+// through the reader's buffer: each piece is copied into the ring under
+// the lock, once the ring is found still registered, so that nothing
+// lands in a ring after ReleaseRecvRing returned, even while the rest of
+// a payload is on its way. A ring released under a payload is the peer's
+// remote access error: an honest peer writes into a ring only while the
+// engine holds it.
+func (l *Link) readTagged() bool {
+	h := l.hdr[:taggedHeader-1]
+	if !l.readFull(h) {
+		return false
+	}
+	rkey, addr, tag, n := be.Uint32(h[0:]), be.Uint64(h[4:]), be.Uint32(h[12:]), be.Uint32(h[16:])
+	l.mu.Lock()
+	r, off, ok := l.recvRingAtLocked(addr, rkey, n)
+	if !ok {
+		l.remoteAccessLocked(l.outsideError("data", addr, rkey, n))
+		l.mu.Unlock()
+		return false
+	}
+	l.mu.Unlock()
+	if !l.takeRecv() {
+		return false
+	}
+	for left := uint64(n); ; {
+		l.mu.Lock()
+		switch {
+		case l.down || l.closed:
+			l.mu.Unlock()
+			return false
+		case !l.ringLiveLocked(rkey, r):
+			l.remoteAccessLocked(fmt.Errorf("tcplink: %s: the peer's data request wrote [%#x, +%d) with key %#x, a ring released before all of it landed: %w",
+				l.cfg.Name, addr, n, rkey, link.ErrRemoteAccess))
+			l.mu.Unlock()
+			return false
+		case left == 0:
+			l.landed++
+			l.push(link.Completion{Kind: link.DataArrived, N: n, Tag: tag}, 0)
+			l.mu.Unlock()
+			return true
+		}
+		k := min(left, uint64(l.br.Buffered()))
+		p, _ := l.br.Peek(int(k))
+		copy(r.mem[off:], p)
+		l.landing += k
+		l.mu.Unlock()
+		l.br.Discard(int(k))
+		off += k
+		left -= k
+		if left > 0 && l.br.Buffered() == 0 {
+			// The next read may block: the peer learns what landed
+			// before this frame.
+			l.publishAck()
+			if _, err := l.br.Peek(1); err != nil {
+				l.readFailed(err)
+				return false
+			}
+		}
+	}
 }
 
 func (l *Link) readControl() bool {
@@ -103,13 +176,19 @@ func (l *Link) readMarker() bool {
 		return false
 	}
 	rkey, addr := be.Uint32(h[0:]), be.Uint64(h[4:])
-	if _, ok := l.ringOffset(addr, rkey, 0); !ok {
-		l.remoteAccess("marker", addr, rkey, 0)
-		return false
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.down || l.closed {
+		return false
+	}
+	ok := false
+	if l.cfg.Carrier {
+		_, _, ok = l.recvRingAtLocked(addr, rkey, 0)
+	} else {
+		_, ok = l.ringOffset(addr, rkey, 0)
+	}
+	if !ok {
+		l.remoteAccessLocked(l.outsideError("marker", addr, rkey, 0))
 		return false
 	}
 	l.landed++
@@ -247,18 +326,32 @@ func (l *Link) publishAckLocked() {
 	}
 }
 
-// remoteAccess fails the link for a request of the peer's outside the ring
-// or with the wrong key, and has the writer tell the peer.
-func (l *Link) remoteAccess(kind string, addr uint64, rkey, n uint32) {
+// remoteAccess fails the link with err for a request of the peer's outside
+// the rings or with a wrong key, and has the writer tell the peer.
+func (l *Link) remoteAccess(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.remoteAccessLocked(err)
+}
+
+// remoteAccessLocked is remoteAccess with l.mu held.
+func (l *Link) remoteAccessLocked(err error) {
 	if l.down || l.closed {
 		return
 	}
 	l.abort, l.abortCode, l.abortCount = true, abortRemoteAccess, l.landed
-	l.endLocked(link.Completion{Kind: link.Failed, Err: fmt.Errorf(
-		"tcplink: %s: the peer's %s request wrote [%#x, +%d) with key %#x, the ring is [%#x, +%d) with key %#x: %w",
-		l.cfg.Name, kind, addr, n, rkey, uint64(RingAddr), len(l.cfg.RecvRing), l.rkey, link.ErrRemoteAccess)})
+	l.endLocked(link.Completion{Kind: link.Failed, Err: err})
+}
+
+// outsideError is the remote access error of a request of the peer's that
+// named a range in none of the rings.
+func (l *Link) outsideError(kind string, addr uint64, rkey, n uint32) error {
+	if l.cfg.Carrier {
+		return fmt.Errorf("tcplink: %s: the peer's %s request wrote [%#x, +%d) with key %#x, in none of this end's rings: %w",
+			l.cfg.Name, kind, addr, n, rkey, link.ErrRemoteAccess)
+	}
+	return fmt.Errorf("tcplink: %s: the peer's %s request wrote [%#x, +%d) with key %#x, the ring is [%#x, +%d) with key %#x: %w",
+		l.cfg.Name, kind, addr, n, rkey, uint64(RingAddr), len(l.cfg.RecvRing), l.rkey, link.ErrRemoteAccess)
 }
 
 // protocolErrorLocked fails the link for a malformed frame from the peer,
@@ -307,8 +400,17 @@ func (l *Link) write() {
 		}
 		l.out = l.vec
 		_, err := l.out.WriteTo(l.conn)
-		clear(l.vec) // drop the references to the send ring
+		clear(l.vec) // drop the references to the send rings
 		l.vec = l.vec[:0]
+		clear(l.batchSrcs[:len(l.batch)])
+		if l.writing {
+			// Done with the stream rings the batch read: ReleaseSendRing
+			// may wait for that.
+			l.mu.Lock()
+			l.writing = false
+			l.writerIdle.Broadcast()
+			l.mu.Unlock()
+		}
 		if err != nil {
 			l.writeFailed(err)
 			return
@@ -352,7 +454,16 @@ func (l *Link) nextBatch() (last, ok bool) {
 		n := uint64(len(l.reqs))
 		for l.handed < l.seq && len(l.batch) < maxBatch {
 			l.handed++
-			l.batch = append(l.batch, l.reqs[l.handed%n])
+			wr := &l.reqs[l.handed%n]
+			if wr.Kind == link.SendData {
+				// The ring is registered: ReleaseSendRing refuses a ring
+				// an unacknowledged request sends from while the link is
+				// up, and nothing is taken once it is down.
+				src, _ := l.sendRingLocked(wr.Ring)
+				l.batchSrcs[len(l.batch)] = src[uint64(wr.Off) : uint64(wr.Off)+uint64(wr.N)]
+				l.writing = l.writing || wr.Ring != 0
+			}
+			l.batch = append(l.batch, *wr)
 		}
 	}
 	disconnect := l.sendDisconnect
@@ -368,11 +479,18 @@ func (l *Link) nextBatch() (last, ok bool) {
 		wr := &l.batch[i]
 		switch wr.Kind {
 		case link.SendData:
-			h = append(h, frameData)
-			h = be.AppendUint32(h, wr.RKey)
-			h = be.AppendUint64(h, wr.Remote)
+			if l.cfg.Carrier {
+				h = append(h, frameTagged)
+				h = be.AppendUint32(h, wr.RKey)
+				h = be.AppendUint64(h, wr.Remote)
+				h = be.AppendUint32(h, wr.Tag)
+			} else {
+				h = append(h, frameData)
+				h = be.AppendUint32(h, wr.RKey)
+				h = be.AppendUint64(h, wr.Remote)
+			}
 			h = be.AppendUint32(h, wr.N)
-			p := l.cfg.SendRing[uint64(wr.Off) : uint64(wr.Off)+uint64(wr.N)]
+			p := l.batchSrcs[i]
 			if len(p) <= inlineMax {
 				h = append(h, p...)
 				continue

@@ -29,6 +29,14 @@ type Config struct {
 	SendDepth, RecvDepth, ControlDepth int
 	// Name is Caps().Name; "tcp" if empty.
 	Name string
+	// Carrier puts the link in carrier mode (link.Carrier, carrier.go): it
+	// carries a link group's streams, on rings another link of the group
+	// made, and every data request carries its Tag (a Tagged data frame).
+	// Both ends of a connection must set it the same: the caller agrees on
+	// it with the peer before New (as on the rings' sizes); an end that
+	// differs fails the connection with a protocol error at the first data
+	// frame. In carrier mode SendRing and RecvRing may be empty.
+	Carrier bool
 }
 
 // RingAddr is the fake address RecvRingKey gives every link's receive ring:
@@ -44,6 +52,7 @@ const (
 	frameAck        = 0x04
 	frameDisconnect = 0x05
 	frameAbort      = 0x06
+	frameTagged     = 0x07
 )
 
 // Abort codes.
@@ -53,7 +62,8 @@ const (
 )
 
 const (
-	dataHeader = 17
+	dataHeader   = 17
+	taggedHeader = 21
 	// maxBatch is how many requests the writer takes in one batch (one
 	// writev).
 	maxBatch = 128
@@ -62,7 +72,7 @@ const (
 	inlineMax = 128
 	// batchBuf holds a batch's headers and inlined payloads: an Ack, the
 	// requests, a Disconnect (an Abort goes alone).
-	batchBuf = 9 + maxBatch*(dataHeader+inlineMax) + 1
+	batchBuf = 9 + maxBatch*(taggedHeader+inlineMax) + 1
 	// readBuf is the reader's buffer.
 	readBuf = 64 << 10
 )
@@ -103,6 +113,26 @@ type Link struct {
 	recvPosted int    // receives posted now
 	rnrWaits   uint64 // messages that found no receive posted and waited (for tests)
 
+	// Carrier mode (carrier.go): the receive rings by rkey (the first ring
+	// and ShareRecvRing's), and the stream transmit rings by key
+	// (ShareSendRing's). nextRKey, nextSendKey and nextAddr give the
+	// registrations their names.
+	recvRings   map[uint32]recvRing
+	sendRings   map[uint32][]byte
+	nextRKey    uint32
+	nextSendKey uint32
+	nextAddr    uint64
+	addrWrapped bool
+	// landing counts the payload bytes of tagged frames copied into the
+	// receive rings (for tests that stop a peer mid-payload).
+	landing uint64
+	// writing: the writer encodes or writes a batch that reads a stream
+	// transmit ring (batchSrcs), outside the lock; writerIdle is broadcast
+	// when it is done with it (ReleaseSendRing waits for that on a link that
+	// is down).
+	writing    bool
+	writerIdle sync.Cond
+
 	cq     []entry // completions for Poll: cq[head:]
 	head   int
 	down   bool // the Disconnected or Failed completion was queued (it is last)
@@ -116,11 +146,12 @@ type Link struct {
 	// Disconnect frame); the reader when it ends, or at Close.
 	readerDone, writerDone chan struct{}
 
-	// The writer's own.
-	batch []link.SendWR
-	hbuf  []byte      // headers and inlined payloads of a batch (never reallocated)
-	vec   net.Buffers // the batch's pieces
-	out   net.Buffers // what WriteTo consumes
+	// The writer's own (batch and batchSrcs are set under the lock).
+	batch     []link.SendWR
+	batchSrcs [][]byte    // a data request's bytes, by its index in batch
+	hbuf      []byte      // headers and inlined payloads of a batch (never reallocated)
+	vec       net.Buffers // the batch's pieces
+	out       net.Buffers // what WriteTo consumes
 
 	// The reader's own.
 	br  *bufio.Reader
@@ -183,6 +214,7 @@ func newLink(c net.Conn, cfg Config, rkey uint32) (_ *Link, err error) {
 		recvPosted: cfg.RecvDepth,
 		cq:         make([]entry, 0, cfg.SendDepth+cfg.RecvDepth+1),
 		batch:      make([]link.SendWR, 0, maxBatch),
+		batchSrcs:  make([][]byte, maxBatch),
 		hbuf:       make([]byte, 0, batchBuf),
 		vec:        make(net.Buffers, 0, 2*maxBatch+2),
 		br:         bufio.NewReaderSize(c, readBuf),
@@ -190,6 +222,10 @@ func newLink(c net.Conn, cfg Config, rkey uint32) (_ *Link, err error) {
 	l.waitCond.L = &l.mu
 	l.writeCond.L = &l.mu
 	l.recvCond.L = &l.mu
+	l.writerIdle.L = &l.mu
+	if cfg.Carrier {
+		l.initCarrier()
+	}
 	l.readerDone, l.writerDone = make(chan struct{}), make(chan struct{})
 	go l.read()
 	go l.write()
@@ -245,9 +281,13 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 		wr := &wrs[i]
 		switch wr.Kind {
 		case link.SendData:
-			if uint64(wr.Off)+uint64(wr.N) > uint64(len(l.cfg.SendRing)) {
-				return l.misuse("PostSend: request %d: data [%d, %d) outside the %d-byte send ring",
-					i, wr.Off, uint64(wr.Off)+uint64(wr.N), len(l.cfg.SendRing))
+			src, ok := l.sendRingLocked(wr.Ring)
+			if !ok {
+				return l.misuse("PostSend: request %d: no transmit ring with key %d", i, wr.Ring)
+			}
+			if uint64(wr.Off)+uint64(wr.N) > uint64(len(src)) {
+				return l.misuse("PostSend: request %d: data [%d, %d) outside the %d-byte send ring %d",
+					i, wr.Off, uint64(wr.Off)+uint64(wr.N), len(src), wr.Ring)
 			}
 		case link.SendControl:
 			if !wr.Signaled {
