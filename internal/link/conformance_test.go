@@ -16,3 +16,14 @@ func TestPipeConformance(t *testing.T) {
 		return pa, pb
 	})
 }
+
+// TestPipeCarrierConformance runs link.Carrier's conformance suite over
+// the in-memory link; the rings the pair shares are made by the ends of
+// another pipe, as a group's other link makes them.
+func TestPipeCarrierConformance(t *testing.T) {
+	linktest.RunCarrier(t, func(t *testing.T, a, b linktest.Spec) linktest.Carriers {
+		ma, mb := linktest.PipePair(t, linktest.DefaultSpec(), linktest.DefaultSpec())
+		pa, pb := linktest.PipePair(t, a, b)
+		return linktest.Carriers{A: pa, B: pb, MakerA: ma, MakerB: mb}
+	})
+}

@@ -35,6 +35,7 @@ var (
 type spec struct {
 	sendRing, recvRing                 int
 	sendDepth, recvDepth, controlDepth int
+	carrier                            bool
 }
 
 func testSpec() spec {
@@ -45,6 +46,7 @@ func (s spec) config() Config {
 	return Config{
 		SendRing: make([]byte, s.sendRing), RecvRing: make([]byte, s.recvRing),
 		SendDepth: s.sendDepth, RecvDepth: s.recvDepth, ControlDepth: s.controlDepth,
+		Carrier: s.carrier,
 	}
 }
 
