@@ -31,6 +31,18 @@ var (
 	fill            = linktest.Fill
 )
 
+// shareSend and shareRecv register plain memory of size bytes on a link in
+// carrier mode.
+func shareSend(t testing.TB, l *Link, size int) ([]byte, uint32) {
+	t.Helper()
+	return linktest.ShareSend(t, l, nil, size)
+}
+
+func shareRecv(t testing.TB, l *Link, size int) ([]byte, uint64, uint32) {
+	t.Helper()
+	return linktest.ShareRecv(t, l, nil, size)
+}
+
 // spec sizes one end.
 type spec struct {
 	sendRing, recvRing                 int

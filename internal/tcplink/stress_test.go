@@ -32,6 +32,12 @@ type streamer struct {
 
 	peerAddr uint64
 	peerKey  uint32
+	// The rings: SendRing and RecvRing, or in carrier mode a stream's
+	// (carry). sendKey names send (0: SendRing); the peer's data arrives
+	// with tag peerTag, and this end's goes with tag.
+	send, recv   []byte
+	sendKey      uint32
+	tag, peerTag uint32
 
 	// Sending.
 	sent, completed, credited uint64
@@ -65,9 +71,18 @@ func newStreamer(name string, l, peer *Link, total uint64, seed uint64) *streame
 		rng:      rand.New(rand.NewPCG(seed, 1)),
 		gen:      rand.NewChaCha8(chachaSeed),
 		peerAddr: addr, peerKey: key,
+		send: l.SendRing(), recv: l.RecvRing(),
 		sentHash: sha256.New(), recvHash: sha256.New(),
 		cs: make([]link.Completion, 16),
 	}
+}
+
+// carry has the streamer send from a transmit ring registered under key
+// and take the peer's data in recv, which the peer names by addr and rkey,
+// with the tags of a carrier's streams.
+func (s *streamer) carry(send []byte, key uint32, recv []byte, addr uint64, rkey, tag, peerTag uint32) {
+	s.send, s.sendKey, s.recv, s.ring = send, key, recv, uint64(len(send))
+	s.peerAddr, s.peerKey, s.tag, s.peerTag = addr, rkey, tag, peerTag
 }
 
 func (s *streamer) done() bool {
@@ -141,6 +156,10 @@ func (s *streamer) handle(t *testing.T, c link.Completion) bool {
 			}
 		}
 	case link.DataArrived:
+		if c.Tag != s.peerTag {
+			t.Errorf("%s: data with tag %#x, want %#x", s.name, c.Tag, s.peerTag)
+			return false
+		}
 		s.landed += uint64(c.N)
 		s.reposts++
 	case link.ControlArrived:
@@ -160,7 +179,7 @@ func (s *streamer) handle(t *testing.T, c link.Completion) bool {
 
 // consume takes what landed from the receive ring.
 func (s *streamer) consume() {
-	r := s.l.RecvRing()
+	r := s.recv
 	for s.consumed < s.landed {
 		off := s.consumed % s.ring
 		n := min(s.landed-s.consumed, s.ring-off)
@@ -208,13 +227,14 @@ func (s *streamer) post(t *testing.T) bool {
 		}
 		n = min(n, room)
 		off := s.sent % s.ring
-		b := s.l.SendRing()[off : off+n]
+		b := s.send[off : off+n]
 		s.gen.Read(b)
 		s.sentHash.Write(b)
 		s.sent += n
 		wr := link.SendWR{
 			Kind: link.SendData, Signaled: s.rng.IntN(4) == 0, ID: s.id(),
 			Off: uint32(off), N: uint32(n), Remote: s.peerAddr + off, RKey: s.peerKey,
+			Ring: s.sendKey, Tag: s.tag,
 		}
 		s.wrs = append(s.wrs, wr)
 		s.queue = append(s.queue, sent{id: wr.ID, end: s.sent})
@@ -242,24 +262,40 @@ func (s *streamer) id() uint64 {
 }
 
 // TestStress: two ends exchange pseudo-random bytes each way through small
-// rings, in requests of random sizes, and every byte arrives in order.
+// rings, in requests of random sizes, and every byte arrives in order. In
+// carrier mode, the ends' own rings are empty and the bytes go through a
+// stream's rings, shared on the links, with the stream's tags.
 func TestStress(t *testing.T) {
 	for _, tc := range []struct {
-		tr    string
-		total uint64
+		name, tr string
+		total    uint64
+		carrier  bool
 	}{
-		{"tcp", 64 << 20},
-		{"pipe", 16 << 20},
+		{"tcp", "tcp", 64 << 20, false},
+		{"pipe", "pipe", 16 << 20, false},
+		{"tcp carrier", "tcp", 32 << 20, true},
+		{"pipe carrier", "pipe", 8 << 20, true},
 	} {
-		t.Run(tc.tr, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			total := tc.total
 			if testing.Short() {
 				total /= 16
 			}
 			sp := spec{sendRing: 64 << 10, recvRing: 64 << 10, sendDepth: 32, recvDepth: 8, controlDepth: 2}
+			if tc.carrier {
+				sp.sendRing, sp.recvRing, sp.carrier = 0, 0, true
+			}
 			a, b := newPair(t, tc.tr, sp, sp)
 			sa := newStreamer("a", a, b, total, 1)
 			sb := newStreamer("b", b, a, total, 2)
+			if tc.carrier {
+				aSend, aKey := shareSend(t, a, 64<<10)
+				bSend, bKey := shareSend(t, b, 64<<10)
+				aRecv, aAddr, aRKey := shareRecv(t, a, 64<<10)
+				bRecv, bAddr, bRKey := shareRecv(t, b, 64<<10)
+				sa.carry(aSend, aKey, aRecv, bAddr, bRKey, 0xa1a1_0001, 0xb2b2_0002)
+				sb.carry(bSend, bKey, bRecv, aAddr, aRKey, 0xb2b2_0002, 0xa1a1_0001)
+			}
 			var wg sync.WaitGroup
 			var okA, okB bool
 			wg.Add(2)
