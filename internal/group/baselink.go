@@ -21,6 +21,10 @@ type baseLink struct {
 	bc    link.Caps
 	index int           // the order it was added in, for names
 	done  chan struct{} // run returned
+	// lastResort: a TCP link (Caps.Transport "tcp"). No stream opens on
+	// it; streams move to it only when no other link works, and leave it
+	// for the first that does, which then retires it (retireLastResortLocked).
+	lastResort bool
 
 	pool    int // its receives for streams (the rest are the group's)
 	granted int // receives committed to its streams: credit held and receives taken
@@ -520,7 +524,11 @@ func (l *baseLink) downLocked(err error) {
 		return
 	}
 	l.err = err
-	m.stats.LinksDown++
+	// A TCP link retired (by this side, or disconnected by the peer's
+	// with no stream on it) did not fail.
+	if err != errRetired && !(l.lastResort && l.streams == 0 && Disconnected(err)) {
+		m.stats.LinksDown++
+	}
 	l.base.Disconnect()
 	l.base.Wake() // run may sleep on a link that says nothing more
 	l.ready, l.queued, l.groupq, l.groupWait, l.movesWaiting = nil, 0, nil, nil, nil

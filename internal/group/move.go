@@ -160,11 +160,14 @@ func (m *Mux) moveSuspendedLocked() {
 }
 
 // pickMoveLocked is the link with the fewest streams that works and has
-// receives for a stream's first grant.
+// receives for a stream's first grant: a TCP link only if no other does.
 func (m *Mux) pickMoveLocked() *baseLink {
 	var best *baseLink
 	for _, l := range m.links {
-		if l.err == nil && l.roomToMoveLocked() && (best == nil || l.streams < best.streams) {
+		if l.err != nil || !l.roomToMoveLocked() {
+			continue
+		}
+		if best == nil || best.lastResort && !l.lastResort || best.lastResort == l.lastResort && l.streams < best.streams {
 			best = l
 		}
 	}
@@ -307,6 +310,7 @@ func (m *Mux) movedLocked(l *baseLink, g wire.GroupMessage) {
 	s.announced = true
 	s.resumedLocked()
 	l.readyLocked(s)
+	m.retireLastResortLocked()
 }
 
 // resumedLocked ends a stream's suspension on its new link: its engine

@@ -325,9 +325,10 @@ func (m *Mux) addLocked(base link.Carrier) *baseLink {
 	l := &baseLink{
 		m: m, base: base, bc: bc, index: m.added,
 		done:    make(chan struct{}),
-		pool:    bc.RecvDepth - 2*groupRequests,
-		fifo:    make([]sent, bc.SendDepth),
-		firstID: 1,
+		pool:       bc.RecvDepth - 2*groupRequests,
+		fifo:       make([]sent, bc.SendDepth),
+		firstID:    1,
+		lastResort: bc.Transport == "tcp",
 	}
 	m.added++
 	m.links = append(m.links, l)
@@ -336,11 +337,11 @@ func (m *Mux) addLocked(base link.Carrier) *baseLink {
 }
 
 // pickLocked is the link a new stream goes on (Spread), among those that
-// work and have receives for it; nil if none.
+// work and have receives for it, never a TCP link; nil if none.
 func (m *Mux) pickLocked() *baseLink {
 	var best *baseLink
 	for _, l := range m.links {
-		if l.err != nil || !m.roomForNewLocked(l) {
+		if l.err != nil || l.lastResort || !m.roomForNewLocked(l) {
 			continue
 		}
 		if m.cfg.Spread == SpreadFirstLink {
@@ -382,6 +383,20 @@ func (m *Mux) roomForNewLocked(l *baseLink) bool {
 		}
 	}
 	return true
+}
+
+// onlyLastResortLocked reports whether the links that work are TCP links.
+func (m *Mux) onlyLastResortLocked() bool {
+	tcp := false
+	for _, l := range m.links {
+		if l.err == nil {
+			if !l.lastResort {
+				return false
+			}
+			tcp = true
+		}
+	}
+	return tcp
 }
 
 // liveLocked reports whether some link works.
@@ -701,6 +716,9 @@ func (m *Mux) Open(ctx context.Context, port uint16) (*Stream, error) {
 	l := m.pickLocked()
 	if l == nil {
 		err := fmt.Errorf("%w: no link with room for a stream", ErrLimit)
+		if m.onlyLastResortLocked() {
+			err = fmt.Errorf("%w: only the TCP link works, which takes no new stream", ErrLimit)
+		}
 		if !m.liveLocked() {
 			err = fmt.Errorf("%w: no link works: %w", ErrDown, m.lastDown)
 		}

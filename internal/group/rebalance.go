@@ -3,6 +3,7 @@ package group
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/rdmanet/sdk/internal/link"
@@ -28,12 +29,25 @@ import (
 // errRebalance suspends a stream that moves off a link that works.
 var errRebalance = errors.New("group: the stream moves to a link with fewer streams")
 
-// rebalanceLocked moves streams onto to, just added, from the links with
-// the most, until to has its share.
+// rebalanceLocked moves streams onto to, just added: every stream of a
+// TCP link, then from the links with the most, until to has its share.
 func (m *Mux) rebalanceLocked(to *baseLink) {
+	if to.lastResort {
+		return
+	}
+	for _, l := range m.links {
+		if !l.lastResort || l.err != nil {
+			continue
+		}
+		// Moves wait for to's receives, as any do (receivesFreedLocked).
+		for s := m.leaverLocked(l); s != nil; s = m.leaverLocked(l) {
+			s.leaveLocked(to, nil)
+		}
+	}
+	m.retireLastResortLocked()
 	live, total := 0, 0
 	for _, l := range m.links {
-		if l.err == nil {
+		if l.err == nil && !l.lastResort {
 			live++
 			total += l.staying()
 		}
@@ -45,7 +59,7 @@ func (m *Mux) rebalanceLocked(to *baseLink) {
 	for to.streams+to.arriving < share {
 		var from *baseLink
 		for _, l := range m.links {
-			if l != to && l.err == nil && (from == nil || l.staying() > from.staying()) {
+			if l != to && l.err == nil && !l.lastResort && (from == nil || l.staying() > from.staying()) {
 				from = l
 			}
 		}
@@ -57,6 +71,30 @@ func (m *Mux) rebalanceLocked(to *baseLink) {
 			return
 		}
 		s.leaveLocked(to, nil)
+	}
+}
+
+// errRetired ends a TCP link that no stream is on once another link
+// works: streams move to it only when none does (not a failure).
+var errRetired = disconnected{fmt.Errorf("%w: the TCP link carries no stream while another link works: retired", ErrDown)}
+
+// retireLastResortLocked ends, at the group's dialer, each TCP link that
+// no stream is on or on its way to, once another link works and no move
+// waits for its answer (the peer's streams left the TCP link before it
+// answered): the peer sees it disconnected with nothing on it.
+func (m *Mux) retireLastResortLocked() {
+	if !m.cfg.Mover || m.err != nil || m.onlyLastResortLocked() || !m.liveLocked() {
+		return
+	}
+	for _, s := range m.slots {
+		if s != nil && s.moving {
+			return
+		}
+	}
+	for _, l := range slices.Clone(m.links) {
+		if l.lastResort && l.err == nil && l.streams == 0 && l.arriving == 0 {
+			l.downLocked(errRetired)
+		}
 	}
 }
 

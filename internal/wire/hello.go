@@ -139,7 +139,7 @@ var helloMagic = [8]byte{'r', 'd', 'm', 'a', 'n', 'e', 't', 0}
 const (
 	HelloSize        = 20
 	SessionHelloSize = 48
-	GroupHelloSize   = 36
+	GroupHelloSize   = 38
 )
 
 // Flags in byte 9: the connect resumes the Hello's session (sessions only);
@@ -154,13 +154,7 @@ const (
 
 // Encode returns h in wire format.
 func (h Hello) Encode() []byte {
-	size := HelloSize
-	switch {
-	case h.Features&FeatureResume != 0:
-		size = SessionHelloSize
-	case h.Features&FeatureGroup != 0:
-		size = GroupHelloSize
-	}
+	size := HelloSizeOf(h.Features)
 	b := make([]byte, size)
 	copy(b, helloMagic[:])
 	b[8] = h.Version
@@ -189,8 +183,22 @@ func (h Hello) Encode() []byte {
 	if size == GroupHelloSize {
 		be.PutUint64(b[20:], h.Process)
 		be.PutUint64(b[28:], h.Group)
+		be.PutUint16(b[36:], h.TCPPort)
 	}
 	return b
+}
+
+// HelloSizeOf is the size of a Hello that offers f: what a reader of a
+// byte stream (a TCP resume or join) reads after the first HelloSize
+// bytes told it f.
+func HelloSizeOf(f Features) int {
+	switch {
+	case f&FeatureResume != 0:
+		return SessionHelloSize
+	case f&FeatureGroup != 0:
+		return GroupHelloSize
+	}
+	return HelloSize
 }
 
 // HasHelloMagic reports whether b starts as every Hello does: how a
@@ -265,6 +273,7 @@ func DecodeHello(data []byte) (h Hello, ok bool, err error) {
 			return Hello{}, false, protocolErrorf("hello offering a link group in %d bytes, want %d", len(data), GroupHelloSize)
 		}
 		h.Process, h.Group = be.Uint64(data[20:]), be.Uint64(data[28:])
+		h.TCPPort = be.Uint16(data[36:])
 	}
 	if h.Features&FeatureResume != 0 {
 		if len(data) < SessionHelloSize {

@@ -168,17 +168,18 @@ func TestSessionHello(t *testing.T) {
 	}
 }
 
-// TestGroupHello: a group's Hello carries the sender's process and the
-// group (bytes 20-35), and fits a connect request; cut short, or offering
+// TestGroupHello: a group's Hello carries the sender's process, the group
+// (bytes 20-35) and the dialer's TCP port (36-37), and fits a connect
+// request; cut short, or offering
 // moves without a group, it is a protocol error.
 func TestGroupHello(t *testing.T) {
 	if FeatureGroup != 256 || FeatureGroupMove != 512 {
 		t.Fatalf("feature bits moved: group %d, move %d", FeatureGroup, FeatureGroupMove)
 	}
 	h := Hello{Version: HelloVersion, Features: FeatureRing | FeatureRecvCredit | FeatureRecvGrant | FeatureGroup | FeatureGroupMove,
-		RecvDepth: 2048, RingSize: 4096, Process: 0x0102030405060708, Group: 0x1112131415161718}
+		RecvDepth: 2048, RingSize: 4096, Process: 0x0102030405060708, Group: 0x1112131415161718, TCPPort: 0xc0de}
 	b := h.Encode()
-	want := unhex(t, "72646d616e657400 01 00 00000391 0800 00001000 0102030405060708 1112131415161718")
+	want := unhex(t, "72646d616e657400 01 00 00000391 0800 00001000 0102030405060708 1112131415161718 c0de")
 	if string(b) != string(want) {
 		t.Fatalf("group hello encodes as % x, want % x", b, want)
 	}
@@ -188,8 +189,13 @@ func TestGroupHello(t *testing.T) {
 	if got, ok, err := DecodeHello(b); err != nil || !ok || got != h {
 		t.Fatalf("DecodeHello = %+v, %v, %v", got, ok, err)
 	}
-	if _, ok, err := DecodeHello(b[:HelloSize]); ok || !errors.Is(err, ErrProtocol) {
-		t.Errorf("a group hello cut to %d bytes: ok %v, %v; want a protocol error", HelloSize, ok, err)
+	for _, n := range []int{HelloSize, GroupHelloSize - 1} {
+		if _, ok, err := DecodeHello(b[:n]); ok || !errors.Is(err, ErrProtocol) {
+			t.Errorf("a group hello cut to %d bytes: ok %v, %v; want a protocol error", n, ok, err)
+		}
+	}
+	if HelloSizeOf(h.Features) != GroupHelloSize {
+		t.Errorf("HelloSizeOf(%#x) = %d, want %d", uint32(h.Features), HelloSizeOf(h.Features), GroupHelloSize)
 	}
 	h.Features &^= FeatureGroup
 	if _, ok, err := DecodeHello(h.Encode()); ok || !errors.Is(err, ErrProtocol) {
