@@ -143,6 +143,9 @@ type ListenerStats struct {
 type rdmaSide struct {
 	cfg  Config
 	addr netip.AddrPort // where it listens, port included, for every restart
+	// servesTCP: the listener takes TCP on the same port too, so a link
+	// group's dialer may make its TCP link there (group_tcp.go).
+	servesTCP bool
 
 	// listen makes the listening ID again after a failure; handshake makes
 	// a request a connection; pause waits d unless the listener closes

@@ -3,6 +3,8 @@ package rdmanet
 import (
 	"context"
 	"errors"
+	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/rdmanet/sdk/cm"
@@ -16,13 +18,18 @@ import (
 // listener's addresses, served by another rdmaSide.
 var acceptedGroups struct {
 	sync.Mutex
-	m map[uint64]*acceptedGroup
+	m         map[uint64]*acceptedGroup
+	byTCPPort map[uint16][]*acceptedGroup // those whose dialer keeps a TCP port
 }
 
 type acceptedGroup struct {
 	mux     *group.Mux
 	port    uint16 // the listener's
 	process uint64 // the dialer's
+	// tcpPort is the TCP source port the dialer keeps for the group's TCP
+	// link, and dialers the addresses its links came from.
+	tcpPort uint16
+	dialers []netip.Addr
 }
 
 // findAcceptedGroup is the group a join names, if it is a group of the
@@ -37,20 +44,40 @@ func findAcceptedGroup(h wire.Hello, port uint16) *group.Mux {
 	return g.mux // nil while the group is being made
 }
 
-// reserveAcceptedGroup gives a group being made an id of its own.
-func reserveAcceptedGroup(port uint16, process uint64) uint64 {
+// reserveAcceptedGroup gives a group being made an id of its own; the
+// dialer's Hello h came from dialer.
+func reserveAcceptedGroup(port uint16, h wire.Hello, dialer netip.Addr) uint64 {
 	acceptedGroups.Lock()
 	defer acceptedGroups.Unlock()
 	if acceptedGroups.m == nil {
 		acceptedGroups.m = map[uint64]*acceptedGroup{}
+		acceptedGroups.byTCPPort = map[uint16][]*acceptedGroup{}
 	}
 	id := randomID()
 	for acceptedGroups.m[id] != nil {
 		id = randomID()
 	}
-	acceptedGroups.m[id] = &acceptedGroup{port: port, process: process}
+	g := &acceptedGroup{port: port, process: h.Process, dialers: []netip.Addr{dialer}}
+	if h.Features&wire.FeatureGroupMove != 0 && h.TCPPort != 0 {
+		g.tcpPort = h.TCPPort
+		acceptedGroups.byTCPPort[g.tcpPort] = append(acceptedGroups.byTCPPort[g.tcpPort], g)
+	}
+	acceptedGroups.m[id] = g
 	return id
 }
+
+// joinedFrom notes that a link of group id came from dialer.
+func joinedFrom(id uint64, dialer netip.Addr) {
+	acceptedGroups.Lock()
+	defer acceptedGroups.Unlock()
+	if g := acceptedGroups.m[id]; g != nil && !slices.Contains(g.dialers, dialer) && len(g.dialers) < maxGroupDialers {
+		g.dialers = append(g.dialers, dialer)
+	}
+}
+
+// maxGroupDialers bounds the addresses kept per group: a dialer has one
+// per path.
+const maxGroupDialers = 16
 
 // setAcceptedGroup lists the group made for id until it ends; a nil m
 // gives the id up.
@@ -58,16 +85,32 @@ func setAcceptedGroup(id uint64, m *group.Mux) {
 	acceptedGroups.Lock()
 	defer acceptedGroups.Unlock()
 	if m == nil {
-		delete(acceptedGroups.m, id)
+		dropAcceptedGroupLocked(id)
 		return
 	}
 	acceptedGroups.m[id].mux = m
 	go func() {
 		<-m.Done()
 		acceptedGroups.Lock()
-		delete(acceptedGroups.m, id)
+		dropAcceptedGroupLocked(id)
 		acceptedGroups.Unlock()
 	}()
+}
+
+func dropAcceptedGroupLocked(id uint64) {
+	g := acceptedGroups.m[id]
+	if g == nil {
+		return
+	}
+	delete(acceptedGroups.m, id)
+	if g.tcpPort != 0 {
+		rest := slices.DeleteFunc(acceptedGroups.byTCPPort[g.tcpPort], func(x *acceptedGroup) bool { return x == g })
+		if len(rest) == 0 {
+			delete(acceptedGroups.byTCPPort, g.tcpPort)
+		} else {
+			acceptedGroups.byTCPPort[g.tcpPort] = rest
+		}
+	}
 }
 
 // errUnknownGroup refuses a join of a group this process does not have.
@@ -113,10 +156,13 @@ func (s *rdmaSide) acceptGroup(ctx context.Context, req *cm.Request, h wire.Hell
 	}
 	id := h.Group
 	if joins == nil {
-		id = reserveAcceptedGroup(port, h.Process)
+		id = reserveAcceptedGroup(port, h, req.ID.RemoteAddr().Addr().Unmap())
 	}
 	accept := wire.Hello{Version: wire.HelloVersion, Features: agreed, RecvDepth: groupRecvDepth, RingSize: groupLinkRing,
 		Process: processID(), Group: id}
+	if joins == nil && h.TCPPort != 0 && agreed&wire.FeatureGroupMove != 0 && s.servesTCP {
+		accept.TCPPort = port // the group's TCP link may come here
+	}
 	err = req.ID.Accept(ctx, acceptParam(accept.Encode()))
 	if err == nil {
 		if err = l.Established(agreed&(wire.LinkFeatures|wire.FeatureGroup), true); err != nil {
@@ -137,6 +183,7 @@ func (s *rdmaSide) acceptGroup(ctx context.Context, req *cm.Request, h wire.Hell
 			l.Close()
 			return err
 		}
+		joinedFrom(id, req.ID.RemoteAddr().Addr().Unmap())
 		return nil
 	}
 	gc := groupConfig(s.cfg, cap(s.slots), agreed&wire.FeatureGroupMove != 0)

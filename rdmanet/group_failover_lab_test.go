@@ -39,33 +39,128 @@ func TestLabGroupFailover(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	leakcheck.Check(t)
 	paths := env.Paths()
-	cfg := rdmanet.WithGroups(rdmanet.Config{})
+	gl := openGroupLab(t, env, *groupStreams, !*groupOnePath)
+	n := *groupStreams
+	g := waitGroup(t, "two links", func(g rdmanet.GroupInfo) bool { return *groupOnePath || spread(g, n) })
+	t.Logf("group: %+v", g)
+	if qps := verbs.Resources().QPs; qps != 4 && !*groupOnePath {
+		t.Errorf("%d queue pairs, want the group's 4 (a link on each path, at each end)", qps)
+	}
+	gl.streamThrough(t, *groupKiB<<10, func() {
+		if !*groupNoDrop {
+			paths[0].DropAll(t)
+		}
+	})
+	if *groupNoDrop {
+		return
+	}
+	before := g.Moved
+	// A stream is on its new link once its move is asked, and moved once
+	// answered: wait for both.
+	g = waitGroup(t, "a link left", func(g rdmanet.GroupInfo) bool {
+		return len(g.Links) == 1 && g.Suspended == 0 && g.Moved-before >= uint64(n/2)
+	})
+	t.Logf("after the drop: %+v", g)
+	// Under the race detector the emulated CPU can stall rxe for longer
+	// than the keepalive allows: path 2's link may be found dead too, and
+	// made again. Its streams move, as the bytes above show.
+	if g.LinksDown < 1 || g.MovesFailed != 0 || g.Links[0].Streams != n {
+		t.Errorf("group %+v: want its streams moved to path 2, none lost", g)
+	}
+	if g.LinksDown > 1 {
+		t.Logf("%d links failed: path 2's was found dead too, and made again", g.LinksDown)
+	}
+	movedBefore := g.Moved
+	paths[0].Heal(t)
+	healed := time.Now()
+	g = waitGroup(t, "its link on path 1 again, and half the streams", func(g rdmanet.GroupInfo) bool {
+		return spread(g, n) && g.Moved-movedBefore >= uint64(n/2)
+	})
+	t.Logf("path 1's link back, with half the streams, %v after the heal: %+v", time.Since(healed).Round(time.Millisecond), g)
+	gl.echo(t, "after the failback")
+}
+
+// TestLabGroupToTCP: both rxe paths drop everything while a group's 100
+// streams carry bytes both ways: the group makes one TCP connection to
+// the listener's port, every stream moves onto it, and every byte
+// arrives once. Once path 1 heals, every stream moves back to RDMA and
+// the TCP link is retired. It runs under the race detector.
+func TestLabGroupToTCP(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	leakcheck.Check(t)
+	paths := env.Paths()
+	const n = 100
+	gl := openGroupLab(t, env, n, true)
+	waitGroup(t, "two links", func(g rdmanet.GroupInfo) bool { return spread(g, n) })
+	gl.streamThrough(t, 16<<10, func() {
+		paths[0].DropAll(t)
+		paths[1].DropAll(t)
+	})
+	onTCP := func(g rdmanet.GroupInfo) bool {
+		return len(g.Links) == 1 && g.Links[0].Transport == "tcp" && g.Links[0].Streams == n && g.Suspended == 0
+	}
+	g := waitGroup(t, "every stream on one TCP link", onTCP)
+	t.Logf("after both paths dropped: %+v", g)
+	if g.MovesFailed != 0 {
+		t.Errorf("group %+v: streams that found no link", g)
+	}
+	waitGroupSide(t, "accepted", "every stream on one TCP link", onTCP)
+	gl.echo(t, "on TCP")
+	paths[0].Heal(t)
+	healed := time.Now()
+	onRDMA := func(g rdmanet.GroupInfo) bool {
+		return len(g.Links) == 1 && g.Links[0].Transport == "rdma" && g.Links[0].Streams == n && g.Suspended == 0
+	}
+	g = waitGroup(t, "every stream back on RDMA, and no TCP link", onRDMA)
+	t.Logf("back on path 1 %v after the heal: %+v", time.Since(healed).Round(time.Millisecond), g)
+	waitGroupSide(t, "accepted", "every stream back on RDMA, and no TCP link", onRDMA)
+	gl.echo(t, "after the failback")
+}
+
+// groupLab is a group's n streams between the lab's hosts, each client
+// paired with the server end it reached.
+type groupLab struct {
+	clients, servers []net.Conn
+}
+
+// openGroupLab listens on every address (the group's second link comes to
+// the server's address on path 2), on RDMA and TCP (the group's last
+// path), and dials n streams from path 1's
+// address, 16 at a time, with path 2 as the failover address if
+// twoPaths. Everything is closed when t ends.
+func openGroupLab(t *testing.T, env labenv.Env, n int, twoPaths bool) *groupLab {
+	t.Helper()
+	paths := env.Paths()
+	cfg := rdmanet.Config{}
 	lc := rdmanet.ListenConfig{Config: cfg}
-	// Every address: the group's second link comes to the server's
-	// address on path 2.
-	ln, err := lc.Listen(context.Background(), "rdma", ":0")
+	ln, err := lc.Listen(context.Background(), "tcp", ":0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	port := netip.MustParseAddrPort(ln.Addr().String()).Port()
 	d := rdmanet.Dialer{
-		LocalAddr:     &rdmanet.Addr{AddrPort: netip.AddrPortFrom(paths[0].A, 0)},
-		Config:        cfg,
-		Timeout:       20 * time.Second,
-		FailoverAddrs: []string{paths[1].B.String()},
+		LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(paths[0].A, 0)},
+		Config:    cfg,
+		Timeout:   20 * time.Second,
 	}
-	if *groupOnePath {
-		d.FailoverAddrs = nil
+	if twoPaths {
+		d.FailoverAddrs = []string{paths[1].B.String()}
 	}
-	n, size := *groupStreams, *groupKiB<<10
 	guard := time.AfterFunc(hangGuard, func() { ln.Close() })
-	defer guard.Stop()
+	t.Cleanup(func() { guard.Stop() })
 
-	// The first dial makes the group; its second link follows.
-	clients, servers := make([]net.Conn, n), make([]net.Conn, n)
+	gl := &groupLab{clients: make([]net.Conn, n), servers: make([]net.Conn, n)}
+	t.Cleanup(func() {
+		for i := range n {
+			for _, c := range []net.Conn{gl.clients[i], gl.servers[i]} {
+				if c != nil {
+					c.Close()
+				}
+			}
+		}
+	})
 	dialed := time.Now()
-	var wg sync.WaitGroup
 	accepted := make(chan error, 1)
 	go func() {
 		for i := range n {
@@ -74,11 +169,13 @@ func TestLabGroupFailover(t *testing.T) {
 				accepted <- err
 				return
 			}
-			servers[i] = c
+			gl.servers[i] = c
 		}
 		accepted <- nil
 	}()
+	// The first dial makes the group; its second link follows.
 	dst := netip.AddrPortFrom(paths[0].B, port).String()
+	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for i := range n {
 		wg.Add(1)
@@ -91,7 +188,7 @@ func TestLabGroupFailover(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			clients[i] = c
+			gl.clients[i] = c
 		}()
 	}
 	wg.Wait()
@@ -104,36 +201,34 @@ func TestLabGroupFailover(t *testing.T) {
 	t.Logf("%d streams open in %v", n, time.Since(dialed).Round(time.Millisecond))
 	// Accepts come in any order: pair each client with its server.
 	byPeer := map[string]net.Conn{}
-	for _, c := range servers {
+	for _, c := range gl.servers {
 		byPeer[c.RemoteAddr().String()] = c
 	}
-	for i, c := range clients {
-		if servers[i] = byPeer[c.LocalAddr().String()]; servers[i] == nil {
+	for i, c := range gl.clients {
+		if gl.servers[i] = byPeer[c.LocalAddr().String()]; gl.servers[i] == nil {
 			t.Fatalf("no server end for %v", c.LocalAddr())
 		}
-	}
-	// The streams opened before the second link joined spread onto it.
-	g := waitGroup(t, "two links", func(g rdmanet.GroupInfo) bool { return *groupOnePath || spread(g, n) })
-	t.Logf("group: %+v", g)
-	if qps := verbs.Resources().QPs; qps != 4 {
-		t.Errorf("%d queue pairs, want the group's 4 (a link on each path, at each end)", qps)
-	}
-	for i, c := range clients {
-		if !rdmanet.GroupStream(c.(*rdmanet.Conn)) || !rdmanet.GroupStream(servers[i].(*rdmanet.Conn)) {
+		if !rdmanet.GroupStream(c.(*rdmanet.Conn)) || !rdmanet.GroupStream(gl.servers[i].(*rdmanet.Conn)) {
 			t.Fatalf("connection %d is not a group's stream", i)
 		}
 	}
+	return gl
+}
 
-	// Every stream carries size bytes each way: a quarter of them, then,
-	// once every stream wrote its quarter, path 1 drops everything and the
-	// writers go on (1,000 streams writing at once over TCG overwhelm
-	// rxe; this keeps bytes in flight at the drop and after it).
+// streamThrough has every stream carry size bytes each way: a quarter of
+// them, then, once every stream wrote its quarter, breakPaths runs and
+// the writers go on (1,000 streams writing at once over TCG overwhelm
+// rxe; this keeps bytes in flight at the break and after it). Every byte
+// must arrive once (SHA-256 at both ends).
+func (gl *groupLab) streamThrough(t *testing.T, size int, breakPaths func()) {
+	t.Helper()
+	n := len(gl.clients)
 	var done sync.WaitGroup
 	wrote := make(chan struct{}, 2*n)
 	gate := make(chan struct{})
 	sums := make([][2][32]byte, 2*n)
 	for i := range n {
-		for dir, ends := range [][2]net.Conn{{clients[i], servers[i]}, {servers[i], clients[i]}} {
+		for dir, ends := range [][2]net.Conn{{gl.clients[i], gl.servers[i]}, {gl.servers[i], gl.clients[i]}} {
 			k := 2*i + dir
 			done.Add(2)
 			go func() {
@@ -178,60 +273,32 @@ func TestLabGroupFailover(t *testing.T) {
 	for range 2 * n {
 		<-wrote
 	}
-	if !*groupNoDrop {
-		paths[0].DropAll(t)
-	}
+	breakPaths()
 	broke := time.Now()
 	close(gate)
 	done.Wait()
-	t.Logf("every stream done %v after path 1 dropped", time.Since(broke).Round(time.Millisecond))
+	t.Logf("every stream done %v after the break", time.Since(broke).Round(time.Millisecond))
 	for k := range sums {
 		if sums[k][0] != sums[k][1] {
 			t.Errorf("stream %d direction %d: SHA-256 differs", k/2, k%2)
 		}
 	}
-	if *groupNoDrop {
-		return
-	}
-	before := g.Moved
-	// A stream is on its new link once its move is asked, and moved once
-	// answered: wait for both.
-	g = waitGroup(t, "a link left", func(g rdmanet.GroupInfo) bool {
-		return len(g.Links) == 1 && g.Suspended == 0 && g.Moved-before >= uint64(n/2)
-	})
-	t.Logf("after the drop: %+v", g)
-	// Under the race detector the emulated CPU can stall rxe for longer
-	// than the keepalive allows: path 2's link may be found dead too, and
-	// made again. Its streams move, as the bytes above show.
-	if g.LinksDown < 1 || g.MovesFailed != 0 || g.Links[0].Streams != n {
-		t.Errorf("group %+v: want its streams moved to path 2, none lost", g)
-	}
-	if g.LinksDown > 1 {
-		t.Logf("%d links failed: path 2's was found dead too, and made again", g.LinksDown)
-	}
-	movedBefore := g.Moved
-	paths[0].Heal(t)
-	healed := time.Now()
-	g = waitGroup(t, "its link on path 1 again, and half the streams", func(g rdmanet.GroupInfo) bool {
-		return spread(g, n) && g.Moved-movedBefore >= uint64(n/2)
-	})
-	t.Logf("path 1's link back, with half the streams, %v after the heal: %+v", time.Since(healed).Round(time.Millisecond), g)
-	// The streams that moved back work.
-	for i := range n {
+}
+
+// echo checks that every stream carries a message from client to server.
+func (gl *groupLab) echo(t *testing.T, when string) {
+	t.Helper()
+	for i, c := range gl.clients {
 		msg := []byte{byte(i), 9}
-		clients[i].SetDeadline(time.Now().Add(hangGuard))
-		servers[i].SetDeadline(time.Now().Add(hangGuard))
-		if _, err := clients[i].Write(msg); err != nil {
-			t.Fatalf("stream %d after the failback: %v", i, err)
+		c.SetDeadline(time.Now().Add(hangGuard))
+		gl.servers[i].SetDeadline(time.Now().Add(hangGuard))
+		if _, err := c.Write(msg); err != nil {
+			t.Fatalf("stream %d %s: %v", i, when, err)
 		}
 		got := make([]byte, 2)
-		if _, err := io.ReadFull(servers[i], got); err != nil || string(got) != string(msg) {
-			t.Fatalf("stream %d after the failback: read %x, %v", i, got, err)
+		if _, err := io.ReadFull(gl.servers[i], got); err != nil || string(got) != string(msg) {
+			t.Fatalf("stream %d %s: read %x, %v", i, when, got, err)
 		}
-	}
-	for i := range n {
-		clients[i].Close()
-		servers[i].Close()
 	}
 }
 
@@ -243,15 +310,21 @@ func spread(g rdmanet.GroupInfo, n int) bool {
 // waitGroup waits for the dialer's group to satisfy ok, and returns it.
 func waitGroup(t *testing.T, what string, ok func(rdmanet.GroupInfo) bool) rdmanet.GroupInfo {
 	t.Helper()
+	return waitGroupSide(t, "dialed", what, ok)
+}
+
+// waitGroupSide waits for a group of side to satisfy ok, and returns it.
+func waitGroupSide(t *testing.T, side, what string, ok func(rdmanet.GroupInfo) bool) rdmanet.GroupInfo {
+	t.Helper()
 	var last []rdmanet.GroupInfo
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		last = rdmanet.Groups()
 		for _, g := range last {
-			if g.Side == "dialed" && ok(g) {
+			if g.Side == side && ok(g) {
 				return g
 			}
 		}
 	}
-	t.Fatalf("no dialed group with %s: %+v", what, last)
+	t.Fatalf("no %s group with %s: %+v", side, what, last)
 	return rdmanet.GroupInfo{}
 }

@@ -65,6 +65,14 @@ type groupPaths struct {
 	id      uint64 // the group's, from the server's accept
 	process uint64 // the server's
 	wake    chan struct{}
+
+	// The last path (group_tcp.go): the TCP port the group keeps (nil:
+	// none, the group has RDMA paths only), its link while it has one,
+	// and the failed tries since it last had one.
+	tcpPort  *tcpPortReservation
+	tcpSrc   netip.Addr // the first link's local address
+	tcp      link.Carrier
+	tcpTries int
 }
 
 // groupPath is one pair of local and remote addresses.
@@ -97,21 +105,40 @@ func newGroupPaths(src netip.Addr, dst netip.AddrPort, alts []netip.AddrPort, cf
 // starts making the others once the server agreed to move streams.
 func (g *groupPaths) dialFirst(ctx context.Context, answerWait time.Duration, onEnd func(error)) (*group.Mux, error) {
 	p := g.paths[0]
-	l, h, err := dialGroupLink(ctx, p.src, p.dst, answerWait, 0)
+	var err error
+	if g.tcpPort, err = reserveTCPPort(p.dst.Addr()); err != nil {
+		slog.Debug("rdmanet: no TCP port for a link group: its links are RDMA only", "err", err)
+	}
+	var tcpPort uint16
+	if g.tcpPort != nil {
+		tcpPort = g.tcpPort.port
+	}
+	l, h, err := dialGroupLink(ctx, p.src, p.dst, answerWait, 0, tcpPort)
 	if err != nil {
+		g.tcpPort.close()
 		return nil, err
 	}
 	moves := h.Features&wire.FeatureGroupMove != 0
+	if !moves || h.TCPPort == 0 {
+		// The listener takes no TCP on its port (an "rdma" listener): the
+		// group's paths are RDMA only, and a refused TCP connection would
+		// say nothing of the listener's process.
+		g.tcpPort.close()
+		g.tcpPort = nil
+	}
 	gc := groupConfig(g.cfg, 0, moves)
 	gc.OnEnd, gc.IdleClose, gc.Mover = onEnd, groupIdleClose, true
 	gc.OnLinkDown = g.linkDown
 	m, err := group.New(l, gc)
 	if err != nil {
+		g.tcpPort.close()
 		l.Close()
 		return nil, err
 	}
+	local, _ := l.Addrs()
 	g.mu.Lock()
 	g.mux, g.id, g.process, p.link = m, h.Group, h.Process, l
+	g.tcpSrc = local.Addr()
 	g.mu.Unlock()
 	registerGroup(m, sideDialed, h.Group, h.Process)
 	if moves {
@@ -123,6 +150,10 @@ func (g *groupPaths) dialFirst(ctx context.Context, answerWait time.Duration, on
 // linkDown is the group's OnLinkDown: the path of base has no link now.
 func (g *groupPaths) linkDown(base link.Carrier, err error) {
 	g.mu.Lock()
+	if base == g.tcp {
+		g.tcp = nil
+		slog.Info("rdmanet: a link group's TCP link ended", "path", base.Caps().Name, "err", err)
+	}
 	for _, p := range g.paths {
 		if p.link == base {
 			p.link, p.err = nil, err
@@ -142,6 +173,7 @@ func (g *groupPaths) keep() {
 	done := g.mux.Done()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	defer g.tcpPort.close()
 	for {
 		select {
 		case <-done:
@@ -160,6 +192,30 @@ func (g *groupPaths) keep() {
 // link; it returns when to try again (0: no path lacks a link).
 func (g *groupPaths) tryPaths(done <-chan struct{}) time.Duration {
 	var next time.Duration
+	retry := func(tries int) {
+		wait := min(pathRetryFirst<<min(tries-1, 10), pathRetryMost)
+		if next == 0 || wait < next {
+			next = wait
+		}
+	}
+	// With no RDMA link, TCP first: the streams wait for a link meanwhile,
+	// and the RDMA paths' tries may each wait out pathDialTimeout on a
+	// port that is down. They move back once one is up again.
+	g.mu.Lock()
+	wantTCP := g.tcpPort != nil && g.tcp == nil && g.noRDMALinkLocked()
+	g.mu.Unlock()
+	if wantTCP {
+		err := g.joinTCP(done)
+		g.mu.Lock()
+		if err == nil {
+			g.tcpTries = 0
+		} else {
+			g.tcpTries++
+			retry(g.tcpTries)
+			slog.Debug("rdmanet: a link group has no TCP link", "tries", g.tcpTries, "err", err)
+		}
+		g.mu.Unlock()
+	}
 	for _, p := range g.paths {
 		g.mu.Lock()
 		up := p.link != nil
@@ -174,10 +230,7 @@ func (g *groupPaths) tryPaths(done <-chan struct{}) time.Duration {
 		} else {
 			p.tries++
 			p.err = err
-			wait := min(pathRetryFirst<<min(p.tries-1, 10), pathRetryMost)
-			if next == 0 || wait < next {
-				next = wait
-			}
+			retry(p.tries)
 		}
 		g.mu.Unlock()
 		if err != nil {
@@ -201,7 +254,7 @@ func (g *groupPaths) join(p *groupPath, done <-chan struct{}) error {
 	g.mu.Lock()
 	id, process := g.id, g.process
 	g.mu.Unlock()
-	l, h, err := dialGroupLink(ctx, p.src, p.dst, 0, id)
+	l, h, err := dialGroupLink(ctx, p.src, p.dst, 0, id, 0)
 	if err != nil {
 		var refused *ServerRefusedError
 		switch {
@@ -231,10 +284,10 @@ func (g *groupPaths) join(p *groupPath, done <-chan struct{}) error {
 }
 
 // dialGroupLink makes a link of a group with dst: an rdma_cm connection
-// whose Hello offers a group (id 0: a new one) and moves between its
-// links. A listener that does not make groups is remembered for
+// whose Hello offers a group (id 0: a new one, whose TCP link may come
+// from tcpPort) and moves between its links. A listener that does not make groups is remembered for
 // noGroupMemory, and errNoGroup returned.
-func dialGroupLink(ctx context.Context, src netip.Addr, dst netip.AddrPort, answerWait time.Duration, id uint64) (_ *rdmalink.Link, _ wire.Hello, err error) {
+func dialGroupLink(ctx context.Context, src netip.Addr, dst netip.AddrPort, answerWait time.Duration, id uint64, tcpPort uint16) (_ *rdmalink.Link, _ wire.Hello, err error) {
 	if err := cm.Available(); err != nil {
 		return nil, wire.Hello{}, err
 	}
@@ -264,7 +317,7 @@ func dialGroupLink(ctx context.Context, src netip.Addr, dst netip.AddrPort, answ
 		return nil, wire.Hello{}, peerMemoryError(err)
 	}
 	hello := wire.Hello{Version: wire.HelloVersion, Features: groupOffer | wire.FeatureGroupMove | wire.LinkFeatures,
-		RecvDepth: groupRecvDepth, RingSize: groupLinkRing, Needs: l.Needs(), Process: processID(), Group: id}
+		RecvDepth: groupRecvDepth, RingSize: groupLinkRing, Needs: l.Needs(), Process: processID(), Group: id, TCPPort: tcpPort}
 	peer, err := connectAnswered(ctx, cid, dst, hello.Encode(), answerWait)
 	if err != nil {
 		var refused *ServerRefusedError

@@ -40,6 +40,9 @@ type GroupInfo struct {
 // GroupLinkInfo is one link of a group: its path and its share.
 type GroupLinkInfo struct {
 	Local, Remote string
+	// Transport is "rdma", or "tcp" for the group's last path: one TCP
+	// connection its streams move to when no RDMA path is left.
+	Transport string
 	// Device, Port and QP are the link's RDMA device, port and queue
 	// pair, which its streams share; DataPath as ConnInfo's.
 	Device   string `json:",omitempty"`
@@ -109,8 +112,8 @@ func Groups() []GroupInfo {
 		}
 		for _, ls := range m.Links() {
 			local, remote := ls.Base.Addrs()
-			li := GroupLinkInfo{Local: local.String(), Remote: remote.String(), Streams: ls.Streams, Posted: ls.Posted,
-				Pool: ls.Pool, Granted: ls.Granted}
+			li := GroupLinkInfo{Local: local.String(), Remote: remote.String(), Transport: ls.Base.Caps().Transport,
+				Streams: ls.Streams, Posted: ls.Posted, Pool: ls.Pool, Granted: ls.Granted}
 			if d, ok := ls.Base.(deviceLink); ok {
 				li.Device, li.Port, li.QP = d.Endpoint()
 				li.DataPath = d.DataPath()
@@ -146,6 +149,9 @@ func WriteGroupTable(w io.Writer, groups []GroupInfo) error {
 		}
 		for _, l := range links {
 			device, qp := "-", "-"
+			if l.Transport == "tcp" {
+				device = "tcp"
+			}
 			if l.Device != "" {
 				device, qp = fmt.Sprintf("%s/%d", l.Device, l.Port), fmt.Sprint(l.QP)
 			}

@@ -140,6 +140,7 @@ func listenRDMA(ap netip.AddrPort, backlog int, listen listenFunc) (requestSourc
 func (l *Listener) startRDMA(id requestSource, bound netip.AddrPort, cfg Config, backlog int, listen listenFunc) {
 	l.rdmaAddr = &Addr{bound}
 	l.rdma = newRDMASide(bound, cfg, backlog)
+	l.rdma.servesTCP = l.tcp != nil
 	l.rdma.listen = listen // to listen again the same way
 	l.rdma.start(id)
 }

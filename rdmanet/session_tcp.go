@@ -2,6 +2,7 @@ package rdmanet
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -85,6 +86,27 @@ func dialTCPResume(ctx context.Context, mem *ringMem, port int, src netip.Addr, 
 
 // tcpResumeExchange sends the resume Hello and reads the answer.
 func tcpResumeExchange(tc *net.TCPConn, h wire.Hello) (wire.Hello, error) {
+	peer, err := tcpHelloExchange(tc, h)
+	if err == nil && (peer.Features&wire.FeatureResume == 0 || peer.Session != h.Session) {
+		err = fmt.Errorf("%w: the server answered without the session", ErrSessionRefused)
+	}
+	var refused *tcpRefusedError
+	if errors.As(err, &refused) {
+		err = fmt.Errorf("%w: %s", ErrSessionRefused, refused.reason)
+	}
+	return peer, err
+}
+
+// tcpRefusedError is a listener's refusal of a TCP resume or join.
+type tcpRefusedError struct{ reason string }
+
+func (e *tcpRefusedError) Error() string { return "rdmanet: the server refused: " + e.reason }
+
+// tcpHelloExchange sends h, a resume or a group's join over TCP, and reads
+// the answer: the status byte, then the listener's Hello, as long as h's
+// (tcpResumed), or a length byte and the reason (tcpRefused, a
+// *tcpRefusedError; tcpBusy, a plain error: try again).
+func tcpHelloExchange(tc *net.TCPConn, h wire.Hello) (wire.Hello, error) {
 	if _, err := tc.Write(h.Encode()); err != nil {
 		return wire.Hello{}, err
 	}
@@ -94,13 +116,13 @@ func tcpResumeExchange(tc *net.TCPConn, h wire.Hello) (wire.Hello, error) {
 	}
 	switch status[0] {
 	case tcpResumed:
-		b := make([]byte, wire.SessionHelloSize)
+		b := make([]byte, wire.HelloSizeOf(h.Features))
 		if _, err := io.ReadFull(tc, b); err != nil {
 			return wire.Hello{}, fmt.Errorf("reading the answer: %w", err)
 		}
 		peer, ok, err := wire.DecodeHello(b)
-		if err == nil && (!ok || peer.Features&wire.FeatureResume == 0 || peer.Session != h.Session) {
-			err = fmt.Errorf("%w: the server answered without the session", ErrSessionRefused)
+		if err == nil && !ok {
+			err = &wire.ProtocolError{Reason: "answer to a TCP hello without a hello"}
 		}
 		return peer, err
 	case tcpRefused, tcpBusy:
@@ -113,9 +135,23 @@ func tcpResumeExchange(tc *net.TCPConn, h wire.Hello) (wire.Hello, error) {
 		if status[0] == tcpBusy {
 			return wire.Hello{}, errors.New(string(reason))
 		}
-		return wire.Hello{}, fmt.Errorf("%w: %s", ErrSessionRefused, reason)
+		return wire.Hello{}, &tcpRefusedError{string(reason)}
 	}
-	return wire.Hello{}, &wire.ProtocolError{Reason: fmt.Sprintf("answer to a TCP resume with status %d", status[0])}
+	return wire.Hello{}, &wire.ProtocolError{Reason: fmt.Sprintf("answer to a TCP hello with status %d", status[0])}
+}
+
+// readTCPHello reads a Hello's bytes from a byte stream: its first
+// HelloSize bytes say how long it is (at most SessionHelloSize).
+func readTCPHello(r io.Reader) ([]byte, error) {
+	b := make([]byte, wire.SessionHelloSize)
+	if _, err := io.ReadFull(r, b[:wire.HelloSize]); err != nil {
+		return nil, err
+	}
+	n := wire.HelloSizeOf(wire.Features(binary.BigEndian.Uint32(b[10:])))
+	if _, err := io.ReadFull(r, b[wire.HelloSize:n]); err != nil {
+		return nil, err
+	}
+	return b[:n], nil
 }
 
 // newTCPLink makes a session's TCP link over tc: over its rings, with the
@@ -137,11 +173,12 @@ func newTCPLink(mem *ringMem, cfg Config, tc *net.TCPConn) (*tcplink.Link, error
 // port may be either until its first bytes come: it is decided in the
 // background (and false is returned).
 func (l *Listener) classifyTCP(tc *net.TCPConn) (plain bool) {
-	if l.rdma == nil || l.rdma.sessions.empty() {
+	if l.rdma == nil || l.rdma.sessions.empty() && !anyTCPJoins() {
 		return true
 	}
 	remote := tc.RemoteAddr().(*net.TCPAddr).AddrPort()
-	if l.rdma.sessions.fromReservedPort(netip.AddrPortFrom(remote.Addr().Unmap(), remote.Port())) {
+	remote = netip.AddrPortFrom(remote.Addr().Unmap(), remote.Port())
+	if l.rdma.sessions.fromReservedPort(remote) || tcpJoinFrom(remote) {
 		l.rdma.tcpSniffs.Add(1)
 		l.pump.Add(1)
 		go func() {
@@ -195,12 +232,16 @@ func (l *Listener) serveTCPResume(tc *net.TCPConn) {
 		tc.Close()
 		slog.Debug("rdmanet: refused to resume a session over TCP", "from", tc.RemoteAddr(), "err", err)
 	}
-	b := make([]byte, wire.SessionHelloSize)
-	if _, err := io.ReadFull(tc, b); err != nil {
+	b, err := readTCPHello(tc)
+	if err != nil {
 		tc.Close()
 		return
 	}
 	h, ok, err := wire.DecodeHello(b)
+	if err == nil && ok && h.Features&wire.FeatureGroup != 0 {
+		l.serveTCPGroupJoin(tc, h, refuse)
+		return
+	}
 	if err == nil && (!ok || !h.Resume) {
 		err = errors.New("not a resume")
 	}
