@@ -400,6 +400,11 @@ func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
 	received, consumed := ring.Totals()
 	ring.Relinked()
 	e.relinked = true
+	// The peer's own announcement of the ring it named at the open (on
+	// the lost link) may never come: on the new link it announces the
+	// ring with that link's key, which the transmit ring takes as any
+	// announcement (a group's stream moved before the first one came).
+	e.peerRingKnown = false
 	want := wantResume | wantAnnounce
 	if e.draining && e.cfg.Features&wire.FeatureClose != 0 {
 		// The Close sent on the lost link may not have arrived.

@@ -586,3 +586,57 @@ func TestEnginePeerRingKnown(t *testing.T) {
 		}
 	})
 }
+
+// TestEnginePeerRingMovedFirst: a link group's stream may move to another
+// link before the peer's announcement of the ring its open named comes
+// (rebalanced at once, in the lab). On the new link the peer announces
+// that ring with the new link's key: the engine takes it as the ring's
+// name now, and writes with it.
+func TestEnginePeerRingMovedFirst(t *testing.T) {
+	peerRing := wire.Message{Op: wire.OpRegisterXferMemory, Addr: 0x9000, Length: 4096, RKey: 3}
+	peer := rdmanetHello
+	peer.Features |= wire.FeatureResume
+	e, err := New(Config{
+		Features: wire.FeatureRing | wire.FeatureResume, Peer: peer, PeerHello: true,
+		Caps:     link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4},
+		SendRing: make([]byte, 4096), RecvRing: make([]byte, 4096), RecvAddr: 0x1000, RecvKey: 7,
+		PeerRing: &peerRing,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	e.Start()
+	e.Flush(r)
+	completeAll(e, r)
+	e.Handle(&link.Completion{Kind: link.Failed, Err: link.ErrDown})
+	e.AfterCompletions()
+	if e.Lost() == nil {
+		t.Fatalf("a failed link did not suspend the resumable engine: %v", e.Err())
+	}
+	if err := e.Relink(link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4}, 0x2000, 8); err != nil {
+		t.Fatal(err)
+	}
+	e.Flush(r)
+	completeAll(e, r)
+	control(e, wire.Message{Op: wire.OpResume})
+	moved := peerRing
+	moved.RKey = 4 // the same memory, named on the new link
+	control(e, moved)
+	if err := e.Err(); err != nil {
+		t.Fatalf("the named ring announced with the new link's key: %v", err)
+	}
+	if _, err := e.Write([]byte("after the move")); err != nil {
+		t.Fatal(err)
+	}
+	e.Flush(r)
+	var data []link.SendWR
+	for _, wr := range r.sent {
+		if wr.Kind == link.SendData {
+			data = append(data, wr)
+		}
+	}
+	if len(data) != 1 || data[0].RKey != 4 || data[0].Remote != 0x9000 {
+		t.Fatalf("posted %+v, want the bytes written with the new key", r.sent)
+	}
+}
