@@ -96,6 +96,33 @@ type Config struct {
 	// ramp up, at the price of its full registered memory while idle
 	// (Config.Footprint). A resumable session's rings are fixed anyway.
 	FixedRings bool
+	// NoLinkGroups gives every connection to an rdmanet peer a queue pair
+	// of its own, as Valkey's peers get. By default connections between
+	// two rdmanet processes are streams of a link group (docs/engine.md,
+	// "Link groups"): the first dial to a listener makes the group, an
+	// RDMA connection to each of the listener's addresses the dialer
+	// knows (the address dialed and Dialer.FailoverAddrs), and every later
+	// dial to it opens a stream in one message and its answer, with no
+	// queue pair, rdma_cm exchange or registration of its own. A group
+	// finds a dead path once for all its streams and moves them to its
+	// other links, or to one TCP connection to the listener's port when
+	// no RDMA path is left, and back when one heals; a stream that finds
+	// no link within 15 s (a partition) fails, with an error whose
+	// Timeout() is true, and when every path is down and the listener's
+	// host refuses TCP, the streams fail at once (the listener's process
+	// is gone: within 3 x KeepAlive of its death). A connection that is a
+	// session (ResumeTimeout), speaks Valkey's protocol, busy-polls
+	// (BusyPoll) or keeps fixed rings (FixedRings) gets a queue pair of its
+	// own, as does one to a listener that makes no groups (an older
+	// rdmanet, or one with NoLinkGroups), one beyond the peer's bounds on
+	// streams and memory, and one dialed while the group has only its TCP
+	// link. RecvDepth sizes connections of their own only: a stream's
+	// credit comes from its group's receives.
+	NoLinkGroups bool
+	// GroupSpread picks the link of its group a new stream opens on
+	// (default SpreadLeastStreams). Only the dialer's counts.
+	GroupSpread GroupSpread
+
 	// ValkeyCompatible makes the connection speak Valkey's protocol only:
 	// a dialer sends no Hello, a listener accepts no extension. Without it,
 	// two rdmanet peers negotiate the ring and half-close (docs/protocol.md),
@@ -110,10 +137,28 @@ type Config struct {
 	// and peer (internal/rdmalink/sharedrecv.go). Tests only, until make
 	// bench has measured it beside receives of each connection's own.
 	sharedRecv bool
-	// groupsOn: connections between rdmanet peers are streams of link
-	// groups (group.go). Tests only, until a group moves its streams when
-	// its link fails.
-	groupsOn bool
+}
+
+// GroupSpread is how a link group picks the link a new stream opens on.
+type GroupSpread uint8
+
+const (
+	// SpreadLeastStreams opens a stream on the RDMA link of its group with
+	// the fewest streams: connections spread over every path.
+	SpreadLeastStreams GroupSpread = iota
+	// SpreadFirstLink opens every stream on the group's first RDMA link
+	// that works; the others stand by for failover (an active-backup bond).
+	SpreadFirstLink
+)
+
+func (p GroupSpread) String() string {
+	switch p {
+	case SpreadLeastStreams:
+		return "least-streams"
+	case SpreadFirstLink:
+		return "first-link"
+	}
+	return fmt.Sprintf("GroupSpread(%d)", uint8(p))
 }
 
 // extensions are the features this side offers or accepts.

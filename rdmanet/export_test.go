@@ -59,12 +59,6 @@ func WithSharedRecv(cfg Config) Config {
 	return cfg
 }
 
-// WithGroups returns cfg with connections between rdmanet peers made as
-// streams of link groups (Config.groupsOn).
-func WithGroups(cfg Config) Config {
-	cfg.groupsOn = true
-	return cfg
-}
 
 // GroupStream reports whether c runs over a group's stream.
 func GroupStream(c *Conn) bool {

@@ -24,10 +24,11 @@ import (
 // registration. The listener's Accept returns streams as it returns
 // connections (group_accept.go).
 //
-// Off by default until a group's streams keep growing their rings while
-// it moves them, and move to TCP when no RDMA path is left. Not with
-// sessions (Config.ResumeTimeout) or Config.ValkeyCompatible, which keep
-// a queue pair per connection.
+// On by default (Config.NoLinkGroups turns them off). Not with sessions
+// (Config.ResumeTimeout), Config.ValkeyCompatible, BusyPoll or
+// FixedRings, which keep a queue pair per connection: a session resumes
+// on its own, a busy-polling connection polls its own completion queue,
+// and fixed rings are a connection's own memory.
 
 // groupOffer is what a group's link agrees on: rings, half-close, and
 // credit for every message, granted from the link's pool of receives.
@@ -59,7 +60,7 @@ const (
 // groups reports whether connections with c are made as streams of link
 // groups.
 func (c Config) groups() bool {
-	return c.groupsOn && !c.ValkeyCompatible && c.ResumeTimeout <= 0
+	return !c.NoLinkGroups && !c.ValkeyCompatible && c.ResumeTimeout <= 0 && c.BusyPoll <= 0 && !c.FixedRings
 }
 
 func groupLinkConfig() rdmalink.Config {
@@ -81,13 +82,24 @@ func groupConfig(cfg Config, backlog int, moves bool) group.Config {
 	gc.SendRing, gc.RecvRing = first.SendBuffer, first.RecvBuffer
 	gc.SendDepth, gc.ControlDepth = groupSendDepth/4, controlSlots
 	gc.Backlog = backlog
+	gc.Spread = group.SpreadLeastStreams
+	if cfg.GroupSpread == SpreadFirstLink {
+		gc.Spread = group.SpreadFirstLink
+	}
 	gc.OnMove = func(k group.MoveKind) { metrics.groupMoves[k].Add(1) }
 	if moves {
 		gc.MoveTimeout = groupMoveTimeout
 		// A dialer whose links all ended with a disconnect (its process
-		// died, say) comes back at once if it will: a session's server
-		// waits as long (peerLeftWait).
-		gc.PeerLeftWait = peerLeftWait(cfg)
+		// died, say) comes back at once if it will: it makes a link again
+		// the moment one fails, over TCP first when it has no RDMA link
+		// (milliseconds). KeepAlive, not a session's KeepAlive + 3 s
+		// (peerLeftWait), so that the streams of a dialer that died end
+		// within 3 x KeepAlive with a kernel that is slow to disconnect
+		// (under the race detector in the lab, seconds).
+		gc.PeerLeftWait = cfg.KeepAlive
+		if gc.PeerLeftWait <= 0 {
+			gc.PeerLeftWait = defaultKeepAlive // keepalive off: the default's wait
+		}
 	}
 	return gc
 }

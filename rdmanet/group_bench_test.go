@@ -23,6 +23,7 @@ import (
 func BenchmarkLabGroupDial(b *testing.B) {
 	env := labenv.RequireRDMA(b)
 	local := netip.AddrPortFrom(env.AddrA, 0)
+	plain := rdmanet.Config{NoLinkGroups: true}
 	for _, tc := range []struct {
 		name   string
 		listen func() (net.Listener, error)
@@ -33,8 +34,8 @@ func BenchmarkLabGroupDial(b *testing.B) {
 				d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(local)}
 				return d.DialContext(ctx, "tcp", addr)
 			}},
-		{"rdmanet", groupBenchListen(env, rdmanet.Config{}), groupBenchDial(local, rdmanet.Config{})},
-		{"group stream", groupBenchListen(env, rdmanet.WithGroups(rdmanet.Config{})), groupBenchDial(local, rdmanet.WithGroups(rdmanet.Config{}))},
+		{"rdmanet", groupBenchListen(env, plain), groupBenchDial(local, plain)},
+		{"group stream", groupBenchListen(env, rdmanet.Config{}), groupBenchDial(local, rdmanet.Config{})},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			ln, err := tc.listen()
@@ -117,9 +118,9 @@ func BenchmarkLabGroupStream(b *testing.B) {
 // KiB (what a stream has), and a group's stream.
 func groupBenchModes() []benchkit.Mode {
 	return []benchkit.Mode{
-		{Name: "rdmanet", Config: rdmanet.Config{}, Protocol: rdmanet.ProtocolRdmanet},
+		{Name: "rdmanet", Config: rdmanet.Config{NoLinkGroups: true}, Protocol: rdmanet.ProtocolRdmanet},
 		{Name: "rdmanet 64KiB rings", Config: rdmanet.Config{RecvBuffer: 64 << 10, SendBuffer: 64 << 10, FixedRings: true}, Protocol: rdmanet.ProtocolRdmanet},
-		{Name: "group stream", Config: rdmanet.WithGroups(rdmanet.Config{}), Protocol: rdmanet.ProtocolRdmanet},
+		{Name: "group stream", Config: rdmanet.Config{}, Protocol: rdmanet.ProtocolRdmanet},
 	}
 }
 

@@ -43,7 +43,8 @@ func TestMain(m *testing.M) {
 }
 
 func runPeer(addr string) int {
-	var d rdmanet.Dialer
+	// A connection of its own unless the address says "group,".
+	d := rdmanet.Dialer{Config: rdmanet.Config{NoLinkGroups: true}}
 	conns := 1
 	if a, ok := strings.CutPrefix(addr, "resume,"); ok {
 		addr = a
@@ -52,7 +53,7 @@ func runPeer(addr string) int {
 	if a, ok := strings.CutPrefix(addr, "group,"); ok {
 		// groupPeerConns streams of one link group.
 		addr, conns = a, groupPeerConns
-		d.Config = rdmanet.WithGroups(rdmanet.Config{})
+		d.Config = rdmanet.Config{}
 	}
 	errs := make(chan error, conns)
 	for range conns {
@@ -143,7 +144,7 @@ func TestLabPeerKilled(t *testing.T) {
 func TestLabGroupPeerKilled(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	leakcheck.Check(t)
-	lc := rdmanet.ListenConfig{Config: rdmanet.WithGroups(rdmanet.Config{})}
+	lc := rdmanet.ListenConfig{Config: rdmanet.Config{}}
 	ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(env.AddrB, 0).String())
 	if err != nil {
 		t.Fatal(err)
