@@ -30,6 +30,38 @@ import (
 // on its own, a busy-polling connection polls its own completion queue,
 // and fixed rings are a connection's own memory.
 
+// GroupMoveError ends a connection that is a link group's stream when no
+// link of its group took it within 15 s after its own failed (a
+// partition: every path silent), or when the peer refused its move. Its
+// Timeout() is true for the first.
+type GroupMoveError struct {
+	Cause   error         // what broke the link it was on
+	Waited  time.Duration // how long it waited for another
+	Refused bool          // the peer refused the move
+}
+
+func (e *GroupMoveError) Error() string {
+	if e.Refused {
+		return fmt.Sprintf("rdmanet: the peer refused to move the connection to another link of its group after %v", e.Cause)
+	}
+	return fmt.Sprintf("rdmanet: no link of the connection's group took it in %v after %v", e.Waited.Round(time.Millisecond), e.Cause)
+}
+
+func (e *GroupMoveError) Unwrap() error { return e.Cause }
+
+// Timeout reports whether the stream ran out of time (not refused).
+func (e *GroupMoveError) Timeout() bool { return !e.Refused }
+
+// groupEndError is the error a group's stream ends with (link.Ended):
+// a failed move as a *GroupMoveError, anything else as it is.
+func groupEndError(err error) error {
+	var me *group.MoveError
+	if errors.As(err, &me) {
+		return &GroupMoveError{Cause: me.Cause, Waited: me.Waited, Refused: me.Reason != 0}
+	}
+	return err
+}
+
 // groupOffer is what a group's link agrees on: rings, half-close, and
 // credit for every message, granted from the link's pool of receives.
 const groupOffer = wire.FeatureGroup | groupStreamFeatures

@@ -3,6 +3,8 @@ package rdmanet
 import (
 	"errors"
 	"io"
+	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -193,6 +195,46 @@ func testGroupFailover(t *testing.T, conns int, tc groupFailoverCase) {
 			if got, want := p.Stats().RecvPosted, p.Caps().RecvDepth; got != want {
 				t.Errorf("%s: %d receives posted on a link with no stream, want all %d", who, got, want)
 			}
+		}
+	}
+}
+
+// TestGroupPartition: when a group's only link fails and no other takes
+// its streams within the move timeout (a partition), a blocked Read at
+// each end returns a *GroupMoveError, a net.Error whose Timeout() is
+// true, as a session's *ResumeError is.
+func TestGroupPartition(t *testing.T) {
+	goroutineCheck(t)
+	cfg, _ := Config{}.withDefaults()
+	gc := groupStreamConfig(cfg)
+	gc.MoveTimeout = 200 * time.Millisecond
+	ga, gb := gc, gc
+	ga.Mover = true
+	pc := groupBase(1)
+	pa, pb := linktest.NewPipes(t, pc, pc)
+	a, err := group.New(pa, ga)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := group.New(pb, gb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		a.Close()
+		b.Close()
+	})
+	x, y := groupConnPair(t, Config{}, a, b)
+	defer x.Close()
+	defer y.Close()
+	pa.Cut(errors.New("test: every path down"))
+	for who, c := range map[string]*Conn{"dialer": x, "listener": y} {
+		c.SetReadDeadline(time.Now().Add(linktest.HangGuard))
+		_, err := c.Read(make([]byte, 1))
+		var me *GroupMoveError
+		var ne net.Error
+		if !errors.As(err, &me) || me.Refused || !errors.As(err, &ne) || !ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("%s: Read after a partition: %v (%T), want a *GroupMoveError that is a timeout", who, err, err)
 		}
 	}
 }

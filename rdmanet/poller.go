@@ -132,11 +132,11 @@ func (c *Conn) handleLocked(cs []link.Completion) {
 			}
 			c.rdma = nil // the first link's, for its set-up only
 			c.rearmLocked()
-		case link.Ended: // a session that will have no path
+		case link.Ended: // a session, or a group's stream, that will have no path
 			if cs[i].Err == stream.ErrPeerLeftLink {
 				c.eng.PeerLeft()
 			} else {
-				c.eng.End(cs[i].Err)
+				c.eng.End(groupEndError(cs[i].Err))
 			}
 		default:
 			c.eng.Handle(&cs[i])
