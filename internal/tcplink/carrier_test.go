@@ -273,6 +273,37 @@ func TestReleaseSendRingOutstanding(t *testing.T) {
 	})
 }
 
+// TestReleaseSendRingAfterCompletion: once a request from a transmit ring
+// completed, the ring may be released at once, though the writer is still
+// writing the rest of the batch the request was in (to a peer that waits
+// for a receive): the link goes on.
+func TestReleaseSendRingAfterCompletion(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr string) {
+		sa, sb := testSpec(), testSpec()
+		sa.sendRing, sb.recvRing = 8<<20, 8<<20 // more than a socket holds
+		sb.recvDepth = 1
+		sa.carrier, sb.carrier = true, true
+		a, b := newPair(t, tr, sa, sb)
+		_, key := shareSend(t, a, 100)
+		_, addr, rkey := shareRecv(t, b, 100)
+		baddr, brkey := b.RecvRingKey()
+		// One batch: the second request waits at b for a receive, and the
+		// writer with it.
+		post(t, a, link.SendWR{Kind: link.SendData, Signaled: true, ID: 1, Ring: key, N: 100, Remote: addr, RKey: rkey},
+			link.SendWR{Kind: link.SendData, Signaled: true, ID: 2, N: 8 << 20, Remote: baddr, RKey: brkey})
+		wantKinds(t, "a", waitFor(t, a, 1), "send-done 1")
+		if err := a.ReleaseSendRing(key); err != nil {
+			t.Fatalf("ReleaseSendRing after its request completed: %v", err)
+		}
+		wantKinds(t, "b", waitFor(t, b, 1), "data-arrived 100")
+		if err := b.PostRecv(1); err != nil {
+			t.Fatal(err)
+		}
+		wantKinds(t, "b", waitFor(t, b, 1), "data-arrived 8388608")
+		wantKinds(t, "a", waitFor(t, a, 1), "send-done 2")
+	})
+}
+
 // noDeadlines is a net.Conn whose deadlines cannot be set (after New
 // cleared them).
 type noDeadlines struct {
