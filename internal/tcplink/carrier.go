@@ -194,12 +194,19 @@ func (l *Link) ReleaseSendRing(key uint32) error {
 		return l.misuse("ReleaseSendRing: no transmit ring with key %d", key)
 	}
 	if !l.down {
+		// The peer acknowledged a request only once it took all of its
+		// bytes, so the writer is done with those: it may still be
+		// writing the rest of their batch, but from other rings.
 		for s := l.acked + 1; s <= l.seq; s++ {
 			if wr := &l.reqs[s%uint64(len(l.reqs))]; wr.Kind == link.SendData && wr.Ring == key {
 				return l.misuse("ReleaseSendRing: data request ID %d from transmit ring %d is outstanding", wr.ID, key)
 			}
 		}
+		delete(l.sendRings, key)
+		return nil
 	}
+	// Down: the writer takes no more requests, but it may be writing some
+	// from the ring that will never be acknowledged.
 	delete(l.sendRings, key)
 	cut := false
 	for l.writing && l.batchReads(key) {

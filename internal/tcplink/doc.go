@@ -174,8 +174,10 @@
 //	  [0]      0x06
 //	  [1:9]    how many request frames it had taken before the failure (as Ack)
 //	  [9]      why: 1 remote access error (the next request frame after that
-//	           count named a range outside the ring or the wrong key);
-//	           2 protocol error (a malformed frame)
+//	           count named a range outside the ring or the wrong key, or,
+//	           in carrier mode, a ring released before its payload landed);
+//	           2 protocol error (a malformed frame, or a data frame of the
+//	           other mode)
 //	Tagged data (0x07), carrier mode only, 21 bytes + N:
 //	  [0]      0x07
 //	  [1:5]    rkey: the key of one of the peer's receive rings

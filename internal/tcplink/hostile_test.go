@@ -21,24 +21,38 @@ const hostileKey = 42
 // completions, up to its end, and what the link wrote.
 func hostile(t testing.TB, tr string, frames []byte, pre ...link.SendWR) ([]link.Completion, []byte) {
 	t.Helper()
+	return hostileLink(t, tr, testSpec().config(), nil, frames, pre...)
+}
+
+// hostileLink is hostile with a link made with cfg, on which setup (if
+// set) runs before the requests are posted.
+func hostileLink(t testing.TB, tr string, cfg Config, setup func(*Link), frames []byte, pre ...link.SendWR) ([]link.Completion, []byte) {
+	t.Helper()
 	var ca, cb net.Conn
 	if tr == "pipe" {
 		ca, cb = halfPipes(t)
 	} else {
 		ca, cb = connPair(t, tr)
 	}
-	a, err := newLink(ca, testSpec().config(), hostileKey)
+	a, err := newLink(ca, cfg, hostileKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
+	if setup != nil {
+		setup(a)
+	}
 	if len(pre) > 0 {
 		// The peer reads the requests before it writes, so that its Acks
 		// may count them.
 		post(t, a, pre...)
+		header := dataHeader
+		if cfg.Carrier {
+			header = taggedHeader
+		}
 		size := 0
 		for _, wr := range pre {
-			size += map[link.SendKind]int{link.SendData: dataHeader + int(wr.N), link.SendControl: 33, link.SendMarker: 13}[wr.Kind]
+			size += map[link.SendKind]int{link.SendData: header + int(wr.N), link.SendControl: 33, link.SendMarker: 13}[wr.Kind]
 		}
 		if _, err := io.ReadFull(cb, make([]byte, size)); err != nil {
 			t.Fatal(err)
@@ -96,6 +110,15 @@ func (f frames) data(rkey uint32, addr uint64, n uint32, payload string) frames 
 	f = append(f, frameData)
 	f = be.AppendUint32(f, rkey)
 	f = be.AppendUint64(f, addr)
+	f = be.AppendUint32(f, n)
+	return append(f, payload...)
+}
+
+func (f frames) tagged(rkey uint32, addr uint64, tag, n uint32, payload string) frames {
+	f = append(f, frameTagged)
+	f = be.AppendUint32(f, rkey)
+	f = be.AppendUint64(f, addr)
+	f = be.AppendUint32(f, tag)
 	f = be.AppendUint32(f, n)
 	return append(f, payload...)
 }
@@ -182,6 +205,8 @@ func TestHostilePeer(t *testing.T) {
 			want: []string{"control-arrived", "failed"}, err: link.ErrRemoteAccess, abort: abortRemoteAccess, count: 1},
 		{name: "data then garbage", frames: frames{}.data(hostileKey, ringAddr+5, 3, "abc").marker(hostileKey, ringAddr+4096).raw(0x99),
 			want: []string{"data-arrived 3", "failed"}, err: wire.ErrProtocol, abort: abortProtocol, count: 2},
+		{name: "tagged data on a link not in carrier mode", frames: frames{}.tagged(hostileKey, ringAddr, 1, 1, "a"),
+			want: []string{"failed"}, err: wire.ErrProtocol, abort: abortProtocol},
 		{name: "truncated header", frames: frames{}.raw(frameData, 0, 0),
 			want: []string{"disconnected"}},
 		{name: "truncated payload", frames: frames{}.data(hostileKey, ringAddr, 10, "abc"),
@@ -199,30 +224,40 @@ func TestHostilePeer(t *testing.T) {
 			forEachTransport(t, func(t *testing.T, tr string) {
 				checkGoroutines(t)
 				cs, written := hostile(t, tr, tc.frames, tc.pre...)
-				wantKinds(t, "the link", cs, tc.want...)
-				last := cs[len(cs)-1]
-				if tc.err != nil && !errors.Is(last.Err, tc.err) {
-					t.Errorf("error %v, want %v", last.Err, tc.err)
-				}
-				if tc.err == wire.ErrProtocol {
-					var pe *wire.ProtocolError
-					if !errors.As(last.Err, &pe) {
-						t.Errorf("error %v is not a *wire.ProtocolError", last.Err)
-					}
-				}
-				if errors.Is(last.Err, link.ErrDown) {
-					t.Errorf("error %v matches link.ErrDown", last.Err)
-				}
-				typ, count, code := lastFrame(t, written)
-				if tc.abort != 0 && (typ != frameAbort || code != tc.abort || count != tc.count) {
-					t.Errorf("the link's last frame: type %#x, count %d, code %d; want an Abort after %d with code %d",
-						typ, count, code, tc.count, tc.abort)
-				}
-				if tc.abort == 0 && typ == frameAbort {
-					t.Errorf("the link sent an Abort with code %d", code)
-				}
+				checkHostile(t, cs, written, tc.want, tc.err, tc.abort, tc.count)
 			})
 		})
+	}
+}
+
+// checkHostile checks the completions and the frames of a link that faced
+// a hostile peer: its completions are want; the last one's error matches
+// err (a *wire.ProtocolError if err is wire.ErrProtocol), never
+// link.ErrDown; and the last frame it wrote is an Abort after count
+// requests with code abort, or (abort 0) no Abort.
+func checkHostile(t *testing.T, cs []link.Completion, written []byte, want []string, err error, abort byte, count uint64) {
+	t.Helper()
+	wantKinds(t, "the link", cs, want...)
+	last := cs[len(cs)-1]
+	if err != nil && !errors.Is(last.Err, err) {
+		t.Errorf("error %v, want %v", last.Err, err)
+	}
+	if err == wire.ErrProtocol {
+		var pe *wire.ProtocolError
+		if !errors.As(last.Err, &pe) {
+			t.Errorf("error %v is not a *wire.ProtocolError", last.Err)
+		}
+	}
+	if errors.Is(last.Err, link.ErrDown) {
+		t.Errorf("error %v matches link.ErrDown", last.Err)
+	}
+	typ, n, code := lastFrame(t, written)
+	if abort != 0 && (typ != frameAbort || code != abort || n != count) {
+		t.Errorf("the link's last frame: type %#x, count %d, code %d; want an Abort after %d with code %d",
+			typ, n, code, count, abort)
+	}
+	if abort == 0 && typ == frameAbort {
+		t.Errorf("the link sent an Abort with code %d", code)
 	}
 }
 
