@@ -65,7 +65,7 @@ func (s *Stream) detachLocked() {
 	l.streams--
 	s.l = nil
 	s.avail, s.taken = 0, 0
-	l.maybeCloseLocked()
+	s.unshareRingsLocked(l)
 	l.receivesFreedLocked()
 }
 
@@ -77,6 +77,7 @@ func (s *Stream) suspendLocked(cause error) {
 	s.inReady = false
 	l.streams--
 	s.l = nil
+	s.unshareRingsLocked(l)
 	s.inflight = 0
 	s.avail, s.taken = 0, 0
 	s.announced = false

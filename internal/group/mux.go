@@ -324,7 +324,7 @@ func (m *Mux) addLocked(base link.Carrier) *baseLink {
 	bc := base.Caps()
 	l := &baseLink{
 		m: m, base: base, bc: bc, index: m.added,
-		done:    make(chan struct{}),
+		done:       make(chan struct{}),
 		pool:       bc.RecvDepth - 2*groupRequests,
 		fifo:       make([]sent, bc.SendDepth),
 		firstID:    1,

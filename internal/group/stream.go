@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -149,6 +150,37 @@ func (r *streamRing) release(send bool) {
 		g.on.maybeCloseLocked()
 	}
 	r.regs = nil
+}
+
+// unshare drops the ring's registration on l, unless l made it (it holds
+// the memory): the stream left l, and nothing of it lands there or is
+// read from there any more (its requests there completed, or l failed
+// and was disconnected).
+func (r *streamRing) unshare(l *baseLink, send bool) {
+	for i := 1; i < len(r.regs); i++ {
+		if g := r.regs[i]; g.on == l {
+			if send {
+				l.base.ReleaseSendRing(g.key)
+			} else {
+				l.base.ReleaseRecvRing(r.mem)
+			}
+			l.regs--
+			r.regs = slices.Delete(r.regs, i, i+1)
+			return
+		}
+	}
+}
+
+// unshareRingsLocked drops the stream's registrations on l, which it
+// left, so that a link that failed, or a TCP link retired, closes once
+// the streams that only passed through it left (only a link that made a
+// stream's ring waits for the stream's end).
+func (s *Stream) unshareRingsLocked(l *baseLink) {
+	s.send.unshare(l, true)
+	for i := range s.recv {
+		s.recv[i].unshare(l, false)
+	}
+	l.maybeCloseLocked()
 }
 
 // share registers the ring on l, if it is not yet.

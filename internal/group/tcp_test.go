@@ -117,6 +117,17 @@ func TestMoveToTCPAndBack(t *testing.T) {
 			t.Errorf("%s: %+v, want 1 link down, 8 moves, 4 streams", who, st)
 		}
 	}
+	// The streams only passed through the TCP link: once they left, it
+	// holds none of their rings and is closed, while they live on.
+	for who, l := range map[string]*tcplink.Link{"dialer": ta, "listener": tb} {
+		waitUntil(t, who+"'s TCP link closed", func() bool {
+			_, err := l.Poll(make([]link.Completion, 1))
+			return err != nil
+		})
+	}
+	for i := range xs {
+		ping(t, xs[i], ys[i], []byte("after the TCP link closed"), 30)
+	}
 }
 
 // waitUntil polls cond until it holds, up to linktest.HangGuard.
