@@ -400,6 +400,7 @@ func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
 	received, consumed := ring.Totals()
 	ring.Relinked()
 	e.relinked = true
+	e.grow.relinked(e.cfg)
 	// The peer's own announcement of the ring it named at the open (on
 	// the lost link) may never come: on the new link it announces the
 	// ring with that link's key, which the transmit ring takes as any

@@ -63,6 +63,14 @@ type growth struct {
 	wrapped  bool // Valkey's protocol: the buffer was read whole, its announcement waits for Flush
 }
 
+// relinked: the engine runs on another link, which may make rings where
+// the last one could not (a group's stream back on RDMA from its TCP
+// link, which makes none): the bounds its failures set are lifted.
+func (g *growth) relinked(cfg Config) {
+	g.maxSend = max(cfg.MaxSendRing, len(cfg.SendRing))
+	g.maxRecv = max(cfg.MaxRecvRing, g.firstRecv)
+}
+
 func newGrowth(cfg Config) growth {
 	g := growth{
 		firstSend: len(cfg.SendRing), firstRecv: len(cfg.RecvRing),

@@ -519,3 +519,81 @@ func TestGrownRingsWriteWhole(t *testing.T) {
 		t.Fatalf("%.3f requests a write over grown rings, %.3f over fixed ones", grown, fixed)
 	}
 }
+
+// noRings is a link that makes no rings (a group's TCP link).
+type noRings struct{ *recorder }
+
+func (noRings) NewRecvRing(int) ([]byte, uint64, uint32, error) {
+	return nil, 0, 0, errors.New("test: this link makes no rings")
+}
+func (noRings) ReleaseRecvRing([]byte) error { return nil }
+func (noRings) ReplaceSendRing(int) ([]byte, error) {
+	return nil, errors.New("test: this link makes no rings")
+}
+
+// A resumable stream on a link that makes no rings stays on the rings it
+// has; moved to one that does, its rings grow again (a group's stream back
+// on RDMA from its TCP link).
+func TestRingsGrowAgainAfterRelink(t *testing.T) {
+	clk := &clock{now: time.Unix(1000, 0)}
+	features := growFeatures | wire.FeatureResume
+	peer := wire.Hello{Version: 1, Features: features, RecvDepth: 64, RingSize: 64 << 10, SendRing: 64 << 10}
+	e, err := New(Config{
+		Features: features, Peer: peer, PeerHello: true,
+		Caps:     link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4},
+		SendRing: make([]byte, 4<<10), RecvRing: make([]byte, 16<<10), RecvAddr: 0x1000, RecvKey: 7,
+		MaxSendRing: 256 << 10, MaxRecvRing: 16 << 10, Clock: clk.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	e.Start()
+	e.Flush(noRings{rec})
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 0x100000, Length: 64 << 10, RKey: 9})
+	completeAll(e, rec)
+	var sent uint64
+	// write writes 4 KiB, and the peer takes it and gives credit back.
+	write := func(lk Poster) {
+		t.Helper()
+		msg := make([]byte, 4<<10)
+		for written, i := 0, 0; written < len(msg); i++ {
+			if i > 8 {
+				t.Fatalf("the Write never went: %d bytes written (%v)", written, e.Err())
+			}
+			n, err := e.Write(msg[written:])
+			written += n
+			sent += uint64(n)
+			if err != nil && err != ErrWouldBlock {
+				t.Fatal(err)
+			}
+			e.Flush(lk)
+			completeAll(e, rec)
+			control(e, wire.Message{Op: wire.OpCredit, ConsumedBytes: sent, Receives: 1})
+			e.Flush(lk)
+		}
+	}
+	write(noRings{rec})
+	write(noRings{rec})
+	if st := e.State(); st.SendRing != 4<<10 {
+		t.Fatalf("transmit ring of %d bytes on a link that makes none, want the first 4 KiB", st.SendRing)
+	}
+	e.Handle(&link.Completion{Kind: link.Failed, Err: link.ErrDown})
+	e.AfterCompletions()
+	if err := e.Relink(link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4}, 0x2000, 8); err != nil {
+		t.Fatal(err)
+	}
+	rings := ringRecorder{rec}
+	e.Flush(rings)
+	completeAll(e, rec)
+	control(e, wire.Message{Op: wire.OpResume, ReceivedBytes: sent, ConsumedBytes: sent})
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 0x100000, Length: 64 << 10, RKey: 10})
+	write(rings)
+	write(rings)
+	if err := e.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.State(); st.SendRing <= 4<<10 {
+		t.Fatalf("transmit ring of %d bytes after the move to a link that makes rings, want it grown", st.SendRing)
+	}
+}
