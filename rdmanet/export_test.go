@@ -59,7 +59,6 @@ func WithSharedRecv(cfg Config) Config {
 	return cfg
 }
 
-
 // GroupStream reports whether c runs over a group's stream.
 func GroupStream(c *Conn) bool {
 	_, ok := c.link.(*group.Stream)

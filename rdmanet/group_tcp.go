@@ -168,4 +168,3 @@ func (l *Listener) serveTCPGroupJoin(tc *net.TCPConn, h wire.Hello, refuse func(
 	}
 	slog.Info("rdmanet: a link group's dialer has no RDMA path left; its connections move to TCP", "path", lk.Caps().Name)
 }
-
