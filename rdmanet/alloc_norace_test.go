@@ -18,7 +18,10 @@ import (
 func TestLabNoAllocationsPerReadWrite(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	leakcheck.Check(t)
-	a, b, stop := pipe(t, env, rdmanet.Config{KeepAlive: -1})
+	// A connection of its own. A group's stream allocates today (its
+	// queues in internal/group, and the service a completion with no Wait
+	// starts): see docs/engine.md, "Link groups".
+	a, b, stop := pipe(t, env, rdmanet.Config{KeepAlive: -1, NoLinkGroups: true})
 	defer stop()
 	msg := make([]byte, 4096)
 	buf := make([]byte, 4096)

@@ -135,7 +135,8 @@ type Config struct {
 	// sharedRecv: a listener's connections from dialers that take credit
 	// grants take their receives from a shared receive queue per device
 	// and peer (internal/rdmalink/sharedrecv.go). Tests only, until make
-	// bench has measured it beside receives of each connection's own.
+	// bench has measured it beside receives of each connection's own; its
+	// connections are connections of their own, not a group's streams.
 	sharedRecv bool
 }
 

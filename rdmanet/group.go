@@ -92,12 +92,16 @@ const (
 // groups reports whether connections with c are made as streams of link
 // groups.
 func (c Config) groups() bool {
-	return !c.NoLinkGroups && !c.ValkeyCompatible && c.ResumeTimeout <= 0 && c.BusyPoll <= 0 && !c.FixedRings
+	return !c.NoLinkGroups && !c.ValkeyCompatible && c.ResumeTimeout <= 0 && c.BusyPoll <= 0 && !c.FixedRings && !c.sharedRecv
 }
 
-func groupLinkConfig() rdmalink.Config {
+// groupLinkConfig is a group's link for connections with c: its streams'
+// rings come from the pools of c's peer bound (Config.PeerMemory), as
+// connections of their own do.
+func groupLinkConfig(c Config) rdmalink.Config {
 	return rdmalink.Config{SendBuffer: groupLinkRing, RecvBuffer: groupLinkRing,
-		SendDepth: groupSendDepth, RecvDepth: groupRecvDepth, ControlDepth: groupControlDepth}
+		SendDepth: groupSendDepth, RecvDepth: groupRecvDepth, ControlDepth: groupControlDepth,
+		Needs: c.linkNeeds, PeerBound: int64(c.PeerMemory)}
 }
 
 // groupMoveTimeout bounds a group's stream's wait for a link after the

@@ -141,7 +141,7 @@ func (s *rdmaSide) acceptGroup(ctx context.Context, req *cm.Request, h wire.Hell
 	if err := acceptSetups.enter(ctx); err != nil {
 		return fail(nil, err)
 	}
-	l, err := rdmalink.New(req.ID, groupLinkConfig())
+	l, err := rdmalink.New(req.ID, groupLinkConfig(s.cfg))
 	acceptSetups.leave()
 	if err != nil {
 		return fail(nil, peerMemoryError(err))

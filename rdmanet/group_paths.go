@@ -113,7 +113,7 @@ func (g *groupPaths) dialFirst(ctx context.Context, answerWait time.Duration, on
 	if g.tcpPort != nil {
 		tcpPort = g.tcpPort.port
 	}
-	l, h, err := dialGroupLink(ctx, p.src, p.dst, answerWait, 0, tcpPort)
+	l, h, err := dialGroupLink(ctx, g.cfg, p.src, p.dst, answerWait, 0, tcpPort)
 	if err != nil {
 		g.tcpPort.close()
 		return nil, err
@@ -254,7 +254,7 @@ func (g *groupPaths) join(p *groupPath, done <-chan struct{}) error {
 	g.mu.Lock()
 	id, process := g.id, g.process
 	g.mu.Unlock()
-	l, h, err := dialGroupLink(ctx, p.src, p.dst, 0, id, 0)
+	l, h, err := dialGroupLink(ctx, g.cfg, p.src, p.dst, 0, id, 0)
 	if err != nil {
 		var refused *ServerRefusedError
 		switch {
@@ -287,7 +287,7 @@ func (g *groupPaths) join(p *groupPath, done <-chan struct{}) error {
 // whose Hello offers a group (id 0: a new one, whose TCP link may come
 // from tcpPort) and moves between its links. A listener that does not make groups is remembered for
 // noGroupMemory, and errNoGroup returned.
-func dialGroupLink(ctx context.Context, src netip.Addr, dst netip.AddrPort, answerWait time.Duration, id uint64, tcpPort uint16) (_ *rdmalink.Link, _ wire.Hello, err error) {
+func dialGroupLink(ctx context.Context, cfg Config, src netip.Addr, dst netip.AddrPort, answerWait time.Duration, id uint64, tcpPort uint16) (_ *rdmalink.Link, _ wire.Hello, err error) {
 	if err := cm.Available(); err != nil {
 		return nil, wire.Hello{}, err
 	}
@@ -310,7 +310,7 @@ func dialGroupLink(ctx context.Context, src netip.Addr, dst netip.AddrPort, answ
 	if err := dialSetups.enter(ctx); err != nil {
 		return nil, wire.Hello{}, err
 	}
-	l, err = rdmalink.New(cid, groupLinkConfig())
+	l, err = rdmalink.New(cid, groupLinkConfig(cfg))
 	dialSetups.leave()
 	if err != nil {
 		l = nil
