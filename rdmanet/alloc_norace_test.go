@@ -18,9 +18,8 @@ import (
 func TestLabNoAllocationsPerReadWrite(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	leakcheck.Check(t)
-	// A connection of its own. A group's stream allocates today (its
-	// queues in internal/group, and the service a completion with no Wait
-	// starts): see docs/engine.md, "Link groups".
+	// A connection of its own; a group's stream is
+	// TestGroupStreamNoAllocations', on the host.
 	a, b, stop := pipe(t, env, rdmanet.Config{KeepAlive: -1, NoLinkGroups: true})
 	defer stop()
 	msg := make([]byte, 4096)

@@ -36,7 +36,7 @@ type baseLink struct {
 	firstID     uint64
 	controls    int
 	sinceSignal int
-	ready       []*Stream           // streams with requests queued, in turn
+	ready       fifo[*Stream]       // streams with requests queued, in turn
 	queued      int                 // stream requests waiting in ready
 	groupq      []wire.GroupMessage // group messages to post, before any stream's
 	groupOut    int                 // this side's group requests unanswered on it
@@ -335,9 +335,9 @@ func (l *baseLink) postGroupLocked() {
 // readyLocked puts a stream with requests queued in the turn, once the
 // peer knows it on this link.
 func (l *baseLink) readyLocked(s *Stream) {
-	if len(s.queued) > 0 && !s.inReady && s.announced {
+	if s.queued.len() > 0 && !s.inReady && s.announced {
 		s.inReady = true
-		l.ready = append(l.ready, s)
+		l.ready.push(s)
 	}
 }
 
@@ -347,17 +347,17 @@ func (l *baseLink) readyLocked(s *Stream) {
 // StreamClose with too many group requests out, waits its next turn.
 func (l *baseLink) roundLocked() bool {
 	posted := false
-	for range len(l.ready) {
+	for range l.ready.len() {
 		if l.n >= len(l.fifo) || len(l.groupq) > 0 {
 			break
 		}
-		s := l.ready[0]
-		l.ready = l.ready[1:]
-		if len(s.queued) == 0 || s.l != l {
+		s := *l.ready.front()
+		l.ready.pop()
+		if s.queued.len() == 0 || s.l != l {
 			s.inReady = false
 			continue
 		}
-		q := &s.queued[0]
+		q := s.queued.front()
 		switch {
 		case q.close != 0:
 			// The stream's failure, told the peer in its order: after
@@ -365,20 +365,19 @@ func (l *baseLink) roundLocked() bool {
 			l.sendGroupLocked(wire.GroupMessage{Op: wire.OpStreamClose, To: s.peer, From: s.tag, Reason: q.close})
 			s.closeSent = true
 		case q.wr.Kind == link.SendControl && l.controls >= l.bc.ControlDepth:
-			l.ready = append(l.ready, s)
+			l.ready.push(s)
 			continue
 		default:
 			l.postLocked(q.wr, sent{s: s, seq: q.seq, id: q.wr.ID, signaled: q.wr.Signaled, control: q.wr.Kind == link.SendControl})
 			s.inflight++
 		}
 		posted = true
-		s.queued = s.queued[1:]
+		s.queued.pop()
 		l.queued--
-		if len(s.queued) > 0 {
-			l.ready = append(l.ready, s)
+		if s.queued.len() > 0 {
+			l.ready.push(s)
 		} else {
 			s.inReady = false
-			s.queued = nil
 			s.settleLocked()
 		}
 	}
@@ -531,7 +530,8 @@ func (l *baseLink) downLocked(err error) {
 	}
 	l.base.Disconnect()
 	l.base.Wake() // run may sleep on a link that says nothing more
-	l.ready, l.queued, l.groupq, l.groupWait, l.movesWaiting = nil, 0, nil, nil, nil
+	l.ready.reset()
+	l.queued, l.groupq, l.groupWait, l.movesWaiting = 0, nil, nil, nil
 	l.fifo, l.n = nil, 0
 	l.granted = 0
 	for _, s := range m.slots {

@@ -662,7 +662,8 @@ func (m *Mux) endLocked(err error) {
 	m.suspended = nil
 	runs := make([]chan struct{}, 0, len(m.links))
 	for _, l := range m.links {
-		l.ready, l.groupq, l.groupWait = nil, nil, nil
+		l.ready.reset()
+		l.groupq, l.groupWait = nil, nil
 		l.base.Disconnect() // the peer's end of each link learns at once
 		l.base.Wake()       // run may sleep on a link that says nothing more
 		runs = append(runs, l.done)

@@ -45,10 +45,10 @@ type Stream struct {
 	nextRing  int
 	named     remoteRing // the ring the peer named in the open or its answer
 
-	queued        []queuedWR
+	queued        fifo[queuedWR]
 	inReady       bool
 	seq, retired  uint64   // requests posted, and retired by SendDones taken
-	controls      []uint64 // seqs of control requests outstanding
+	controls      fifo[uint64] // seqs of control requests outstanding
 	inflight      int      // requests on the base link
 	avail         int      // credit the peer holds: messages it may still send
 	taken         int      // receives the peer's messages took, not yet posted again
@@ -380,19 +380,19 @@ func (s *Stream) PostSend(wrs []link.SendWR) error {
 	if out := s.seq - s.retired; out+uint64(len(wrs)) > uint64(s.caps.SendDepth) {
 		return s.misuse("PostSend: %d requests outstanding and %d more, SendDepth %d", out, len(wrs), s.caps.SendDepth)
 	}
-	if len(s.controls)+controls > s.caps.ControlDepth {
+	if s.controls.len()+controls > s.caps.ControlDepth {
 		return s.misuse("PostSend: %d control requests outstanding and %d more, ControlDepth %d",
-			len(s.controls), controls, s.caps.ControlDepth)
+			s.controls.len(), controls, s.caps.ControlDepth)
 	}
 	for _, wr := range wrs {
 		s.seq++
 		if wr.Kind == link.SendControl {
-			s.controls = append(s.controls, s.seq)
+			s.controls.push(s.seq)
 		}
 		if wr.Kind != link.SendControl && !s.remoteOK(wr.Remote, wr.RKey, dataLen(wr)) {
 			s.failing = fmt.Errorf("group: stream %#x: %v request ID %d failed: %w: [%#x, +%d) with key %#x is in none of the peer's rings",
 				uint32(s.tag), wr.Kind, wr.ID, link.ErrRemoteAccess, wr.Remote, dataLen(wr), wr.RKey)
-			s.queued = append(s.queued, queuedWR{close: wire.ReasonRemoteAccess})
+			s.queued.push(queuedWR{close: wire.ReasonRemoteAccess})
 			l.queued++
 			break
 		}
@@ -403,7 +403,7 @@ func (s *Stream) PostSend(wrs []link.SendWR) error {
 		case link.SendControl:
 			wire.SetStream(&bw.Msg, s.peer)
 		}
-		s.queued = append(s.queued, queuedWR{wr: bw, seq: s.seq})
+		s.queued.push(queuedWR{wr: bw, seq: s.seq})
 		l.queued++
 	}
 	l.mostQueued = max(l.mostQueued, l.queued)
@@ -466,7 +466,7 @@ func (s *Stream) snoopLocked(msg *[wire.MessageSize]byte) {
 // settleLocked ends a failing stream once everything it posted before the
 // failure completed (its SendDones come first, as a queue pair's do).
 func (s *Stream) settleLocked() {
-	if s.failing == nil || s.down || s.inflight > 0 || len(s.queued) > 0 {
+	if s.failing == nil || s.down || s.inflight > 0 || s.queued.len() > 0 {
 		return
 	}
 	s.disconnecting = true
@@ -486,7 +486,8 @@ func (s *Stream) arriveLocked(c link.Completion) {
 		s.disconnecting = true
 		s.dropQueuedLocked()
 		s.terminateLocked(link.Completion{Kind: link.Failed, Err: fmt.Errorf("group: stream %#x: a message beyond the credit given: %w", uint32(s.tag), link.ErrRNR)})
-		s.queued = []queuedWR{{close: wire.ReasonRNR}}
+		s.queued.reset()
+		s.queued.push(queuedWR{close: wire.ReasonRNR})
 		l.queued++
 		l.readyLocked(s)
 		l.pumpLocked()
@@ -584,14 +585,15 @@ func (s *Stream) Poll(cs []link.Completion) (int, error) {
 		switch e.c.Kind {
 		case link.SendDone:
 			s.retired = e.seq
-			for len(s.controls) > 0 && s.controls[0] <= e.seq {
-				s.controls = s.controls[1:]
+			for s.controls.len() > 0 && *s.controls.front() <= e.seq {
+				s.controls.pop()
 			}
 		case link.Resumed:
 			// The engine starts afresh on the new link: nothing of the
 			// old one is outstanding.
 			s.tookResumes++
-			s.retired, s.controls = s.seq, nil
+			s.retired = s.seq
+			s.controls.reset()
 		}
 	}
 	clear(s.cq[copy(s.cq, s.cq[n:]):])
@@ -692,9 +694,9 @@ func (s *Stream) disconnectLocked() {
 // post.
 func (s *Stream) dropQueuedLocked() {
 	if s.l != nil {
-		s.l.queued -= len(s.queued)
+		s.l.queued -= s.queued.len()
 	}
-	s.queued = nil
+	s.queued.reset()
 }
 
 // Close ends the stream as Disconnect does, if it has not ended, and
