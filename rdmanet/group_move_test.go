@@ -162,8 +162,22 @@ func testGroupFailover(t *testing.T, conns int, tc groupFailoverCase) {
 		}
 		t.Fatalf("connections still streaming %v after the failure; groups %+v, %+v", linktest.HangGuard, a.Stats(), b.Stats())
 	}
+	// A machine busy enough to stall the other link's completions for
+	// 2 x KeepAlive takes it for dead as well (under -race beside a lab
+	// VM, once): its streams move too, and every byte still arrives (the
+	// checks above and below), but the counts are not the case's.
+	extra := a.Stats().LinksDown - tc.down
+	if extra > 0 {
+		t.Logf("%d more links found dead than the case broke: the machine stalled them past 2 x KeepAlive; %+v", extra, a.Stats())
+	}
 	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
 		st := m.Stats()
+		if extra > 0 {
+			if st.LinksDown < tc.down || st.Moved < tc.moved || st.MovesFailed != 0 {
+				t.Errorf("%s: %+v, want %d streams moved or more, %d links down or more, none lost", who, st, tc.moved, tc.down)
+			}
+			continue
+		}
 		if st.Moved != tc.moved || st.LinksDown != tc.down || st.Links != tc.links || st.MovesFailed != 0 {
 			t.Errorf("%s: %+v, want %d streams moved, %d links down, %d left", who, st, tc.moved, tc.down, tc.links)
 		}
@@ -180,7 +194,7 @@ func testGroupFailover(t *testing.T, conns int, tc groupFailoverCase) {
 	}
 	// Both sides are this process's: each move counts twice.
 	after := ReadMetrics().GroupMoves
-	if moved := after["failover"] + after["rebalance"] - before["failover"] - before["rebalance"]; moved != 2*tc.moved || after["failed"] != before["failed"] {
+	if moved := after["failover"] + after["rebalance"] - before["failover"] - before["rebalance"]; (moved != 2*tc.moved && extra == 0) || moved < 2*tc.moved || after["failed"] != before["failed"] {
 		t.Errorf("metrics: %v moves after, %v before; want %d more moved, none failed", after, before, 2*tc.moved)
 	}
 	// With every stream gone, every receive of the links that work is
