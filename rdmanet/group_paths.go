@@ -240,10 +240,10 @@ func (g *groupPaths) tryPaths(done <-chan struct{}) time.Duration {
 	return next
 }
 
-// join makes a link on p that joins the group.
-func (g *groupPaths) join(p *groupPath, done <-chan struct{}) error {
+// joinContext bounds one try to make a link of the group: pathDialTimeout,
+// or the group's end (done).
+func joinContext(done <-chan struct{}) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(context.Background(), pathDialTimeout)
-	defer cancel()
 	go func() {
 		select {
 		case <-done:
@@ -251,9 +251,22 @@ func (g *groupPaths) join(p *groupPath, done <-chan struct{}) error {
 		case <-ctx.Done():
 		}
 	}()
+	return ctx, cancel
+}
+
+// name is the group's id and the server's process, which a join presents
+// and checks.
+func (g *groupPaths) name() (id, process uint64) {
 	g.mu.Lock()
-	id, process := g.id, g.process
-	g.mu.Unlock()
+	defer g.mu.Unlock()
+	return g.id, g.process
+}
+
+// join makes a link on p that joins the group.
+func (g *groupPaths) join(p *groupPath, done <-chan struct{}) error {
+	ctx, cancel := joinContext(done)
+	defer cancel()
+	id, process := g.name()
 	l, h, err := dialGroupLink(ctx, g.cfg, p.src, p.dst, 0, id, 0)
 	if err != nil {
 		var refused *ServerRefusedError

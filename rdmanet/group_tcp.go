@@ -1,7 +1,6 @@
 package rdmanet
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,18 +26,9 @@ import (
 // joinTCP makes the group's TCP link: from its reserved port, to the
 // listener's port behind the first path's address.
 func (g *groupPaths) joinTCP(done <-chan struct{}) error {
-	ctx, cancel := context.WithTimeout(context.Background(), pathDialTimeout)
+	ctx, cancel := joinContext(done)
 	defer cancel()
-	go func() {
-		select {
-		case <-done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	g.mu.Lock()
-	id, process := g.id, g.process
-	g.mu.Unlock()
+	id, process := g.name()
 	dst := g.paths[0].dst
 	// From the first link's address if it still can (the listener holds
 	// back connections from its dialer's addresses), else from any.
