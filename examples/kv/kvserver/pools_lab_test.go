@@ -89,11 +89,12 @@ func TestLabPoolsOverGroups(t *testing.T) {
 				Dialer: func(ctx context.Context, _, addr string) (net.Conn, error) { return pc.dialCounted(ctx, addr) }})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			var wg sync.WaitGroup
-			for w := range 100 {
+			// More workers than the pool holds: each pool fills.
+			for w := range 64 {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for i := range 20 {
+					for i := range 8 {
 						k := pc.name + strconv.Itoa(w) + ":" + strconv.Itoa(i)
 						if err := client.Set(ctx, k, k, time.Minute).Err(); err != nil {
 							t.Errorf("%s: %v", pc.name, err)
