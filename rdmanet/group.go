@@ -299,10 +299,16 @@ func dialStream(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []
 	return nil, false, nil
 }
 
+// errListenerGone ends a dialer's group whose links all ended and whose
+// listener's host refuses new ones: the listener closed, or its process
+// ended.
+var errListenerGone = errors.New("nothing listens there any more")
+
 // groupEnded logs a group that ended other than by Close: at Info when
-// its peer closed it (the link was disconnected), at Warn when it failed.
+// its peer closed it (the link was disconnected, or its listener is gone),
+// at Warn when it failed.
 func groupEnded(side string, peer netip.AddrPort, err error) {
-	if group.Disconnected(err) || errors.Is(err, group.ErrClosed) {
+	if group.Disconnected(err) || errors.Is(err, group.ErrClosed) || errors.Is(err, errListenerGone) {
 		slog.Info("rdmanet: link group closed by its peer", "side", side, "peer", peer, "err", err)
 		return
 	}

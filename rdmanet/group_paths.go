@@ -277,7 +277,7 @@ func (g *groupPaths) join(p *groupPath, done <-chan struct{}) error {
 			g.mux.End(fmt.Errorf("%w: the server no longer has the group (%s)", group.ErrDown, p))
 		case nothingListens(err) && g.mux.Stats().Links == 0:
 			// The server's process is gone: its streams cannot move.
-			g.mux.End(fmt.Errorf("%w: nothing listens at %s any more: %w", group.ErrDown, p.dst, err))
+			g.mux.End(fmt.Errorf("%w: %w at %s: %w", group.ErrDown, errListenerGone, p.dst, err))
 		}
 		return err
 	}

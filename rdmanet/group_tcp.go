@@ -43,7 +43,7 @@ func (g *groupPaths) joinTCP(done <-chan struct{}) error {
 			// Every RDMA path failed, and the host refuses TCP: the
 			// server's process is gone (3 x KeepAlive at most, with the
 			// detection).
-			g.mux.End(fmt.Errorf("%w: nothing listens at %s any more: %w", group.ErrDown, dst, err))
+			g.mux.End(fmt.Errorf("%w: %w at %s: %w", group.ErrDown, errListenerGone, dst, err))
 		}
 		return err
 	}

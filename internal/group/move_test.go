@@ -389,3 +389,29 @@ func TestPeerLeft(t *testing.T) {
 		t.Errorf("group ended with %v, want the peer's disconnection", err)
 	}
 }
+
+// TestFirstLinkStandsBy: with SpreadFirstLink, a link added to a group
+// that has streams stands by: none moves onto it (the bench found them
+// spread 4 and 4 once path 2's link joined).
+func TestFirstLinkStandsBy(t *testing.T) {
+	ca := moveConfig(true)
+	ca.Spread = group.SpreadFirstLink
+	a, b, _, _ := muxPair(t, ca, moveConfig(false), baseConfig())
+	for range 6 {
+		x, y := openPair(t, a, b)
+		t.Cleanup(func() { x.Close(); y.Close() })
+	}
+	qa, qb := linktest.NewPipes(t, baseConfig(), baseConfig())
+	if err := b.AddLink(qb); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddLink(qa); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // a move would have begun
+	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
+		if ls := m.Links(); len(ls) != 2 || ls[0].Streams != 6 || ls[1].Streams != 0 || m.Stats().Moved != 0 {
+			t.Errorf("%s: links %+v, %+v; want the 6 streams left on the first", who, ls, m.Stats())
+		}
+	}
+}

@@ -30,7 +30,8 @@ import (
 var errRebalance = errors.New("group: the stream moves to a link with fewer streams")
 
 // rebalanceLocked moves streams onto to, just added: every stream of a
-// TCP link, then from the links with the most, until to has its share.
+// TCP link, then, unless the others stand by (SpreadFirstLink), from the
+// links with the most, until to has its share.
 func (m *Mux) rebalanceLocked(to *baseLink) {
 	if to.lastResort {
 		return
@@ -45,6 +46,9 @@ func (m *Mux) rebalanceLocked(to *baseLink) {
 		}
 	}
 	m.retireLastResortLocked()
+	if m.cfg.Spread == SpreadFirstLink {
+		return // the other links stand by: nothing moves onto them
+	}
 	live, total := 0, 0
 	for _, l := range m.links {
 		if l.err == nil && !l.lastResort {
