@@ -199,6 +199,7 @@ func TestRunAllKeepsFailoverTime(t *testing.T) {
 		// 2 × 15 s of failover do not fit in 20 s after a round.
 		b := newBench(noEnv, options{scale: 1, rounds: 3, timeout: time.Second, budget: 20 * time.Second, failoverCycles: c.cycles}, io.Discard)
 		b.impls = []impl{fake}
+		b.withGroups = false // its reserve is TestRunAllKeepsGroupsTime's
 		b.runAll()
 		if b.done != c.want {
 			t.Errorf("%d failover cycles: %d rounds, want %d", c.cycles, b.done, c.want)

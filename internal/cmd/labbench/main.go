@@ -19,9 +19,14 @@
 // (descriptors, goroutines, pinned and resident memory a connection pair)
 // and how fast pairs open, with 100, 1,000 and 2,000 pairs open at once
 // (-conn-pairs), rdmanet beside Go's TCP (connections.go, issue 23; -only
-// connections runs it alone); and an NBD server's storage figures over RDMA
-// and TCP, from a Go client and from fio on the kernel's block device
-// (storage.go, with -blockstore). Progress goes to standard error. A measurement that fails, hangs or whose output cannot be parsed is
+// connections runs it alone); how link groups' streams (issue 25,
+// Config.LinkGroups) open, carry bytes, spread over two paths
+// and fail over, beside Go's TCP, connections with a queue pair of their
+// own and a session's failover (groups.go; -only groups); and an NBD
+// server's storage figures over RDMA and TCP, from a Go client and from
+// fio on the kernel's block device (storage.go, with -blockstore). Every
+// rdmanet row outside the link groups section is a connection with a
+// queue pair of its own (rdmanet's default). Progress goes to standard error. A measurement that fails, hangs or whose output cannot be parsed is
 // reported with the reason and the raw output, and a figure none of whose
 // rounds succeeded is marked missing.
 package main
@@ -83,7 +88,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.rounds, "rounds", 3, "make every measurement in `n` rounds (each figure is the best of its rounds)")
 	fs.StringVar(&o.host, "host", "", "describe the host running the lab (CPUs, load) in the report")
 	fs.StringVar(&o.rev, "rev", "", "rdmanet's `revision` to name in the report (default: the build's VCS stamp, if any)")
-	fs.StringVar(&o.impls, "only", "", "run only these comma-separated implementations ("+siwID+": all of the siw section's), and the failover, connections and storage sections if "+failoverID+", "+connectionsID+" and "+storageID+" are among them (IDs: "+strings.Join(implIDs(), ", ")+")")
+	fs.StringVar(&o.impls, "only", "", "run only these comma-separated implementations ("+siwID+": all of the siw section's), and the failover, connections, link groups and storage sections if "+failoverID+", "+connectionsID+", "+groupsID+" and "+storageID+" are among them (IDs: "+strings.Join(implIDs(), ", ")+")")
 	fs.IntVar(&o.failoverCycles, "failover-cycles", 6, "make `n` failover cycles of each kind (RDMA to RDMA, RDMA to TCP) on a resumable session; 0: none")
 	fs.StringVar(&o.blockstore, "blockstore", "", "examples/blockstore's binary (`path`), for the storage section; without it the section says it was not measured")
 	fs.DurationVar(&o.storageDuration, "storage-duration", 3*time.Second, "run each storage figure for `d` (whole seconds)")
@@ -136,6 +141,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	b.runAll()
 	b.runFailover()
 	b.runConnections()
+	b.runGroups()
 	b.runStorage()
 	report := b.report()
 	if _, err := io.WriteString(stdout, report.markdown()); err != nil {
@@ -256,11 +262,14 @@ type bench struct {
 
 	withConnections bool      // the connections section is to be measured
 	connections     *connsRun // its result, once measured
+
+	withGroups bool       // the link groups section is to be measured
+	groups     *groupsRun // its result, once measured
 }
 
 func newBench(env labenv.Env, o options, log io.Writer) *bench {
 	b := &bench{env: env, opt: o, log: log, start: time.Now(), res: map[key][]figure{}, withFailover: o.failoverCycles > 0, withStorage: true,
-		withConnections: len(o.connPairs) > 0}
+		withConnections: len(o.connPairs) > 0, withGroups: true}
 	for _, m := range benchkit.Modes {
 		b.impls = append(b.impls, impl{
 			id: "rdmanet/" + m.Name, label: "rdmanet (" + m.Name + ")", role: roleRDMANet,
@@ -313,27 +322,28 @@ func newBench(env labenv.Env, o options, log io.Writer) *bench {
 }
 
 // implIDs lists the IDs -only accepts: the implementations', and the
-// failover, connections and storage sections'.
+// failover, connections, link groups and storage sections'.
 func implIDs() []string {
 	b := newBench(labenv.Default, options{}, io.Discard)
 	var ids []string
 	for _, im := range b.impls {
 		ids = append(ids, im.id)
 	}
-	return append(ids, siwID, failoverID, connectionsID, storageID)
+	return append(ids, siwID, failoverID, connectionsID, groupsID, storageID)
 }
 
 // only keeps the implementations whose IDs are in ids, and the failover,
-// connections and storage sections if their IDs are.
+// connections, link groups and storage sections if their IDs are.
 func (b *bench) only(ids []string) error {
 	var kept []impl
-	failover, storage, conns := false, false, false
+	failover, storage, conns, groups := false, false, false, false
 	for _, id := range ids {
 		id = strings.TrimSpace(id)
-		found := id == failoverID || id == storageID || id == connectionsID
+		found := id == failoverID || id == storageID || id == connectionsID || id == groupsID
 		failover = failover || id == failoverID
 		storage = storage || id == storageID
 		conns = conns || id == connectionsID
+		groups = groups || id == groupsID
 		for _, im := range b.impls {
 			if im.id != id && !(id == siwID && im.isSIW()) {
 				continue
@@ -351,6 +361,7 @@ func (b *bench) only(ids []string) error {
 	b.withFailover = b.withFailover && failover
 	b.withStorage = storage
 	b.withConnections = b.withConnections && conns
+	b.withGroups = groups
 	return nil
 }
 
@@ -361,8 +372,8 @@ func (b *bench) scaled(n int64) int64 { return max(1, int64(math.Round(float64(n
 // slow spell of the host hits one size's figures alike; taking the best of
 // the rounds (see combine) takes out what hits a single measurement. A
 // round that would not end within the budget (judged by the longest round
-// so far), less the time the failover and connections sections are
-// expected to take after the rounds, is not started.
+// so far), less the time the failover, connections and link groups
+// sections are expected to take after the rounds, is not started.
 func (b *bench) runAll() {
 	type step struct {
 		kind kind
@@ -385,12 +396,12 @@ func (b *bench) runAll() {
 		}
 	}
 	var longest time.Duration
-	reserve := b.failoverReserve() + b.connectionsReserve()
+	reserve := b.failoverReserve() + b.connectionsReserve() + b.groupsReserve()
 	for round := 1; round <= b.opt.rounds; round++ {
 		if round > 1 && time.Since(b.start)+longest+reserve > b.opt.budget {
 			kept := ""
 			if reserve > 0 {
-				kept = fmt.Sprintf(", less %v kept for the failover and connections sections", reserve)
+				kept = fmt.Sprintf(", less %v kept for the failover, connections and link groups sections", reserve)
 			}
 			fmt.Fprintf(b.log, "labbench: no round %d: it would end after the run's budget (-budget %v%s)\n", round, b.opt.budget, kept)
 			break

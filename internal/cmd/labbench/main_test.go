@@ -102,6 +102,7 @@ func TestRunAllRounds(t *testing.T) {
 	}{{10 * time.Second, 3}, {300 * time.Millisecond, 1}} {
 		b := newBench(noEnv, options{scale: 1, rounds: 3, timeout: time.Second, budget: c.budget}, io.Discard)
 		b.impls = []impl{fake}
+		b.withGroups = false // its reserve is TestRunAllKeepsGroupsTime's
 		b.runAll()
 		if b.done != c.want {
 			t.Errorf("budget %v: %d rounds, want %d", c.budget, b.done, c.want)

@@ -24,10 +24,11 @@ type report struct {
 	failover    *failoverRun // nil if the section was not measured
 	storage     *storageRun  // likewise
 	connections *connsRun    // likewise
+	groups      *groupsRun   // likewise
 }
 
 func (b *bench) report() report {
-	r := report{set: b.setting(), impls: b.impls, rounds: b.res, res: map[key]figure{}, failover: b.failover, storage: b.storage, connections: b.connections}
+	r := report{set: b.setting(), impls: b.impls, rounds: b.res, res: map[key]figure{}, failover: b.failover, storage: b.storage, connections: b.connections, groups: b.groups}
 	for k, fs := range b.res {
 		r.res[k] = combine(fs)
 	}
@@ -117,10 +118,11 @@ func (r report) total() int { return len(r.res) + r.storage.total() }
 
 // failed counts the measurements (of every round) that failed, the
 // failover section's failed cycles and sessions, the storage section's
-// missing figures, and the connections section's steps that were not
-// measured or after which the process did not come back to its baseline.
+// missing figures, the connections section's steps that were not
+// measured or after which the process did not come back to its baseline,
+// and the link groups section's failures (groupsRun.failedCount).
 func (r report) failed() int {
-	n := r.storage.missing() + r.connections.problemSteps()
+	n := r.storage.missing() + r.connections.problemSteps() + r.groups.failedCount()
 	if r.failover != nil {
 		n += r.failover.failedCycles() + r.failover.badSessions()
 	}
@@ -231,6 +233,7 @@ func (r report) markdown() string {
 	}
 	r.siwSection(&w)
 	r.failoverSection(&w)
+	r.groupsSection(&w)
 	r.storageSection(&w)
 	r.connectionsSection(&w)
 	if len(r.impls) > 0 {
@@ -562,8 +565,8 @@ func (r report) problems(w *strings.Builder) {
 	}
 	if r.set.rounds < r.set.asked && len(r.impls) > 0 {
 		fmt.Fprintf(&b, "- %d rounds of the %d asked for: another would have ended after the run's budget", r.set.rounds, r.set.asked)
-		if r.failover != nil || r.connections != nil {
-			b.WriteString(" (less the time kept for the failover and connections sections)")
+		if r.failover != nil || r.connections != nil || r.groups != nil {
+			b.WriteString(" (less the time kept for the failover, connections and link groups sections)")
 		}
 		b.WriteString(".\n")
 	}
@@ -572,6 +575,7 @@ func (r report) problems(w *strings.Builder) {
 	}
 	r.storageProblems(&b)
 	r.connectionsProblems(&b)
+	r.groupsProblems(&b)
 	if b.Len() == 0 {
 		return
 	}
