@@ -150,13 +150,14 @@ func (r report) groupsSection(w *strings.Builder) {
 
 	// Aggregate over two paths and one.
 	p("**%d streams of one group at once, over two paths and over one.** A listener on every address, RDMA and TCP; %d streams dialed "+
-		"from A's path 1 address (%s) to B's (%s) with `Dialer.FailoverAddrs` B's path 2 address (%s), so the group has a link on each path. "+
-		"With `GroupSpread: SpreadLeastStreams` (the default) the streams sit 4 and 4 on the two links, with `SpreadFirstLink` all on path 1's "+
-		"while path 2's stands by; `rdmanet.Groups()` is checked to show so before the streams start, and again after. "+
+		"from A's path 1 address (%s) to B's (%s). Over two paths, with `Dialer.FailoverAddrs` B's path 2 address (%s) and "+
+		"`GroupSpread: SpreadLeastStreams` (the default): the group has a link on each path and the streams sit 4 and 4 on them. "+
+		"Over one path, with no failover address: the group has path 1's link alone. `rdmanet.Groups()` is checked to show the streams "+
+		"so placed, unchanged for %v, before they start, and again after. "+
 		"Each stream moves %s one way in 64 KiB writes, all at once; the aggregate is every byte over the time until the last was read. "+
 		"**Both rxe paths are software on the VM's one emulated CPU** (and its kernel): a second path adds no hardware here, so the ratio "+
 		"is what spreading costs or gains in software, not what a second NIC would give.\n\n",
-		groupsAggStreams, groupsAggStreams, paths[0].A, paths[0].B, paths[1].B,
+		groupsAggStreams, groupsAggStreams, paths[0].A, paths[0].B, paths[1].B, groupsStable,
 		benchkit.SizeName(int(max(1, int64(float64(groupsAggBytes)*s.scale+0.5))/groupsAggStreams)))
 	one := bestAgg(run.agg[aggOnePath])
 	rows = nil
@@ -201,8 +202,8 @@ func dialTarget(subj dialSubject, f, tcp dialFigure) string {
 func (r report) groupFailoverPart(w *strings.Builder) {
 	run := r.groups
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
-	p("**A group of %d streams through path 1's failure.** %d streams of one group, dialed as above (`%s` on both sides: the failover "+
-		"section's KeepAlive, so that both find a dead path alike), sit 50 and 50 on the two paths; each streams from client to server "+
+	p("**A group of %d streams through path 1's failure.** %d streams of one group, dialed as above over two paths (`%s` on both sides: "+
+		"the failover section's KeepAlive, so that both find a dead path alike), sit 50 and 50 on the two paths (unchanged for %v); each streams from client to server "+
 		"at full speed (%s writes; the server end reads into a %s buffer and notes when each read completes). After %v of throughput "+
 		"(before), netem drops every packet on both netdevs of path 1 (`labenv.Path.Drop`), T0 being when the first dropped; `rdmanet.Groups()` "+
 		"is polled every %v for path 1's link counted down, the first stream moved, and every stream on path 2's link with none suspended "+
@@ -216,7 +217,7 @@ func (r report) groupFailoverPart(w *strings.Builder) {
 		"The failbacks differ in kind: a session tries one on its FailbackInterval's schedule (doubling while path 1 is down), "+
 		"a group makes a lost path's link again at once and then with backoff (100 ms, doubling, up to 5 s), whatever its Config. "+
 		"Issue 25's target: the group's longest stall with %d streams no worse than one session's.\n\n",
-		groupsFailoverStreams, groupsFailoverStreams, describeConfig(groupsFailoverConfig),
+		groupsFailoverStreams, groupsFailoverStreams, describeConfig(groupsFailoverConfig), groupsStable,
 		benchkit.SizeName(groupsFailoverWrite), benchkit.SizeName(groupsFailoverRead),
 		rateWindow, failoverPoll, stallTail, rateWindow, rateWindow, groupsFailoverStreams)
 	gf := run.failover
