@@ -25,38 +25,48 @@ var rttRows = []struct {
 }
 
 // sessionRef is the failover section's reference for the group's
-// failover: the p50 of its RDMA-to-RDMA cycles.
+// failover: its RDMA-to-RDMA cycles' times, each sorted, of the cycles
+// that got that far, and their throughputs' medians.
 type sessionRef struct {
-	n, nFailback                   int
-	detection, moved, stall        time.Duration
-	failback, failbackPause        time.Duration
-	before, during                 float64
-	haveFailback, haveRate, haveOK bool
+	detection, moved, stall []time.Duration // phaseMoved
+	failback, failbackPause []time.Duration // phaseFailback
+	before, during          float64
+	haveRate                bool
 }
 
-// sessionReference is the p50 (nearest rank) of the session's
-// RDMA-to-RDMA cycles that got far enough, if the failover section ran.
+func (ref sessionRef) haveOK() bool       { return len(ref.stall) > 0 }
+func (ref sessionRef) haveFailback() bool { return len(ref.failback) > 0 }
+
+// sessionReference is the session's RDMA-to-RDMA cycles, if the failover
+// section ran.
 func sessionReference(run *failoverRun) sessionRef {
 	var ref sessionRef
 	if run == nil {
 		return ref
 	}
-	p50 := func(ph phase, get func(cycle) time.Duration) (time.Duration, int) {
-		vs := samples(run, toRDMA, ph, get)
-		return benchkit.NearestRank(vs, 50), len(vs)
-	}
-	ref.detection, ref.n = p50(phaseMoved, func(c cycle) time.Duration { return c.detection })
-	ref.moved, _ = p50(phaseMoved, func(c cycle) time.Duration { return c.detection + c.resume })
-	ref.stall, _ = p50(phaseMoved, func(c cycle) time.Duration { return c.stall })
-	ref.failback, ref.nFailback = p50(phaseFailback, func(c cycle) time.Duration { return c.failback })
-	ref.failbackPause, _ = p50(phaseFailback, func(c cycle) time.Duration { return c.failbackPause })
-	ref.haveOK, ref.haveFailback = ref.n > 0, ref.nFailback > 0
+	ref.detection = samples(run, toRDMA, phaseMoved, func(c cycle) time.Duration { return c.detection })
+	ref.moved = samples(run, toRDMA, phaseMoved, func(c cycle) time.Duration { return c.detection + c.resume })
+	ref.stall = samples(run, toRDMA, phaseMoved, func(c cycle) time.Duration { return c.stall })
+	ref.failback = samples(run, toRDMA, phaseFailback, func(c cycle) time.Duration { return c.failback })
+	ref.failbackPause = samples(run, toRDMA, phaseFailback, func(c cycle) time.Duration { return c.failbackPause })
 	if vs := samples(run, toRDMA, phaseDuring, func(c cycle) float64 { return c.during }); len(vs) > 0 {
 		ref.during = benchkit.NearestRank(vs, 50)
 		ref.before = benchkit.NearestRank(samples(run, toRDMA, phaseBefore, func(c cycle) float64 { return c.before }), 50)
 		ref.haveRate = true
 	}
 	return ref
+}
+
+// refCell is a session's figure: the p50 (nearest rank) of its cycles,
+// their number and range; "–" if none got that far.
+func refCell(vs []time.Duration) string {
+	switch len(vs) {
+	case 0:
+		return "–"
+	case 1:
+		return secs(vs[0]) + " (1)"
+	}
+	return fmt.Sprintf("%s (%d; %s–%s)", secs(benchkit.NearestRank(vs, 50)), len(vs), secs(vs[0]), secs(vs[len(vs)-1]))
 }
 
 // timeRatio is a ÷ b, or "–".
@@ -231,18 +241,14 @@ func (r report) groupFailoverPart(w *strings.Builder) {
 	}
 	ref := sessionReference(r.failover)
 	refWhy := "the failover section did not run in this run (`-only` without `failover`, or `-failover-cycles 0`)"
-	if r.failover != nil && !ref.haveOK {
+	if r.failover != nil && !ref.haveOK() {
 		refWhy = "no RDMA-to-RDMA cycle of the failover section got as far as its move"
 	}
-	refCell := func(d time.Duration, have bool, n int) string {
-		if !have {
-			return "–"
-		}
-		return fmt.Sprintf("%s (%d)", secs(d), n)
-	}
-	header := []string{"", fmt.Sprintf("group of %d streams", gf.streams), "one session, p50 (n)", "group ÷ session"}
+	p50 := func(vs []time.Duration) time.Duration { return benchkit.NearestRank(vs, 50) }
+	header := []string{"", fmt.Sprintf("group of %d streams", gf.streams), "one session: p50 (n; range)", "group ÷ session p50"}
 	var rows [][]string
 	moved := gf.reached >= gfMoved
+	back := gf.reached >= gfBack
 	cellIf := func(ok bool, d time.Duration) string {
 		if !ok {
 			return "–"
@@ -251,30 +257,31 @@ func (r report) groupFailoverPart(w *strings.Builder) {
 	}
 	rows = append(rows,
 		[]string{"path 1 found dead (T0 to the group's link counted down; the session's detection)", cellIf(moved || gf.linkDown >= 0, gf.linkDown),
-			refCell(ref.detection, ref.haveOK, ref.n), timeRatio(gf.linkDown, ref.detection, ref.haveOK && (moved || gf.linkDown >= 0))},
+			refCell(ref.detection), timeRatio(gf.linkDown, p50(ref.detection), ref.haveOK() && (moved || gf.linkDown >= 0))},
 		[]string{"the first stream moved (the session: its move)", cellIf(moved || gf.firstMove >= 0, gf.firstMove),
-			refCell(ref.moved, ref.haveOK, ref.n), timeRatio(gf.firstMove, ref.moved, ref.haveOK && (moved || gf.firstMove >= 0))},
-		[]string{"every stream moved", cellIf(moved, gf.allMoved), refCell(ref.moved, ref.haveOK, ref.n), timeRatio(gf.allMoved, ref.moved, ref.haveOK && moved)},
-		[]string{"stall: the longest wait for data (the group: over its streams)", cellIf(moved, gf.stallMax), refCell(ref.stall, ref.haveOK, ref.n), timeRatio(gf.stallMax, ref.stall, ref.haveOK && moved)},
-		[]string{"failback: path 1 healed to back on it (the group: half the streams)", cellIf(gf.reached >= gfBack, gf.failback),
-			refCell(ref.failback, ref.haveFailback, ref.nFailback), timeRatio(gf.failback, ref.failback, ref.haveFailback && gf.reached >= gfBack)},
+			refCell(ref.moved), timeRatio(gf.firstMove, p50(ref.moved), ref.haveOK() && (moved || gf.firstMove >= 0))},
+		[]string{"every stream moved", cellIf(moved, gf.allMoved), refCell(ref.moved), timeRatio(gf.allMoved, p50(ref.moved), ref.haveOK() && moved)},
+		[]string{"stall: the longest wait for data (the group: over its streams)", cellIf(moved, gf.stallMax), refCell(ref.stall),
+			timeRatio(gf.stallMax, p50(ref.stall), ref.haveOK() && moved)},
+		[]string{"failback: path 1 healed to back on it (the group: half the streams)", cellIf(back, gf.failback),
+			refCell(ref.failback), timeRatio(gf.failback, p50(ref.failback), ref.haveFailback() && back)},
 		[]string{"the failback's pause (the group: the longest wait for data over its streams; the session: its LastMove.Pause)",
-			cellIf(gf.reached >= gfBack, gf.failbackStall), refCell(ref.failbackPause, ref.haveFailback, ref.nFailback), "–"},
+			cellIf(back, gf.failbackStall), refCell(ref.failbackPause), "–"},
 	)
 	table(w, header, rows)
 
-	st := target{text: fmt.Sprintf("the group's longest stall with %d streams ≤ one session's", gf.streams)}
+	st := target{text: fmt.Sprintf("the group's longest stall with %d streams ≤ one session's (p50)", gf.streams)}
 	switch {
 	case !moved:
 		st.why = "the group's failover did not get as far as its stall"
-	case !ref.haveOK:
+	case !ref.haveOK():
 		st.why = refWhy
 	default:
-		st.ok, st.ratio = true, float64(gf.stallMax)/float64(ref.stall)
-		st.met = gf.stallMax <= ref.stall
+		st.ok, st.ratio = true, float64(gf.stallMax)/float64(p50(ref.stall))
+		st.met = gf.stallMax <= p50(ref.stall)
 	}
 	p("Target: %s.", st)
-	if !ref.haveOK && moved {
+	if !ref.haveOK() && moved {
 		p(" (No session's reference: %s.)", refWhy)
 	}
 	p("\n\n")

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,14 +76,14 @@ func TestGroupsReport(t *testing.T) {
 		"| 8 streams over two paths (SpreadLeastStreams) | path 1: 4, path 2: 4 | 150 MB/s (1.20 Gb/s) | 1.50 |",
 		"| 8 streams over one path (no failover address) | path 1: 8 | 100 MB/s (0.800 Gb/s) | 1.00 |",
 		"(`Config{KeepAlive: 1s}` on both sides",
-		"|  | group of 100 streams | one session, p50 (n) | group ÷ session |",
+		"|  | group of 100 streams | one session: p50 (n; range) | group ÷ session p50 |",
 		// fakeFailover's RDMA-to-RDMA cycles: detection 2.3-2.5 s, resume 200-220 ms, stall 2.6-2.8 s.
-		"| path 1 found dead (T0 to the group's link counted down; the session's detection) | 2.10 s | 2.40 s (3) | 0.88 |",
-		"| the first stream moved (the session: its move) | 2.15 s | 2.61 s (3) | 0.82 |",
-		"| every stream moved | 2.60 s | 2.61 s (3) | 1.00 |",
-		"| stall: the longest wait for data (the group: over its streams) | 2.65 s | 2.70 s (3) | 0.98 |",
-		"| failback: path 1 healed to back on it (the group: half the streams) | 3.00 s | 2.50 s (3) | 1.20 |",
-		"Target: the group's longest stall with 100 streams ≤ one session's: met.",
+		"| path 1 found dead (T0 to the group's link counted down; the session's detection) | 2.10 s | 2.40 s (3; 2.30 s–2.50 s) | 0.88 |",
+		"| the first stream moved (the session: its move) | 2.15 s | 2.61 s (3; 2.50 s–2.72 s) | 0.82 |",
+		"| every stream moved | 2.60 s | 2.61 s (3; 2.50 s–2.72 s) | 1.00 |",
+		"| stall: the longest wait for data (the group: over its streams) | 2.65 s | 2.70 s (3; 2.60 s–2.80 s) | 0.98 |",
+		"| failback: path 1 healed to back on it (the group: half the streams) | 3.00 s | 2.50 s (3; 1.50 s–3.50 s) | 1.20 |",
+		"Target: the group's longest stall with 100 streams ≤ one session's (p50): met.",
 		"- 50 streams were on path 1's link at T0; 50 moves counted until every stream was on path 2: 100; the median stream's stall was 2.50 s; with no fault (the before window) the longest gap any stream saw between reads was 90.0 ms.",
 		"before (both paths) 120 MB/s, during (path 2 alone) 80.0 MB/s, after (both paths) 118 MB/s (during ÷ before 0.67; the session's, on one path: 0.55)",
 		"**The failover completed** in 30 s. At the end every server end had read every byte its client wrote (900 MB in all).",
@@ -122,7 +123,7 @@ func TestGroupsReportNoSession(t *testing.T) {
 	for _, want := range []string{
 		"| stall: the longest wait for data (the group: over its streams) | 2.65 s | – | – |",
 		"| failback: path 1 healed to back on it (the group: half the streams) | – | – | – |",
-		"Target: the group's longest stall with 100 streams ≤ one session's: cannot tell (the failover section did not run in this run (`-only` without `failover`, or `-failover-cycles 0`)).",
+		"Target: the group's longest stall with 100 streams ≤ one session's (p50): cannot tell (the failover section did not run in this run (`-only` without `failover`, or `-failover-cycles 0`)).",
 		"**The failover failed** after its throughput on path 2: after the heal: waiting for half",
 		"- **failed**: the streams' end: 1 of 100 streams did not end",
 		"- link groups: the failover failed after its throughput on path 2: after the heal",
@@ -299,13 +300,25 @@ func TestGroupLinks(t *testing.T) {
 }
 
 func TestSessionReference(t *testing.T) {
-	if ref := sessionReference(nil); ref.haveOK || ref.haveFailback {
+	if ref := sessionReference(nil); ref.haveOK() || ref.haveFailback() {
 		t.Errorf("no failover section: %+v", ref)
 	}
+	// The RDMA-to-RDMA cycles only; all three got as far as the failback.
 	ref := sessionReference(fakeFailover())
-	if !ref.haveOK || ref.n != 3 || ref.detection != ms(2400) || ref.moved != ms(2610) || ref.stall != ms(2700) ||
-		ref.failback != ms(2500) || ref.nFailback != 3 || ref.before != 20 || ref.during != 11 {
+	if !ref.haveOK() || !ref.haveFailback() || !slices.Equal(ref.detection, latencies(2300, 2400, 2500)) ||
+		!slices.Equal(ref.moved, latencies(2500, 2610, 2720)) || !slices.Equal(ref.stall, latencies(2600, 2700, 2800)) ||
+		!slices.Equal(ref.failback, latencies(1500, 2500, 3500)) || ref.before != 20 || ref.during != 11 {
 		t.Errorf("reference %+v", ref)
+	}
+	for vs, want := range map[string]string{"": "–", "5": "5.00 ms (1)", "5 7": "5.00 ms (2; 5.00 ms–7.00 ms)"} {
+		var ds []time.Duration
+		for _, f := range strings.Fields(vs) {
+			n, _ := strconv.Atoi(f)
+			ds = append(ds, ms(n))
+		}
+		if got := refCell(ds); got != want {
+			t.Errorf("refCell(%q) = %q, want %q", vs, got, want)
+		}
 	}
 	if got := timeRatio(ms(100), ms(200), true); got != "0.50" {
 		t.Errorf("timeRatio = %q", got)
