@@ -88,8 +88,8 @@ type dialSubject int
 const (
 	dialTCP    dialSubject = iota // Go's net
 	dialOwn                       // rdmanet, LinkGroups off: a queue pair a connection
-	dialStream                    // rdmanet's default: a stream of a group that exists
-	dialFirst                     // rdmanet's default, each to a new listener: makes a group
+	dialStream                    // LinkGroups: a stream of a group that exists
+	dialFirst                     // LinkGroups, each to a new listener: makes a group
 )
 
 var dialSubjects = []dialSubject{dialTCP, dialOwn, dialStream, dialFirst}
