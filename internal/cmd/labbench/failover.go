@@ -354,12 +354,19 @@ func (c cycle) summary() string {
 // client's end as fast as it can, another reads the server's end and notes
 // when each read completed.
 type flow struct {
-	ln             net.Listener
+	ln    net.Listener
+	first netip.AddrPort // what the client dialed: B's path 1 address
+	stop  chan struct{}
+	pump
+}
+
+// pump is a stream driven flat out: a goroutine writes into the client's
+// end, another reads the server's end and notes when each read completed
+// (the failover's session, and each stream of the link groups' failover).
+type pump struct {
 	client, server *rdmanet.Conn
-	first          netip.AddrPort // what the client dialed: B's path 1 address
 
 	written, read atomic.Int64
-	stop          chan struct{}
 	writerDone    chan struct{}
 	readerDone    chan struct{}
 
@@ -428,52 +435,58 @@ func openFlow(ctx context.Context, env labenv.Env) (*flow, error) {
 		}
 		return nil, fmt.Errorf("not a resumable session over RDMA: client %T, server %T", nc, ns)
 	}
-	f := &flow{ln: ln, client: client, server: server, first: first,
-		stop: make(chan struct{}), writerDone: make(chan struct{}), readerDone: make(chan struct{})}
-	go f.write()
-	go f.readAll()
+	f := &flow{ln: ln, first: first, stop: make(chan struct{}),
+		pump: pump{client: client, server: server, writerDone: make(chan struct{}), readerDone: make(chan struct{})}}
+	f.start(f.stop, failoverWriteSize, failoverReadSize)
 	if err := f.waitUntil(ctx, "data on a new session", func() bool { return f.read.Load() >= warmUpBytes }); err != nil {
 		return f, fmt.Errorf("the stream did not start: %w", err)
 	}
 	return f, nil
 }
 
-func (f *flow) write() {
-	defer close(f.writerDone)
-	buf := make([]byte, failoverWriteSize)
+// start runs the writer, in writes of size bytes until stop closes, and
+// the reader, into a buffer of readSize.
+func (p *pump) start(stop <-chan struct{}, size, readSize int) {
+	go p.write(stop, size)
+	go p.readAll(readSize)
+}
+
+func (p *pump) write(stop <-chan struct{}, size int) {
+	defer close(p.writerDone)
+	buf := make([]byte, size)
 	for {
 		select {
-		case <-f.stop:
+		case <-stop:
 			return
 		default:
 		}
-		n, err := f.client.Write(buf)
-		f.written.Add(int64(n))
+		n, err := p.client.Write(buf)
+		p.written.Add(int64(n))
 		if err != nil {
-			f.mu.Lock()
-			f.writeErr = err
-			f.mu.Unlock()
+			p.mu.Lock()
+			p.writeErr = err
+			p.mu.Unlock()
 			return
 		}
 	}
 }
 
-func (f *flow) readAll() {
-	defer close(f.readerDone)
-	buf := make([]byte, failoverReadSize)
+func (p *pump) readAll(size int) {
+	defer close(p.readerDone)
+	buf := make([]byte, size)
 	for {
-		n, err := f.server.Read(buf)
+		n, err := p.server.Read(buf)
 		if n > 0 {
 			now := time.Now()
-			total := f.read.Add(int64(n))
-			f.mu.Lock()
-			f.reads = append(f.reads, readAt{now, total})
-			f.mu.Unlock()
+			total := p.read.Add(int64(n))
+			p.mu.Lock()
+			p.reads = append(p.reads, readAt{now, total})
+			p.mu.Unlock()
 		}
 		if err != nil {
-			f.mu.Lock()
-			f.readErr = err
-			f.mu.Unlock()
+			p.mu.Lock()
+			p.readErr = err
+			p.mu.Unlock()
 			return
 		}
 	}

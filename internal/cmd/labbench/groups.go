@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/sdk/internal/benchkit"
@@ -948,20 +947,8 @@ func (b *bench) aggregateOn(ctx context.Context, s aggSubject) aggFigure {
 
 // ---- a group of 100 streams through path 1's failure ---------------------------------------
 
-// gfStream is one stream of the failover: a goroutine writes into the
-// client's end as fast as it can, another reads the server's end and
-// notes when each read completed.
-type gfStream struct {
-	client, server *rdmanet.Conn
-	written, read  atomic.Int64
-	writerDone     chan struct{}
-	readerDone     chan struct{}
-
-	mu       sync.Mutex
-	reads    []readAt // since forgetReads, in time order
-	writeErr error
-	readErr  error
-}
+// gfStream is one stream of the failover, driven as the session's flow is.
+type gfStream = pump
 
 // gfFlows are the failover's streams.
 type gfFlows struct {
@@ -974,51 +961,9 @@ func startFlows(gc *groupConns) *gfFlows {
 	for i := range gc.clients {
 		s := &gfStream{client: gc.clients[i], server: gc.servers[i], writerDone: make(chan struct{}), readerDone: make(chan struct{})}
 		fl.streams = append(fl.streams, s)
-		go s.write(fl.stop)
-		go s.readAll()
+		s.start(fl.stop, groupsFailoverWrite, groupsFailoverRead)
 	}
 	return fl
-}
-
-func (s *gfStream) write(stop <-chan struct{}) {
-	defer close(s.writerDone)
-	buf := make([]byte, groupsFailoverWrite)
-	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		n, err := s.client.Write(buf)
-		s.written.Add(int64(n))
-		if err != nil {
-			s.mu.Lock()
-			s.writeErr = err
-			s.mu.Unlock()
-			return
-		}
-	}
-}
-
-func (s *gfStream) readAll() {
-	defer close(s.readerDone)
-	buf := make([]byte, groupsFailoverRead)
-	for {
-		n, err := s.server.Read(buf)
-		if n > 0 {
-			now := time.Now()
-			total := s.read.Add(int64(n))
-			s.mu.Lock()
-			s.reads = append(s.reads, readAt{now, total})
-			s.mu.Unlock()
-		}
-		if err != nil {
-			s.mu.Lock()
-			s.readErr = err
-			s.mu.Unlock()
-			return
-		}
-	}
 }
 
 // broken says why the first stream that stopped did, if one did.
@@ -1415,4 +1360,3 @@ func checkStreams(stream bool, conns ...net.Conn) error {
 	}
 	return nil
 }
-
