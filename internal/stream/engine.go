@@ -1062,7 +1062,8 @@ func (e *Engine) Drain() {
 }
 
 // signalTail posts a signaled marker after requests posted unsignaled, so
-// that a completion comes for them: Idle and Empty then tell when all have.
+// that a completion comes for them: Idle and Completed then tell when all
+// have.
 func (e *Engine) signalTail() {
 	if addr, rkey, ok := e.send.Target(); ok && e.sq.Unsignaled() && e.sq.SlotsFree() > 0 {
 		e.out = append(e.out, link.SendWR{Kind: link.SendMarker, Signaled: true, ID: e.sq.PostMarker(), Remote: addr, RKey: rkey})

@@ -234,14 +234,9 @@ func (e *Engine) applyGrowth(l Poster) {
 	}
 	// Not while bytes wait to be sent again after a Resume: they are in
 	// the ring, beyond what the queue counts.
-	if size := g.wantSend; size > 0 && e.sq.Empty() && e.resend == 0 && !e.resuming {
+	if size := g.wantSend; size > 0 && e.sq.Completed() && e.resend == 0 && !e.resuming {
 		g.wantSend = 0
-		if mem, err := rl.ReplaceSendRing(size); err != nil {
-			g.maxSend = int(e.sq.ring)
-		} else {
-			e.cfg.SendRing = mem
-			e.sq.Resize(uint64(len(mem)))
-		}
+		e.replaceSendRing(rl, size)
 	}
 	switch r := e.recv.(type) {
 	case *RecvRing:
@@ -281,6 +276,50 @@ func (e *Engine) applyGrowth(l Poster) {
 			}
 		}
 		e.queueReply(r.announce)
+	}
+}
+
+// replaceSendRing makes the transmit ring size bytes. A resumable stream's
+// ring also holds bytes the peer has read but not yet acknowledged: its
+// Credit comes only every quarter of a ring, so the tail of a small
+// answer may wait for it until the peer reads more. Waiting for it would
+// stall a Write that wants a larger ring, and the peer may be waiting for
+// that Write. So they move to the new ring, at their stream positions, to
+// be sent again from there after a failover. A smaller ring that cannot
+// hold them is not made: shrinking is only thrift, and the next idle
+// moment tries again.
+func (e *Engine) replaceSendRing(rl link.Rings, size int) {
+	from, n := e.sq.Kept()
+	if n > uint64(size) {
+		return
+	}
+	var kept []byte
+	if n > 0 {
+		// The link frees the old ring as it makes the new one. Rare (a
+		// ring grows a few times in a stream's life): a copy of its own.
+		kept = make([]byte, n)
+		copyRing(kept, e.cfg.SendRing, from, 0, n)
+	}
+	mem, err := rl.ReplaceSendRing(size)
+	if err != nil {
+		g := &e.grow
+		g.maxSend = int(e.sq.ring)
+		return
+	}
+	copyRing(mem, kept, 0, from, n)
+	e.cfg.SendRing = mem
+	e.sq.Resize(uint64(len(mem)))
+}
+
+// copyRing copies n bytes from src, starting at stream position from, to
+// dst at stream position to; a ring's offset is its position modulo its
+// size, and either side may wrap.
+func copyRing(dst, src []byte, from, to, n uint64) {
+	for n > 0 {
+		so, do := from%uint64(len(src)), to%uint64(len(dst))
+		k := min(n, uint64(len(src))-so, uint64(len(dst))-do)
+		copy(dst[do:do+k], src[so:so+k])
+		from, to, n = from+k, to+k, n-k
 	}
 }
 

@@ -597,3 +597,96 @@ func TestRingsGrowAgainAfterRelink(t *testing.T) {
 		t.Fatalf("transmit ring of %d bytes after the move to a link that makes rings, want it grown", st.SendRing)
 	}
 }
+
+// A resumable stream keeps the bytes the peer has not acknowledged, and
+// the peer's Credit comes only every quarter of its ring: a short answer
+// (72 bytes, a Redis HELLO's) can wait for it until the peer reads more.
+// A large Write after it grows the transmit ring at once, with those bytes
+// moved into the new ring at their positions, to be sent again from there
+// after a failover. Waiting for their Credit stalled the Write for good
+// over a group's stream (go-redis's GET of 1 MiB after HELLO, in the lab).
+func TestResumableRingGrowsWithUnacknowledgedBytes(t *testing.T) {
+	clk := &clock{now: time.Unix(1000, 0)}
+	features := growFeatures | wire.FeatureResume
+	peer := wire.Hello{Version: 1, Features: features, RecvDepth: 64, RingSize: 16 << 10, SendRing: 16 << 10}
+	e, err := New(Config{
+		Features: features, Peer: peer, PeerHello: true,
+		Caps:     link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4},
+		SendRing: make([]byte, 4<<10), RecvRing: make([]byte, 16<<10), RecvAddr: 0x1000, RecvKey: 7,
+		MaxSendRing: 256 << 10, MaxRecvRing: 16 << 10, Clock: clk.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ringRecorder{&recorder{}}
+	e.Start()
+	e.Flush(r)
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 0x100000, Length: 16 << 10, RKey: 9})
+	completeAll(e, r.recorder)
+
+	answer := bytes.Repeat([]byte("HELLO 3 "), 9)
+	if n, err := e.Write(answer); n != len(answer) || err != nil {
+		t.Fatalf("Write of the answer: %d, %v", n, err)
+	}
+	e.Flush(r)
+	completeAll(e, r.recorder)
+
+	big := randomBytes(rand.New(rand.NewPCG(1, 2)), 1<<20)
+	sent := uint64(len(answer))
+	for written, i := 0, 0; written < len(big); i++ {
+		if i > 1000 {
+			t.Fatalf("the large Write stalled at %d of %d bytes: %+v", written, len(big), e.State())
+		}
+		n, err := e.Write(big[written:])
+		written += n
+		sent += uint64(n)
+		if err != nil && err != ErrWouldBlock {
+			t.Fatal(err)
+		}
+		e.Flush(r)
+		completeAll(e, r.recorder)
+		// The peer reads everything and credits every 4 KiB.
+		if credit := sent / (4 << 10) * (4 << 10); credit > 0 {
+			control(e, wire.Message{Op: wire.OpCredit, ConsumedBytes: credit, Receives: 1})
+			e.Flush(r)
+		}
+	}
+	if err := e.Err(); err != nil {
+		t.Fatal(err)
+	}
+	st := e.State()
+	if st.SendRing <= 4<<10 {
+		t.Fatalf("transmit ring of %d bytes, want it grown for the large Write", st.SendRing)
+	}
+	// What the peer has not acknowledged is in the ring at its position,
+	// ready to be sent again.
+	from, n := e.sq.Kept()
+	if n == 0 || from+n != sent {
+		t.Fatalf("kept %d bytes from %d; %d were sent", n, from, sent)
+	}
+	stream := append(append([]byte(nil), answer...), big...)
+	got := make([]byte, n)
+	copyRing(got, e.cfg.SendRing, from, 0, n)
+	if !bytes.Equal(got, stream[from:from+n]) {
+		t.Fatalf("the ring's kept bytes %d..%d differ from the stream's", from, from+n)
+	}
+}
+
+// copyRing wraps at the end of either ring.
+func TestCopyRingWraps(t *testing.T) {
+	old := []byte("0123456789")
+	dst := make([]byte, 16)
+	// Positions 6..13 of a stream, from a ring of 10 (wrapping at 10) to
+	// one of 16.
+	copyRing(dst, old, 6, 6, 8)
+	if want := "6789" + "0123"; string(dst[6:14]) != want {
+		t.Fatalf("copied %q, want %q", dst[6:14], want)
+	}
+	// From a ring of 16 into one of 4: the destination wraps.
+	small := make([]byte, 4)
+	copyRing(small, dst, 7, 7, 4)
+	// Positions 7, 8, 9, 10 are offsets 3, 0, 1, 2 there.
+	if want := "8907"; string(small) != want {
+		t.Fatalf("copied %q, want %q", small, want)
+	}
+}

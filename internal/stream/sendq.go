@@ -201,11 +201,21 @@ func (q *SendQueue) PostMarker() (id uint64) {
 	return q.signal(false)
 }
 
-// Empty reports whether the ring holds nothing: every byte put in it was
-// posted and completed (and, retaining, acknowledged).
-func (q *SendQueue) Empty() bool { return q.held == 0 && q.put == q.released() }
+// Completed reports whether every byte put in the ring was posted and its
+// request completed. Retaining, some may still wait for the peer's
+// acknowledgement: Kept says which.
+func (q *SendQueue) Completed() bool { return q.held == 0 && q.put == q.freed }
 
-// Resize makes the ring size bytes: a new ring, taken while Empty.
+// Kept is the span of ring bytes held for the peer's acknowledgement once
+// their requests completed (retaining): from the stream position from, n
+// bytes.
+func (q *SendQueue) Kept() (from, n uint64) {
+	r := q.released()
+	return r, q.put - r
+}
+
+// Resize makes the ring size bytes: a new ring, taken while Completed,
+// holding the Kept bytes at their positions.
 func (q *SendQueue) Resize(size uint64) { q.ring, q.chunk = size, max(size/4, 1) }
 
 // Idle reports whether every posted work request has completed.
