@@ -47,15 +47,15 @@ type Stream struct {
 
 	queued        fifo[queuedWR]
 	inReady       bool
-	seq, retired  uint64   // requests posted, and retired by SendDones taken
+	seq, retired  uint64       // requests posted, and retired by SendDones taken
 	controls      fifo[uint64] // seqs of control requests outstanding
-	inflight      int      // requests on the base link
-	avail         int      // credit the peer holds: messages it may still send
-	taken         int      // receives the peer's messages took, not yet posted again
-	disconnecting bool     // no more requests go
-	closeSent     bool     // this side sent StreamClose
-	peerClosed    bool     // the peer sent StreamClose (or refused the open)
-	closeAnswered bool     // the peer answered this side's StreamClose
+	inflight      int          // requests on the base link
+	avail         int          // credit the peer holds: messages it may still send
+	taken         int          // receives the peer's messages took, not yet posted again
+	disconnecting bool         // no more requests go
+	closeSent     bool         // this side sent StreamClose
+	peerClosed    bool         // the peer sent StreamClose (or refused the open)
+	closeAnswered bool         // the peer answered this side's StreamClose
 	closed        bool
 	freed         bool
 	failing       error // a request failed here: the stream fails once what went before completes
