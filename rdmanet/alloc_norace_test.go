@@ -20,7 +20,7 @@ func TestLabNoAllocationsPerReadWrite(t *testing.T) {
 	leakcheck.Check(t)
 	// A connection of its own; a group's stream is
 	// TestGroupStreamNoAllocations', on the host.
-	a, b, stop := pipe(t, env, rdmanet.Config{KeepAlive: -1})
+	a, b, stop := pipe(t, env, rdmanet.Config{KeepAlive: -1, NoLinkGroups: true})
 	defer stop()
 	msg := make([]byte, 4096)
 	buf := make([]byte, 4096)

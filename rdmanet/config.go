@@ -96,30 +96,29 @@ type Config struct {
 	// ramp up, at the price of its full registered memory while idle
 	// (Config.Footprint). A resumable session's rings are fixed anyway.
 	FixedRings bool
-	// LinkGroups makes connections between two rdmanet processes streams
-	// of a link group (docs/engine.md, "Link groups"); both sides set it
-	// (a listener without it refuses groups, and the dialer makes a
-	// connection of its own at once). The first dial to a listener makes
-	// the group, an RDMA connection to each of the listener's addresses
-	// the dialer knows (the address dialed and Dialer.FailoverAddrs), and
-	// every later dial to it opens a stream in one message and its answer,
-	// with no queue pair, rdma_cm exchange or registration of its own. A
-	// group finds a dead path once for all its streams and moves them to
-	// its other links, or to one TCP connection to the listener's port
-	// when no RDMA path is left (a listener on "tcp"), and back when one
-	// heals; a stream that finds no link within 15 s (a partition) fails
-	// with a *GroupMoveError, whose Timeout() is true, and when every path
-	// is down and the listener's host refuses TCP, the streams fail at once
-	// (the listener's process is gone: within 3 x KeepAlive of its death).
-	// A connection that is a session (ResumeTimeout), speaks Valkey's
-	// protocol, busy-polls (BusyPoll) or keeps fixed rings (FixedRings)
-	// gets a queue pair of its own, as does one to a listener that makes no
-	// groups, one beyond the peer's bounds on streams and memory, and one
-	// dialed while the group has only its TCP link. RecvDepth sizes
-	// connections of their own only: a stream's credit comes from its
-	// group's receives. Off by default until it passes the lab's whole
-	// suite as the default (README, "Link groups").
-	LinkGroups bool
+	// NoLinkGroups gives every connection to an rdmanet peer a queue pair
+	// of its own, as Valkey's peers get. By default connections between
+	// two rdmanet processes are streams of a link group (docs/engine.md,
+	// "Link groups"): the first dial to a listener makes the group, an
+	// RDMA connection to each of the listener's addresses the dialer
+	// knows (the address dialed and Dialer.FailoverAddrs), and every later
+	// dial to it opens a stream in one message and its answer, with no
+	// queue pair, rdma_cm exchange or registration of its own. A group
+	// finds a dead path once for all its streams and moves them to its
+	// other links, or to one TCP connection to the listener's port when
+	// no RDMA path is left, and back when one heals; a stream that finds
+	// no link within 15 s (a partition) fails with a *GroupMoveError,
+	// whose Timeout() is true, and when every path is down and the listener's
+	// host refuses TCP, the streams fail at once (the listener's process
+	// is gone: within 3 x KeepAlive of its death). A connection that is a
+	// session (ResumeTimeout), speaks Valkey's protocol, busy-polls
+	// (BusyPoll) or keeps fixed rings (FixedRings) gets a queue pair of its
+	// own, as does one to a listener that makes no groups (an older
+	// rdmanet, or one with NoLinkGroups), one beyond the peer's bounds on
+	// streams and memory, and one dialed while the group has only its TCP
+	// link. RecvDepth sizes connections of their own only: a stream's
+	// credit comes from its group's receives.
+	NoLinkGroups bool
 	// GroupSpread picks the link of its group a new stream opens on
 	// (default SpreadLeastStreams). Only the dialer's counts.
 	GroupSpread GroupSpread

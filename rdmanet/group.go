@@ -24,8 +24,7 @@ import (
 // registration. The listener's Accept returns streams as it returns
 // connections (group_accept.go).
 //
-// Opt-in (Config.LinkGroups, both sides) until the lab's whole suite
-// passes with them on by default. Not with sessions
+// On by default (Config.NoLinkGroups turns them off). Not with sessions
 // (Config.ResumeTimeout), Config.ValkeyCompatible, BusyPoll or
 // FixedRings, which keep a queue pair per connection: a session resumes
 // on its own, a busy-polling connection polls its own completion queue,
@@ -93,7 +92,7 @@ const (
 // groups reports whether connections with c are made as streams of link
 // groups.
 func (c Config) groups() bool {
-	return c.LinkGroups && !c.ValkeyCompatible && c.ResumeTimeout <= 0 && c.BusyPoll <= 0 && !c.FixedRings && !c.sharedRecv
+	return !c.NoLinkGroups && !c.ValkeyCompatible && c.ResumeTimeout <= 0 && c.BusyPoll <= 0 && !c.FixedRings && !c.sharedRecv
 }
 
 // groupLinkConfig is a group's link for connections with c: its streams'

@@ -23,7 +23,7 @@ import (
 func BenchmarkLabGroupDial(b *testing.B) {
 	env := labenv.RequireRDMA(b)
 	local := netip.AddrPortFrom(env.AddrA, 0)
-	groups := rdmanet.Config{LinkGroups: true}
+	plain := rdmanet.Config{NoLinkGroups: true}
 	for _, tc := range []struct {
 		name   string
 		listen func() (net.Listener, error)
@@ -34,8 +34,8 @@ func BenchmarkLabGroupDial(b *testing.B) {
 				d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(local)}
 				return d.DialContext(ctx, "tcp", addr)
 			}},
-		{"rdmanet", groupBenchListen(env, rdmanet.Config{}), groupBenchDial(local, rdmanet.Config{})},
-		{"group stream", groupBenchListen(env, groups), groupBenchDial(local, groups)},
+		{"rdmanet", groupBenchListen(env, plain), groupBenchDial(local, plain)},
+		{"group stream", groupBenchListen(env, rdmanet.Config{}), groupBenchDial(local, rdmanet.Config{})},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			ln, err := tc.listen()
@@ -118,9 +118,9 @@ func BenchmarkLabGroupStream(b *testing.B) {
 // KiB (what a stream has), and a group's stream.
 func groupBenchModes() []benchkit.Mode {
 	return []benchkit.Mode{
-		{Name: "rdmanet", Config: rdmanet.Config{}, Protocol: rdmanet.ProtocolRdmanet},
+		{Name: "rdmanet", Config: rdmanet.Config{NoLinkGroups: true}, Protocol: rdmanet.ProtocolRdmanet},
 		{Name: "rdmanet 64KiB rings", Config: rdmanet.Config{RecvBuffer: 64 << 10, SendBuffer: 64 << 10, FixedRings: true}, Protocol: rdmanet.ProtocolRdmanet},
-		{Name: "group stream", Config: rdmanet.Config{LinkGroups: true}, Protocol: rdmanet.ProtocolRdmanet},
+		{Name: "group stream", Config: rdmanet.Config{}, Protocol: rdmanet.ProtocolRdmanet},
 	}
 }
 

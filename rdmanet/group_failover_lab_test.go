@@ -131,7 +131,7 @@ type groupLab struct {
 func openGroupLab(t *testing.T, env labenv.Env, n int, twoPaths bool) *groupLab {
 	t.Helper()
 	paths := env.Paths()
-	cfg := rdmanet.Config{LinkGroups: true}
+	cfg := rdmanet.Config{}
 	lc := rdmanet.ListenConfig{Config: cfg}
 	ln, err := lc.Listen(context.Background(), "tcp", ":0")
 	if err != nil {

@@ -31,7 +31,7 @@ func TestLabGroups(t *testing.T) {
 	for _, p := range env.Pairs() {
 		t.Run(p.Provider, func(t *testing.T) {
 			leakcheck.Check(t)
-			cfg := rdmanet.Config{LinkGroups: true}
+			cfg := rdmanet.Config{}
 			lc := rdmanet.ListenConfig{Config: cfg}
 			ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(p.AddrB, 0).String())
 			if err != nil {

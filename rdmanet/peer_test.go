@@ -43,7 +43,8 @@ func TestMain(m *testing.M) {
 }
 
 func runPeer(addr string) int {
-	var d rdmanet.Dialer
+	// A connection of its own unless the address says "group,".
+	d := rdmanet.Dialer{Config: rdmanet.Config{NoLinkGroups: true}}
 	conns := 1
 	if a, ok := strings.CutPrefix(addr, "resume,"); ok {
 		addr = a
@@ -52,7 +53,7 @@ func runPeer(addr string) int {
 	if a, ok := strings.CutPrefix(addr, "group,"); ok {
 		// groupPeerConns streams of one link group.
 		addr, conns = a, groupPeerConns
-		d.Config = rdmanet.Config{LinkGroups: true}
+		d.Config = rdmanet.Config{}
 	}
 	errs := make(chan error, conns)
 	for range conns {
@@ -143,7 +144,7 @@ func TestLabPeerKilled(t *testing.T) {
 func TestLabGroupPeerKilled(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	leakcheck.Check(t)
-	lc := rdmanet.ListenConfig{Config: rdmanet.Config{LinkGroups: true}}
+	lc := rdmanet.ListenConfig{Config: rdmanet.Config{}}
 	ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(env.AddrB, 0).String())
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +191,9 @@ func TestLabPeerUnreachable(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	leakcheck.Check(t)
 	const keepAlive = time.Second
-	a, b, stop := pipe(t, env, rdmanet.Config{KeepAlive: keepAlive})
+	// A connection of its own: a group's stream waits up to 15 s for
+	// another link (a partition), not 3 x KeepAlive.
+	a, b, stop := pipe(t, env, rdmanet.Config{KeepAlive: keepAlive, NoLinkGroups: true})
 	defer stop()
 	if _, err := a.Write([]byte("x")); err != nil {
 		t.Fatal(err)

@@ -39,8 +39,8 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// poolClient is how a client pool dials: Go's TCP, or rdmanet with link
-// groups (Config.LinkGroups), counting the dials and the group streams.
+// poolClient is how a client pool dials: Go's TCP, or rdmanet with its
+// defaults (link groups), counting the dials and the group streams.
 type poolClient struct {
 	name           string
 	dial           func(ctx context.Context, addr string) (net.Conn, error)
@@ -56,7 +56,7 @@ func poolClients(env labenv.Env) []*poolClient {
 	}
 	rdma := &poolClient{name: "rdmanet"}
 	rdma.dial = func(ctx context.Context, addr string) (net.Conn, error) {
-		d := rdmanet.Dialer{LocalAddr: local, Config: rdmanet.Config{LinkGroups: true}}
+		d := rdmanet.Dialer{LocalAddr: local}
 		c, err := d.DialContext(ctx, "rdma", addr)
 		if err == nil && c.(*rdmanet.Conn).Info().Stream != 0 {
 			rdma.streams.Add(1)
@@ -73,7 +73,7 @@ func (p *poolClient) dialCounted(ctx context.Context, addr string) (net.Conn, er
 
 // TestLabPoolsOverGroups: connection pools that open a connection
 // whenever none is idle (go-redis with a pool of 50, net/http's Transport
-// with no MaxConnsPerHost) against servers with link groups, where
+// with no MaxConnsPerHost) against servers on rdmanet's defaults, where
 // every connection is a stream of a link group, opened in one round trip:
 // they open about as many connections over RDMA as over Go's TCP in the
 // same run (slow dials made net/http open 4x as many before link groups),
@@ -160,11 +160,10 @@ func TestLabPoolsOverGroups(t *testing.T) {
 }
 
 // listenCounting listens on both transports (rdmanet's "tcp") on the lab's
-// server address, with link groups, counting what it accepts.
+// server address, counting what it accepts.
 func listenCounting(t *testing.T, env labenv.Env) *countingListener {
 	t.Helper()
-	lc := rdmanet.ListenConfig{Config: rdmanet.Config{LinkGroups: true}}
-	inner, err := lc.Listen(context.Background(), "tcp", netip.AddrPortFrom(env.AddrB, 0).String())
+	inner, err := rdmanet.Listen("tcp", netip.AddrPortFrom(env.AddrB, 0).String())
 	if err != nil {
 		t.Fatal(err)
 	}
