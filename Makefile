@@ -80,7 +80,7 @@ test: deps vet host-test nocgo-test no-rdma-core-test lab-test
 # failover about 25 s, measured with -only groups,failover), then
 # examples/blockstore's storage table (about 2 minutes).
 # Every rdmanet row outside the link groups section is a connection with a
-# queue pair of its own (rdmanet's default; groups are Config.LinkGroups).
+# queue pair of its own (Config.NoLinkGroups; groups are rdmanet's default).
 # Not part of `make test`. The report replaces
 # BENCHMARKS.md only if the run completed and the report ends with labbench's
 # end marker.

@@ -2,6 +2,7 @@ package benchkit
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -52,8 +53,17 @@ type MemlockResult struct {
 // pinned. It reports each step on a line of its own to out, for
 // ParseMemlock.
 func MemlockPairs(a, b netip.Addr, pairs int, tcp bool, out io.Writer) error {
+	return MemlockPairsConfig(a, b, pairs, tcp, rdmanet.Config{}, out)
+}
+
+// MemlockPairsConfig is MemlockPairs with cfg on both sides instead of
+// the default Config: make bench's rows give every connection a queue
+// pair of its own (NoLinkGroups), as they did before link groups became
+// the default.
+func MemlockPairsConfig(a, b netip.Addr, pairs int, tcp bool, cfg rdmanet.Config, out io.Writer) error {
 	listen := func(network string) (*rdmanet.Listener, error) {
-		ln, err := rdmanet.Listen(network, netip.AddrPortFrom(b, 0).String())
+		lc := rdmanet.ListenConfig{Config: cfg}
+		ln, err := lc.Listen(context.Background(), network, netip.AddrPortFrom(b, 0).String())
 		if err != nil {
 			return nil, err
 		}
@@ -65,7 +75,7 @@ func MemlockPairs(a, b netip.Addr, pairs int, tcp bool, out io.Writer) error {
 		return err
 	}
 	defer ln.Close()
-	d := rdmanet.Dialer{LocalAddr: &net.TCPAddr{IP: a.AsSlice()}, Timeout: 30 * time.Second}
+	d := rdmanet.Dialer{LocalAddr: &net.TCPAddr{IP: a.AsSlice()}, Timeout: 30 * time.Second, Config: cfg}
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {

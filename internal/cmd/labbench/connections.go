@@ -46,8 +46,15 @@ const connectionsID = "connections"
 
 // connsConfig is rdmanet's Config in the section's main rows: small
 // buffers and receive queues, so that registered memory does not bound how
-// many connections open.
-var connsConfig = rdmanet.Config{RecvBuffer: 16 << 10, SendBuffer: 16 << 10, RecvDepth: 16}
+// many connections open; and a queue pair a connection (NoLinkGroups), as
+// before link groups became the default (issue 25): one listener's
+// connections would be streams of one group, which the Link groups section
+// measures.
+var connsConfig = rdmanet.Config{RecvBuffer: 16 << 10, SendBuffer: 16 << 10, RecvDepth: 16, NoLinkGroups: true}
+
+// connsDefaultConfig is the Config of the default's rows: the default but
+// for NoLinkGroups, for the same reason.
+var connsDefaultConfig = rdmanet.Config{NoLinkGroups: true}
 
 const (
 	connsParallel = 16 // dials in flight at once
@@ -81,7 +88,7 @@ type connsSubject struct {
 
 var (
 	connsRDMA        = connsSubject{label: "rdmanet", rdma: true, cfg: connsConfig}
-	connsRDMADefault = connsSubject{label: "rdmanet, default Config", rdma: true}
+	connsRDMADefault = connsSubject{label: "rdmanet, default Config but NoLinkGroups", rdma: true, cfg: connsDefaultConfig}
 	connsTCP         = connsSubject{label: "Go net, TCP"}
 )
 
@@ -175,7 +182,7 @@ func (b *bench) runConnections() {
 	b.connections = run
 	run.limit = nofileLimit()
 	run.footprint, _ = connsConfig.Footprint()
-	run.defFoot, _ = rdmanet.Config{}.Footprint()
+	run.defFoot, _ = connsDefaultConfig.Footprint()
 	run.defPairs = b.opt.connDefaultPairs
 	proc, err := openProc()
 	if err != nil {
@@ -271,9 +278,9 @@ func (b *bench) connsDial(ctx context.Context, subject connsSubject, addr string
 		d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: local}, Config: subject.cfg}
 		c, err := d.DialContext(ctx, "rdma", addr)
 		if err == nil {
-			if _, ok := c.(*rdmanet.Conn); !ok {
+			if err := checkStreams(false, c); err != nil {
 				c.Close()
-				return nil, fmt.Errorf("not an RDMA connection: %T", c)
+				return nil, err
 			}
 		}
 		return c, err

@@ -29,7 +29,10 @@ func (r report) connectionsSection(w *strings.Builder) {
 		"what the first connection opens for good (rdma_cm's devices and event channel) is not a connection's cost.\n\n",
 		r.set.env.AddrA, r.set.env.AddrB, connsParallel, len(connsMessage), connsSettle)
 	p("rdmanet runs with `%s` on both sides, so that registered memory does not bound how many connections open: "+
-		"`Config.Footprint` says %s KiB registered an end (%s a pair) and %d descriptors an end; the default Config registers %s KiB an end "+
+		"`Config.Footprint` says %s KiB registered an end (%s a pair) and %d descriptors an end. Every rdmanet row is a connection with a queue pair "+
+		"of its own at each end (`NoLinkGroups: true`, checked on each client end), as before link groups became the default (issue 25): "+
+		"one listener's connections would otherwise be streams of one group, which the Link groups section measures. "+
+		"The default Config but for that registers %s KiB an end "+
 		"while idle (%s KiB once its rings grew, streaming), and has rows of its own at %s pairs. ",
 		describeConfig(connsConfig), kib(run.footprint.RegisteredBytes), kib(2*run.footprint.RegisteredBytes),
 		run.footprint.FileDescriptors, kib(run.defFoot.RegisteredBytes), kib(run.defFoot.StreamingRegisteredBytes), pairList(run.defPairs))

@@ -144,17 +144,18 @@ func TestConnectionsReport(t *testing.T) {
 	for _, want := range []string{
 		"## Connections: what an open connection costs",
 		"dials 16 at a time, each pair making one round trip (a 32-byte write echoed back)",
-		"`Config{RecvBuffer: 16384, SendBuffer: 16384, RecvDepth: 16}` on both sides, so that registered memory does not bound how many connections open",
-		"`Config.Footprint` says 28.0 KiB registered an end (56.0 a pair) and 0 descriptors an end; the default Config registers 32.0 KiB an end while idle (524 KiB once its rings grew, streaming), and has rows of its own at 100 and 5,000 pairs",
+		"`Config{RecvBuffer: 16384, SendBuffer: 16384, RecvDepth: 16, NoLinkGroups: true}` on both sides, so that registered memory does not bound how many connections open",
+		"`Config.Footprint` says 28.0 KiB registered an end (56.0 a pair) and 0 descriptors an end. Every rdmanet row is a connection with a queue pair of its own at each end (`NoLinkGroups: true`, checked on each client end)",
+		"The default Config but for that registers 32.0 KiB an end while idle (524 KiB once its rings grew, streaming), and has rows of its own at 100 and 5,000 pairs",
 		"The process's descriptor limit (`RLIMIT_NOFILE`) is 4,096, left as it is; a step it stops",
 		"|  | pairs asked | pairs opened | descriptors a pair | goroutines a pair | pinned KiB a pair | RSS KiB a pair | pairs opened a second | back to the baseline |",
 		"| rdmanet | 100 | 100 | 8.00 | 4.00 | 72.00 | 700 | 20.0 | yes (10.0 s) |",
 		"| Go net, TCP | 100 | 100 | 2.00 | 0.00 | 0.00 | 0.00 | 20.0 | yes (10.0 s) |",
-		"| rdmanet, default Config | 100 | 100 |",
-		"| rdmanet, default Config | 5,000 | 509 |",
+		"| rdmanet, default Config but NoLinkGroups | 100 | 100 |",
+		"| rdmanet, default Config but NoLinkGroups | 5,000 | 509 |",
 		"**Under an ordinary container's limit.** A child process limited to 8 MiB of `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`",
-		"| rdmanet, default Config, rxe | 100 | 71.68 | 28 | `limit: RLIMIT_MEMLOCK` | fell back to TCP (resources) | 0 bytes |",
-		"| rdmanet, default Config, siw | 40 | 0.00 | – | `**the child failed**: exit status 1: memlock pairs: listen` | not tried | – |",
+		"| rdmanet, default Config but NoLinkGroups, rxe | 100 | 71.68 | 28 | `limit: RLIMIT_MEMLOCK` | fell back to TCP (resources) | 0 bytes |",
+		"| rdmanet, default Config but NoLinkGroups, siw | 40 | 0.00 | – | `**the child failed**: exit status 1: memlock pairs: listen` | not tried | – |",
 		"| rdmanet | 1,000 | 509 | 8.00 | 4.00 | 72.00 | 700 | 102 | yes (10.0 s) |",
 		"| Go net, TCP | 2,000 | 2,000 | 2.00 | 0.00 | 0.00 | 0.00 | 400 | yes (10.0 s) |",
 		"| rdmanet | 2,000 | 509 | 8.00 | 4.00 | 72.00 | 700 | 102 | **no**: descriptors +2 |",
@@ -233,7 +234,7 @@ func TestOnlyConnections(t *testing.T) {
 	for _, s := range connsSteps([]int{100, 1000}, []int{100, 5000}) {
 		steps = append(steps, fmt.Sprintf("%s %d", s.subject.label, s.pairs))
 	}
-	if got := strings.Join(steps, "; "); got != "rdmanet 100; Go net, TCP 100; rdmanet, default Config 100; rdmanet 1000; Go net, TCP 1000; rdmanet, default Config 5000" {
+	if got := strings.Join(steps, "; "); got != "rdmanet 100; Go net, TCP 100; rdmanet, default Config but NoLinkGroups 100; rdmanet 1000; Go net, TCP 1000; rdmanet, default Config but NoLinkGroups 5000" {
 		t.Errorf("steps: %s", got)
 	}
 }

@@ -424,7 +424,7 @@ func openFlow(ctx context.Context, env labenv.Env) (*flow, error) {
 	}
 	client, okc := nc.(*rdmanet.Conn)
 	server, oks := ns.(*rdmanet.Conn)
-	if !okc || !oks || !client.Session().Resumable || !server.Session().Resumable {
+	if !okc || !oks || !client.Session().Resumable || !server.Session().Resumable || checkStreams(false, nc, ns) != nil {
 		for _, c := range []io.Closer{nc, ns, ln} {
 			if c != nil {
 				c.Close()
@@ -433,7 +433,7 @@ func openFlow(ctx context.Context, env labenv.Env) (*flow, error) {
 		if ns == nil {
 			return nil, fmt.Errorf("accepting: no connection (%v)", context.Cause(ctx))
 		}
-		return nil, fmt.Errorf("not a resumable session over RDMA: client %T, server %T", nc, ns)
+		return nil, fmt.Errorf("not a resumable session over RDMA with a queue pair of its own: client %T, server %T (%v)", nc, ns, checkStreams(false, nc, ns))
 	}
 	f := &flow{ln: ln, first: first, stop: make(chan struct{}),
 		pump: pump{client: client, server: server, writerDone: make(chan struct{}), readerDone: make(chan struct{})}}

@@ -95,7 +95,9 @@ func (r report) failoverSection(w *strings.Builder) {
 	p("One resumable session, `%s` on both sides, carries a stream from client to server at full speed "+
 		"(%s writes; the server reads into a %s buffer and notes when each read completes). "+
 		"The client dials from A's path 1 address (%s) to B's (%s) with `Dialer.FailoverAddrs` B's path 2 address (%s); "+
-		"the listener is on every address, RDMA and TCP. A cycle: %v of throughput on path 1 (before); "+
+		"the listener is on every address, RDMA and TCP. A session is never a link group's stream (issue 25): it keeps a queue pair "+
+		"of its own whatever `NoLinkGroups` says (checked), so this section is what it was before link groups became the default; "+
+		"the Link groups section measures a group's failover. A cycle: %v of throughput on path 1 (before); "+
 		"the fault, netem dropping every packet on both netdevs of path 1 (**RDMA to RDMA**: the session moves to path 2) "+
 		"or of path 2 and then path 1 (**RDMA to TCP**: TCP between the lab's addresses goes through lo and keeps working), "+
 		"T0 being when the first of path 1's netdevs dropped; "+

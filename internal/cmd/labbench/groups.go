@@ -29,7 +29,7 @@ import (
 //   - how fast connections open, 16 dials at a time, each connection
 //     making a one-byte round trip and closing (as rdmanet's
 //     BenchmarkLabGroupDial): Go's TCP, a connection with a queue pair of
-//     its own (LinkGroups off), a stream of a group that exists, and the
+//     its own (NoLinkGroups), a stream of a group that exists, and the
 //     first connection to a new listener, which makes the group;
 //   - a stream's 64-byte round trip and 64 KiB stream beside a
 //     connection's of its own;
@@ -77,7 +77,7 @@ const (
 // failover section's KeepAlive (1 s: a dead path found in 2-3 s), so that
 // the group's and the session's detection are alike. A group's stream is
 // made whatever the KeepAlive.
-var groupsFailoverConfig = rdmanet.Config{KeepAlive: time.Second, LinkGroups: true}
+var groupsFailoverConfig = rdmanet.Config{KeepAlive: time.Second}
 
 // ---- what is measured ------------------------------------------------------------
 
@@ -86,9 +86,9 @@ type dialSubject int
 
 const (
 	dialTCP    dialSubject = iota // Go's net
-	dialOwn                       // rdmanet, LinkGroups off: a queue pair a connection
-	dialStream                    // LinkGroups: a stream of a group that exists
-	dialFirst                     // LinkGroups, each to a new listener: makes a group
+	dialOwn                       // rdmanet, NoLinkGroups: a queue pair a connection
+	dialStream                    // the default: a stream of a group that exists
+	dialFirst                     // the default, each to a new listener: makes a group
 )
 
 var dialSubjects = []dialSubject{dialTCP, dialOwn, dialStream, dialFirst}
@@ -98,7 +98,7 @@ func (s dialSubject) String() string {
 	case dialTCP:
 		return "Go net, TCP"
 	case dialOwn:
-		return "rdmanet, a queue pair of its own (LinkGroups off)"
+		return "rdmanet, a queue pair of its own (NoLinkGroups)"
 	case dialStream:
 		return "rdmanet, a stream of a group that exists (default Config)"
 	}
@@ -159,8 +159,8 @@ type rttKey struct {
 
 // The two connections the round-trip and stream table compares.
 var (
-	groupModeOwn    = benchkit.Mode{Name: "a queue pair of its own", Config: rdmanet.Config{}, Protocol: rdmanet.ProtocolRdmanet}
-	groupModeStream = benchkit.Mode{Name: "a group's stream", Config: rdmanet.Config{LinkGroups: true}, Protocol: rdmanet.ProtocolRdmanet}
+	groupModeOwn    = benchkit.Mode{Name: "a queue pair of its own", Config: rdmanet.Config{NoLinkGroups: true}, Protocol: rdmanet.ProtocolRdmanet}
+	groupModeStream = benchkit.Mode{Name: "a group's stream", Config: rdmanet.Config{}, Protocol: rdmanet.ProtocolRdmanet}
 )
 
 const (
@@ -467,10 +467,7 @@ func (b *bench) dialFuncs(s dialSubject) (listen func(context.Context) (net.List
 				return d.DialContext(ctx, "tcp", addr)
 			}
 	}
-	cfg := rdmanet.Config{LinkGroups: true}
-	if s == dialOwn {
-		cfg.LinkGroups = false
-	}
+	cfg := rdmanet.Config{NoLinkGroups: s == dialOwn}
 	return func(ctx context.Context) (net.Listener, error) {
 			lc := rdmanet.ListenConfig{Config: cfg}
 			return lc.Listen(ctx, "rdma", laddr)
@@ -895,7 +892,7 @@ func (b *bench) aggregateOn(ctx context.Context, s aggSubject) aggFigure {
 	var f aggFigure
 	n := groupsAggStreams
 	paths := b.env.Paths()
-	gc, err := b.openGroupStreams(ctx, rdmanet.Config{LinkGroups: true, GroupSpread: rdmanet.SpreadLeastStreams}, n, s.failover())
+	gc, err := b.openGroupStreams(ctx, rdmanet.Config{GroupSpread: rdmanet.SpreadLeastStreams}, n, s.failover())
 	if err != nil {
 		f.missing = err.Error()
 		return f
@@ -1325,38 +1322,4 @@ func optSecs(d time.Duration) string {
 		return "not seen"
 	}
 	return secs(d)
-}
-
-// checkedPair connects mode m's pair from a to b (benchkit.Mode.Pair,
-// which checks the protocol) and checks that both ends are streams of a
-// link group if stream, else connections with a queue pair of their own
-// (ConnInfo.Stream), so that no figure is labelled wrongly.
-func checkedPair(ctx context.Context, m benchkit.Mode, a, b netip.Addr, stream bool) (net.Conn, net.Conn, error) {
-	client, server, err := m.Pair(ctx, a, b)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := checkStreams(stream, client, server); err != nil {
-		client.Close()
-		server.Close()
-		return nil, nil, fmt.Errorf("mode %s: %w", m.Name, err)
-	}
-	return client, server, nil
-}
-
-// checkStreams says which of conns is not what stream says: a link
-// group's stream (true) or a connection with a queue pair of its own.
-func checkStreams(stream bool, conns ...net.Conn) error {
-	for _, c := range conns {
-		rc, ok := c.(*rdmanet.Conn)
-		switch {
-		case !ok:
-			return fmt.Errorf("a connection of type %T, not rdmanet's", c)
-		case stream && rc.Info().Stream == 0:
-			return fmt.Errorf("the %s end is a connection with a queue pair of its own, not a link group's stream", rc.Info().Side)
-		case !stream && rc.Info().Stream != 0:
-			return fmt.Errorf("the %s end is stream %d of a link group, not a connection with a queue pair of its own", rc.Info().Side, rc.Info().Stream)
-		}
-	}
-	return nil
 }

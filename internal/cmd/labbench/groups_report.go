@@ -89,8 +89,8 @@ func (r report) groupsSection(w *strings.Builder) {
 	p("## Link groups (issue 25)\n\n")
 	p("Between two rdmanet processes the first dial to a listener makes a *link group*: an RDMA connection on each path to it "+
 		"(the address dialed and `Dialer.FailoverAddrs`); every later dial to it opens a *stream* in the group, one message and its answer, "+
-		"with no queue pair, rdma_cm exchange or registration of its own (docs/engine.md, \"Link groups\"). Groups are opt-in "+
-		"(`Config.LinkGroups`, both sides); without it each connection has a queue pair of its own, as every rdmanet row outside this section has. "+
+		"with no queue pair, rdma_cm exchange or registration of its own (docs/engine.md, \"Link groups\"). Groups are the default; "+
+		"with `Config.NoLinkGroups` each connection has a queue pair of its own, as every rdmanet row outside this section has. "+
 		"Everything here runs in labbench's process, clients on A, listeners on B, in the same run as the rest; every rdmanet end is checked "+
 		"to be what its row says (`ConnInfo.Stream`: a group's stream, or a connection of its own). "+
 		"The first three tables' figures are each the best of the section's rounds (%d of %d asked for, `-rounds`), as the comparison's; "+
@@ -109,7 +109,7 @@ func (r report) groupsSection(w *strings.Builder) {
 		"Opened a second: connections over the time from the first dial to the last one's Close; open p50 and p99 (nearest rank): one connection's "+
 		"dial and round trip, while the others are in flight. Before the other rows' figures one connection is opened and closed, not counted: "+
 		"the device's first use, and for the stream row the group its streams open in. rdmanet's listeners listen on \"rdma\"; the Configs are "+
-		"`Config{LinkGroups: true}` but in the row of its own, which has the default. As rdmanet/group_bench_test.go's BenchmarkLabGroupDial. "+
+		"the default but in the row of its own, which is `Config{NoLinkGroups: true}`. As rdmanet/group_bench_test.go's BenchmarkLabGroupDial. "+
 		"Issue 25's target: a stream of a group that exists opens at least 0.5 × as fast as Go's TCP dials.\n\n",
 		s.env.AddrA, s.env.AddrB, groupsParallel, max(1, int(float64(groupsDials)*s.scale+0.5)), max(1, int(float64(groupsFirstDials)*s.scale+0.5)))
 	tcp := bestDial(run.dial[dialTCP])
@@ -132,7 +132,7 @@ func (r report) groupsSection(w *strings.Builder) {
 	// Round trip and throughput.
 	p("**A stream's round trip and throughput**, beside a connection with a queue pair of its own, as the comparison's rows: "+
 		"a pair per measurement, %d round trips of 64 B (p50 and p99 by nearest rank, after 20 unmeasured), and %s streamed one way "+
-		"in 64 KiB writes into a 256 KiB read buffer. The connection of its own has the default Config; the stream is `Config{LinkGroups: true}`'s "+
+		"in 64 KiB writes into a 256 KiB read buffer. The connection of its own is `Config{NoLinkGroups: true}`'s; the stream is the default Config's "+
 		"to a listener of the pair's own, so its dial makes the group and the stream is the group's first (a later stream's data path "+
 		"is the same). Issue 25's target: within 5%%, the stream's round trip at most 1.05 × and its throughput at least 0.95 × the "+
 		"connection's of its own.\n\n",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmanet/sdk/internal/benchkit"
 	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/rdmanet"
 )
 
 // The connections section's rows under an ordinary container's limit
@@ -20,6 +21,15 @@ import (
 // memlockPairs is how many pairs the child opens before it dials on until
 // a dial fails.
 const memlockPairs = 100
+
+// memlockConfig is the child's Config: the default but for NoLinkGroups,
+// so that each pair is a connection with a queue pair of its own at each
+// end, as before link groups became the default (issue 25; one listener's
+// connections would be streams of one group).
+var memlockConfig = rdmanet.Config{NoLinkGroups: true}
+
+// memlockLabel is the rows' label, before the provider.
+const memlockLabel = "rdmanet, default Config but NoLinkGroups"
 
 // memlockRow is one provider's run.
 type memlockRow struct {
@@ -70,7 +80,7 @@ func memlockChild(args string) int {
 		fmt.Fprintln(os.Stderr, "labbench: -memlock-child wants \"A B N TCP\"")
 		return 2
 	}
-	if err := benchkit.MemlockPairs(a, b, n, tcp, os.Stdout); err != nil {
+	if err := benchkit.MemlockPairsConfig(a, b, n, tcp, memlockConfig, os.Stdout); err != nil {
 		fmt.Println("memlock pairs:", err)
 		return 1
 	}
@@ -83,7 +93,7 @@ func (run *connsRun) memlockSection(w *strings.Builder) {
 		return
 	}
 	fmt.Fprintf(w, "**Under an ordinary container's limit.** A child process limited to %s of `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK` "+
-		"(`prlimit`, `setpriv`) opens %d pairs with the default Config, both ends its own, each with a round trip; "+
+		"(`prlimit`, `setpriv`) opens %d pairs with the default Config but `NoLinkGroups: true` (a queue pair each end, as before link groups became the default), both ends its own, each with a round trip; "+
 		"then dials on until a dial fails, then once on \"tcp\" (rxe only); then closes everything.\n\n",
 		"8 MiB", memlockPairs)
 	header := []string{"", "pairs over RDMA", "pinned KiB a pair", "more pairs before a dial failed", "that dial's error", "a dial on \"tcp\"", "pinned after the close"}
@@ -105,7 +115,7 @@ func (run *connsRun) memlockSection(w *strings.Builder) {
 		if m.err != "" {
 			why = "**the child failed**: " + m.err
 		}
-		rows = append(rows, []string{"rdmanet, default Config, " + m.provider, thousands(r.Pairs), pinned, beyond, "`" + why + "`", cmpTCP(r.TCP), after})
+		rows = append(rows, []string{memlockLabel + ", " + m.provider, thousands(r.Pairs), pinned, beyond, "`" + why + "`", cmpTCP(r.TCP), after})
 	}
 	table(w, header, rows)
 }

@@ -56,13 +56,14 @@ func (b *bench) siwImpls() []impl {
 	})
 }
 
-// siwModes are the modes of benchkit.Modes that can run on iWARP: Valkey's
+// siwModes are the modes of benchkit.Modes that can run on iWARP, each a
+// connection with a queue pair of its own (ownQueuePair): Valkey's
 // protocol carries its data as writes with immediate data, which iWARP has
 // not, so rdmanet refuses a Valkey-compatible connection on siw. Fixed
 // rings are compared on rxe only: the section's time is the run's.
 func siwModes() []benchkit.Mode {
 	var modes []benchkit.Mode
-	for _, m := range benchkit.Modes {
+	for _, m := range ownQueuePairModes() {
 		if m.Protocol != rdmanet.ProtocolValkey && !m.Config.FixedRings {
 			modes = append(modes, m)
 		}
@@ -75,10 +76,10 @@ func siwModes() []benchkit.Mode {
 // would measure something else under the siw label.
 func siwDial(p labenv.Pair, m benchkit.Mode) dialer {
 	return dialer{
-		how: fmt.Sprintf("rdmanet mode %q (%s; protocol checked to be %q, data path %q) on siw, client on %s (%s), listener on %s (%s)",
+		how: fmt.Sprintf("rdmanet mode %q (%s; protocol checked to be %q, data path %q, and each end a connection with a queue pair of its own) on siw, client on %s (%s), listener on %s (%s)",
 			m.Name, describeConfig(m.Config), m.Protocol, rdmalink.DataPathNotice, p.AddrA, p.DevA, p.AddrB, p.DevB),
 		pair: func(ctx context.Context) (net.Conn, net.Conn, error) {
-			client, server, err := m.Pair(ctx, p.AddrA, p.AddrB)
+			client, server, err := checkedPair(ctx, m, p.AddrA, p.AddrB, false)
 			if err != nil {
 				return nil, nil, err
 			}

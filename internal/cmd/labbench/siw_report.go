@@ -57,6 +57,7 @@ func (r report) siwSection(w *strings.Builder) {
 		"and are not comparable with the rxe tables' except as ratios within this run. iWARP has no "+
 		"immediate data: rdmanet's data goes as an RDMA write followed by a small \"Written\" notice "+
 		"(data path `write-and-notice`, checked on every connection; docs/protocol.md, \"iWARP\"); "+
+		"each rdmanet row is a connection with a queue pair of its own (`NoLinkGroups: true`, checked), as on rxe; "+
 		"the valkey mode is not here, as Valkey's protocol needs immediate data and rdmanet refuses it on iWARP. "+
 		"The reference is perftest on the same pair with rdma_cm set-up (-R), which iWARP requires: "+
 		"ib_write_bw -R (RDMA writes, no copy, no receiver involvement) and ib_send_lat -R (busy-polling "+
