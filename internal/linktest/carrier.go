@@ -34,10 +34,14 @@ type Carriers struct {
 type MakeCarrierPair func(t *testing.T, a, b Spec) Carriers
 
 // RunCarrier runs the carrier suite, each test a subtest of t.
-func RunCarrier(t *testing.T, pair MakeCarrierPair) {
+func RunCarrier(t *testing.T, pair MakeCarrierPair) { RunCarrierWith(t, pair, Options{}) }
+
+// RunCarrierWith runs the carrier suite with opts, each test a subtest of
+// t.
+func RunCarrierWith(t *testing.T, pair MakeCarrierPair, opts Options) {
 	for _, tc := range []struct {
 		name string
-		f    func(*testing.T, MakeCarrierPair)
+		f    func(*testing.T, MakeCarrierPair, Options)
 	}{
 		{"TaggedDataLandsInOrder", testTaggedData},
 		{"MakersMemory", testMakersMemory},
@@ -47,7 +51,7 @@ func RunCarrier(t *testing.T, pair MakeCarrierPair) {
 		{"CarrierMisuse", testCarrierMisuse},
 		{"RemoteAccessAcrossRings", testRemoteAccessAcrossRings},
 	} {
-		t.Run(tc.name, func(t *testing.T) { tc.f(t, pair) })
+		t.Run(tc.name, func(t *testing.T) { tc.f(t, pair, opts) })
 	}
 }
 
@@ -123,7 +127,7 @@ func WantTags(t testing.TB, who string, cs []link.Completion, tags ...uint32) {
 // right receive rings of the peer's streams (and its first ring), in post
 // order, each DataArrived with its request's tag; nothing outside the
 // writes changes. Both directions.
-func testTaggedData(t *testing.T, pair MakeCarrierPair) {
+func testTaggedData(t *testing.T, pair MakeCarrierPair, opts Options) {
 	sa, sb := DefaultSpec(), DefaultSpec()
 	sa.SendDepth, sb.RecvDepth = 16, 16
 	c := pair(t, sa, sb)
@@ -228,7 +232,7 @@ func testTaggedData(t *testing.T, pair MakeCarrierPair) {
 // and releasing the registration (ReleaseRecvRing, ReleaseSendRing)
 // leaves it as it is, for the maker to give back; the same memory may be
 // registered again, under a name that works.
-func testMakersMemory(t *testing.T, pair MakeCarrierPair) {
+func testMakersMemory(t *testing.T, pair MakeCarrierPair, opts Options) {
 	c := pair(t, DefaultSpec(), DefaultSpec())
 	a, b := c.A, c.B
 	smem, rmem := make([]byte, 2048), make([]byte, 2048)
@@ -312,7 +316,7 @@ func testMakersMemory(t *testing.T, pair MakeCarrierPair) {
 // live ones (the first ring's too), and its address range overlaps no
 // other ring's; a transmit ring's key is never 0 and unique among the
 // live ones. Each ring takes the data sent to its name.
-func testRingNames(t *testing.T, pair MakeCarrierPair) {
+func testRingNames(t *testing.T, pair MakeCarrierPair, opts Options) {
 	sa, sb := DefaultSpec(), DefaultSpec()
 	sa.SendDepth, sb.RecvDepth = 16, 16
 	c := pair(t, sa, sb)
@@ -404,7 +408,7 @@ func testRingNames(t *testing.T, pair MakeCarrierPair) {
 // marker at its first ring, and streams' data; data into the empty first
 // ring is a remote access error at both ends, and data from the empty
 // SendRing misuse.
-func testEmptyBaseRings(t *testing.T, pair MakeCarrierPair) {
+func testEmptyBaseRings(t *testing.T, pair MakeCarrierPair, opts Options) {
 	s := DefaultSpec()
 	s.SendRing, s.RecvRing = 0, 0
 	c := pair(t, s, s)
@@ -432,13 +436,13 @@ func testEmptyBaseRings(t *testing.T, pair MakeCarrierPair) {
 	}
 	addr, key := b.RecvRingKey()
 	Post(t, a, Tagged(skey, 0, 1, addr, key, 0, true, 5))
-	remoteAccessEnd(t, a, b, nil, nil)
+	remoteAccessEnd(t, opts, a, b, nil, nil)
 }
 
 // NewRecvRing and NewSendRing either make a ring or fail softly: a
 // carrier may make no memory of its own (then a stream's growth stops
 // where it is), but asking it is no misuse.
-func testNewRings(t *testing.T, pair MakeCarrierPair) {
+func testNewRings(t *testing.T, pair MakeCarrierPair, opts Options) {
 	c := pair(t, DefaultSpec(), DefaultSpec())
 	a, b := c.A, c.B
 	mem, addr, rkey, err := b.NewRecvRing(4096)
@@ -477,7 +481,7 @@ func testNewRings(t *testing.T, pair MakeCarrierPair) {
 
 // Calls that break Carrier's contract fail with link.ErrMisuse, and a
 // PostSend that does posts nothing.
-func testCarrierMisuse(t *testing.T, pair MakeCarrierPair) {
+func testCarrierMisuse(t *testing.T, pair MakeCarrierPair, opts Options) {
 	for _, tc := range []struct {
 		name string
 		do   func(t *testing.T, c Carriers) error
@@ -568,7 +572,7 @@ func testCarrierMisuse(t *testing.T, pair MakeCarrierPair) {
 // Data into a receive ring the peer released, or named by one ring's key
 // and another's address, fails both ends with link.ErrRemoteAccess after
 // what came before it, as a wrong key does.
-func testRemoteAccessAcrossRings(t *testing.T, pair MakeCarrierPair) {
+func testRemoteAccessAcrossRings(t *testing.T, pair MakeCarrierPair, opts Options) {
 	type rings struct {
 		key          uint32
 		r1, r2       []byte
@@ -579,45 +583,48 @@ func testRemoteAccessAcrossRings(t *testing.T, pair MakeCarrierPair) {
 		name string
 		// bad releases what it needs and returns the request that fails.
 		bad func(t *testing.T, c Carriers, r *rings) link.SendWR
+		// zero: bad writes zero bytes (under ZeroLengthUnchecked it
+		// lands nowhere, and arrives as what it is).
+		zero []string
 	}{
 		{"released ring", func(t *testing.T, c Carriers, r *rings) link.SendWR {
 			if err := c.B.ReleaseRecvRing(r.r1); err != nil {
 				t.Fatal(err)
 			}
 			return Tagged(r.key, 0, 10, r.addr1, r.rkey1, 2, true, 2)
-		}},
+		}, nil},
 		{"released first ring", func(t *testing.T, c Carriers, r *rings) link.SendWR {
 			if err := c.B.ReleaseRecvRing(c.B.RecvRing()); err != nil {
 				t.Fatal(err)
 			}
 			addr, rkey := c.B.RecvRingKey()
 			return Tagged(r.key, 0, 10, addr+100, rkey, 2, true, 2)
-		}},
+		}, nil},
 		{"marker into a released ring", func(t *testing.T, c Carriers, r *rings) link.SendWR {
 			if err := c.B.ReleaseRecvRing(r.r1); err != nil {
 				t.Fatal(err)
 			}
 			return link.SendWR{Kind: link.SendMarker, Signaled: true, ID: 2, Remote: r.addr1, RKey: r.rkey1}
-		}},
+		}, []string{}},
 		{"zero bytes into a released ring", func(t *testing.T, c Carriers, r *rings) link.SendWR {
 			if err := c.B.ReleaseRecvRing(r.r1); err != nil {
 				t.Fatal(err)
 			}
 			return Tagged(r.key, 0, 0, r.addr1, r.rkey1, 2, true, 2)
-		}},
+		}, []string{"data-arrived 0"}},
 		{"another ring's address", func(t *testing.T, c Carriers, r *rings) link.SendWR {
 			return Tagged(r.key, 0, 10, r.addr2, r.rkey1, 2, true, 2)
-		}},
+		}, nil},
 		{"past the ring", func(t *testing.T, c Carriers, r *rings) link.SendWR {
 			return Tagged(r.key, 0, 10, r.addr1+uint64(len(r.r1))-9, r.rkey1, 2, true, 2)
-		}},
+		}, nil},
 		{"released ring, another one shared", func(t *testing.T, c Carriers, r *rings) link.SendWR {
 			if err := c.B.ReleaseRecvRing(r.r1); err != nil {
 				t.Fatal(err)
 			}
 			ShareRecv(t, c.B, c.MakerB, len(r.r1))
 			return Tagged(r.key, 0, 10, r.addr1, r.rkey1, 2, true, 2)
-		}},
+		}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := pair(t, DefaultSpec(), DefaultSpec())
@@ -634,7 +641,13 @@ func testRemoteAccessAcrossRings(t *testing.T, pair MakeCarrierPair) {
 			before := bytes.Clone(r.r1)
 			bad := tc.bad(t, c, &r)
 			Post(t, a, Tagged(r.key, 0, 10, r.addr2, r.rkey2, 3, true, 3), bad, Tagged(r.key, 0, 10, r.addr2, r.rkey2, 4, true, 4))
-			remoteAccessEnd(t, a, b, []string{"send-done 3"}, []string{"data-arrived 10"})
+			if tc.zero != nil && opts.ZeroLengthUnchecked {
+				WantKinds(t, "a", WaitFor(t, a, 3), "send-done 3", "send-done 2", "send-done 4")
+				want := append(append([]string{"data-arrived 10"}, tc.zero...), "data-arrived 10")
+				WantKinds(t, "b", WaitFor(t, b, len(want)), want...)
+			} else {
+				remoteAccessEnd(t, opts, a, b, []string{"send-done 3"}, []string{"data-arrived 10"})
+			}
 			if !bytes.Equal(r.r1, before) {
 				t.Error("the ring the failed request named changed")
 			}
@@ -644,8 +657,14 @@ func testRemoteAccessAcrossRings(t *testing.T, pair MakeCarrierPair) {
 
 // remoteAccessEnd checks that a request of a's failed both ends with a
 // remote access error, after aFirst at a and bFirst at b.
-func remoteAccessEnd(t *testing.T, a, b link.Link, aFirst, bFirst []string) {
+func remoteAccessEnd(t *testing.T, opts Options, a, b link.Link, aFirst, bFirst []string) {
 	t.Helper()
+	if opts.RefusalEnds {
+		// The refused request and the one after it may complete.
+		RefusedEnd(t, "a", WaitEnd(t, a), link.ErrRemoteAccess, aFirst, "send-done 2", "send-done 4", "send-done 5")
+		RefusedEnd(t, "b", WaitEnd(t, b), link.ErrRemoteAccess, bFirst)
+		return
+	}
 	ca := WaitFor(t, a, len(aFirst)+1)
 	WantKinds(t, "a", ca, append(aFirst, "failed")...)
 	cb := WaitFor(t, b, len(bFirst)+1)

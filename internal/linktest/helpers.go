@@ -1,8 +1,10 @@
 package linktest
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,10 +50,16 @@ func PollAll(t testing.TB, l link.Link) []link.Completion {
 }
 
 // WaitFor takes n completions, sleeping in Wait between them as the engine
-// does (arm, poll once more, wait).
+// does (arm, poll once more, wait). A Wait that returns link.ErrWoken
+// with no Wake of WaitFor's own (its hang guard's) is a reason to poll
+// again: a link whose end wakes Wait (Options.EndWakes).
 func WaitFor(t testing.TB, l link.Link, n int) []link.Completion {
 	t.Helper()
-	guard := time.AfterFunc(HangGuard, l.Wake)
+	var hung atomic.Bool
+	guard := time.AfterFunc(HangGuard, func() {
+		hung.Store(true)
+		l.Wake()
+	})
 	defer guard.Stop()
 	var all []link.Completion
 	cs := make([]link.Completion, n)
@@ -74,7 +82,7 @@ func WaitFor(t testing.TB, l link.Link, n int) []link.Completion {
 			all = append(all, cs[:k]...)
 			continue
 		}
-		if err := l.Wait(); err != nil {
+		if err := l.Wait(); err != nil && (err != link.ErrWoken || hung.Load()) {
 			t.Fatalf("Wait, with %d of %d completions (%v): %v", len(all), n, Kinds(all), err)
 		}
 	}
@@ -159,6 +167,27 @@ next:
 		}
 		bad()
 		return
+	}
+}
+
+// RefusedEnd checks the completions of a link whose peer refused one of
+// its requests, or that refused one of its peer's, under
+// Options.RefusalEnds: first (in order), then any of maybe, then
+// Disconnected or a Failed that matches cause and not link.ErrDown.
+func RefusedEnd(t testing.TB, who string, cs []link.Completion, cause error, first []string, maybe ...string) {
+	t.Helper()
+	if len(cs) == 0 {
+		t.Errorf("%s: no completions", who)
+		return
+	}
+	end := cs[len(cs)-1]
+	CheckEndWith(t, who, cs, end.Kind.String(), first, maybe...)
+	switch {
+	case end.Kind == link.Disconnected:
+	case end.Kind != link.Failed:
+		t.Errorf("%s ended with %v, want disconnected or failed", who, end.Kind)
+	case !errors.Is(end.Err, cause) || errors.Is(end.Err, link.ErrDown):
+		t.Errorf("%s failed with %v, want an error matching %v and not link.ErrDown", who, end.Err, cause)
 	}
 }
 

@@ -43,11 +43,54 @@ func DefaultSpec() Spec {
 // if it can.
 type MakePair func(t *testing.T, a, b Spec) (link.Link, link.Link)
 
+// Options tell the suite what a link does not promise because its
+// transport does not. Each relaxes one rule of the suite's model (the
+// in-memory link.Pipe), says which and why, and has the suite check the
+// weaker rule in its place: none skips a test. The zero Options are the
+// model's rules.
+type Options struct {
+	// ZeroLengthUnchecked: a write of zero bytes (a marker, or data of N
+	// 0) is not checked against the peer's rings: whatever address and
+	// key it names, it lands nowhere and completes, and the link goes on.
+	// InfiniBand does not require a zero-byte RDMA operation to carry a
+	// valid address or key (rxe skips the check), and neither does siw
+	// (iWARP): rdmalink's markers name no memory the device checks.
+	ZeroLengthUnchecked bool
+	// EndWakes: Wait on a link whose end (Disconnected or Failed) has
+	// come returns link.ErrWoken at once, not nil; either way it returns,
+	// and the caller polls. rdmalink's end wakes a Wait as Wake does
+	// (its own tests hold it to that), and rdmanet's callers take both
+	// alike.
+	EndWakes bool
+	// DisconnectAnswered: the end that called Disconnect reports
+	// Disconnected once the peer answered, not as soon as Disconnect
+	// returned, so the suite waits for it rather than poll for it. On
+	// RDMA, rdma_cm's DISCONNECTED comes to the initiator with the
+	// peer's reply (or its time-out); what arrived before still comes
+	// first.
+	DisconnectAnswered bool
+	// RefusalEnds: a request the peer refuses (a write outside its rings
+	// or with a key it does not have; on a RecvCredit link, a message
+	// beyond its credit) ends the link at both ends, after what came
+	// before it, as Disconnected or as Failed matching the cause
+	// (link.ErrRemoteAccess, link.ErrRNR), never link.ErrDown; and the
+	// refused request and those after it may complete at the sender
+	// first. iWARP (siw): the refusing end sends a TERMINATE and closes
+	// the connection, which rdma_cm reports as DISCONNECTED at both ends
+	// (only a write past a ring raises QP_ACCESS_ERR there, and nothing
+	// at the sender), and a send completes once it is on the wire, before
+	// the peer has seen it.
+	RefusalEnds bool
+}
+
 // Run runs the suite, each test a subtest of t.
-func Run(t *testing.T, pair MakePair) {
+func Run(t *testing.T, pair MakePair) { RunWith(t, pair, Options{}) }
+
+// RunWith runs the suite with opts, each test a subtest of t.
+func RunWith(t *testing.T, pair MakePair, opts Options) {
 	for _, tc := range []struct {
 		name string
-		f    func(*testing.T, MakePair)
+		f    func(*testing.T, MakePair, Options)
 	}{
 		{"DataLandsInOrder", testDataLandsInOrder},
 		{"ControlAndMarker", testControlAndMarker},
@@ -63,11 +106,11 @@ func Run(t *testing.T, pair MakePair) {
 		{"WaitWake", testWaitWake},
 		{"UseAfterClose", testUseAfterClose},
 	} {
-		t.Run(tc.name, func(t *testing.T) { tc.f(t, pair) })
+		t.Run(tc.name, func(t *testing.T) { tc.f(t, pair, opts) })
 	}
 }
 
-func testDataLandsInOrder(t *testing.T, pair MakePair) {
+func testDataLandsInOrder(t *testing.T, pair MakePair, opts Options) {
 	sb := DefaultSpec()
 	sb.RecvDepth = 8
 	a, b := pair(t, DefaultSpec(), sb)
@@ -95,7 +138,7 @@ func testDataLandsInOrder(t *testing.T, pair MakePair) {
 // and take no receive: b has two posted, for the two control messages, and
 // reposts none (were a marker to take one, the second message would wait
 // for a receive for ever).
-func testControlAndMarker(t *testing.T, pair MakePair) {
+func testControlAndMarker(t *testing.T, pair MakePair, opts Options) {
 	sb := DefaultSpec()
 	sb.RecvDepth = 2
 	a, b := pair(t, DefaultSpec(), sb)
@@ -107,6 +150,17 @@ func testControlAndMarker(t *testing.T, pair MakePair) {
 	if cs[0].Msg != Control(0, 0xa0).Msg || cs[1].Msg != Control(0, 0xb0).Msg {
 		t.Errorf("messages %x and %x", cs[0].Msg, cs[1].Msg)
 	}
+	if opts.ZeroLengthUnchecked {
+		// The unsignaled marker with a bad address lands nowhere: a
+		// signaled one after it completes, and nothing comes to b.
+		WantKinds(t, "a", WaitFor(t, a, 3), "send-done 1", "send-done 2", "send-done 3")
+		Post(t, a, Marker(b, 4))
+		WantKinds(t, "a", WaitFor(t, a, 1), "send-done 4")
+		if cs := PollAll(t, b); len(cs) != 0 {
+			t.Errorf("b got %q for markers", Kinds(cs))
+		}
+		return
+	}
 	// The unsignaled marker with a bad address fails both ends after the
 	// rest.
 	WantKinds(t, "a", WaitFor(t, a, 4), "send-done 1", "send-done 2", "send-done 3", "failed")
@@ -114,7 +168,7 @@ func testControlAndMarker(t *testing.T, pair MakePair) {
 }
 
 // Order holds across kinds: data, control and markers land in post order.
-func testOrderAcrossKinds(t *testing.T, pair MakePair) {
+func testOrderAcrossKinds(t *testing.T, pair MakePair, opts Options) {
 	sa, sb := DefaultSpec(), DefaultSpec()
 	sa.SendDepth, sa.ControlDepth, sb.RecvDepth = 64, 64, 64
 	a, b := pair(t, sa, sb)
@@ -151,7 +205,7 @@ func testOrderAcrossKinds(t *testing.T, pair MakePair) {
 	WantKinds(t, "a", WaitFor(t, a, len(done)), done...)
 }
 
-func testSignaledOnly(t *testing.T, pair MakePair) {
+func testSignaledOnly(t *testing.T, pair MakePair, opts Options) {
 	a, b := pair(t, DefaultSpec(), DefaultSpec())
 	Post(t, a, Data(b, 0, 1, 0, false, 1), Marker(b, 2), Data(b, 0, 1, 0, false, 3), Data(b, 0, 1, 0, true, 4))
 	m := Marker(b, 5)
@@ -166,7 +220,7 @@ func testSignaledOnly(t *testing.T, pair MakePair) {
 }
 
 // Calls that break the contract fail with link.ErrMisuse.
-func testMisuse(t *testing.T, pair MakePair) {
+func testMisuse(t *testing.T, pair MakePair, opts Options) {
 	for _, tc := range []struct {
 		name string
 		do   func(t *testing.T, a, b link.Link) error
@@ -229,7 +283,7 @@ func testMisuse(t *testing.T, pair MakePair) {
 
 // A request stays outstanding until its own SendDone, or a later signaled
 // one's, is taken by Poll: not when it lands.
-func testOutstanding(t *testing.T, pair MakePair) {
+func testOutstanding(t *testing.T, pair MakePair, opts Options) {
 	sa, sb := DefaultSpec(), DefaultSpec()
 	sa.SendDepth, sb.RecvDepth = 4, 16
 	a, b := pair(t, sa, sb)
@@ -262,12 +316,12 @@ func testOutstanding(t *testing.T, pair MakePair) {
 // Receiver not ready: messages beyond the receives the peer has posted
 // wait until it posts more; then they land in order. A send completes
 // only once its message landed.
-func testReceiverNotReady(t *testing.T, pair MakePair) {
+func testReceiverNotReady(t *testing.T, pair MakePair, opts Options) {
 	sb := DefaultSpec()
 	sb.RecvDepth = 2
 	a, b := pair(t, DefaultSpec(), sb)
 	if b.Caps().RecvCredit {
-		creditOverrun(t, a, b)
+		creditOverrun(t, a, b, opts)
 		return
 	}
 	Fill(a.SendRing(), 9)
@@ -323,10 +377,15 @@ func testReceiverNotReady(t *testing.T, pair MakePair) {
 // creditOverrun: on a link whose messages need credit (Caps.RecvCredit,
 // as on iWARP and a group's streams), a message beyond the receives the
 // peer posted fails both ends with link.ErrRNR, after what came before.
-func creditOverrun(t *testing.T, a, b link.Link) {
+func creditOverrun(t *testing.T, a, b link.Link, opts Options) {
 	Fill(a.SendRing(), 9)
 	for i := range 3 {
 		Post(t, a, Data(b, uint32(i*100), 100, uint32(i*100), true, uint64(i+1)))
+	}
+	if opts.RefusalEnds {
+		RefusedEnd(t, "b", WaitEnd(t, b), link.ErrRNR, []string{"data-arrived 100", "data-arrived 100"})
+		RefusedEnd(t, "a", WaitEnd(t, a), link.ErrRNR, nil, "send-done 1", "send-done 2", "send-done 3")
+		return
 	}
 	cb := WaitEnd(t, b)
 	CheckEndWith(t, "b", cb, "failed", []string{"data-arrived 100", "data-arrived 100"})
@@ -342,21 +401,33 @@ func creditOverrun(t *testing.T, a, b link.Link) {
 
 // A write outside the peer's ring, or with the wrong key, fails both ends
 // with link.ErrRemoteAccess (not a lost path), after what came before it.
-func testRemoteAccessError(t *testing.T, pair MakePair) {
+func testRemoteAccessError(t *testing.T, pair MakePair, opts Options) {
 	for _, tc := range []struct {
-		name string
-		bad  func(b link.Link) link.SendWR
+		name   string
+		bad    func(b link.Link) link.SendWR
+		marker bool // writes zero bytes
 	}{
-		{"wrong key", func(b link.Link) link.SendWR { wr := Data(b, 0, 10, 0, true, 2); wr.RKey++; return wr }},
-		{"past the ring", func(b link.Link) link.SendWR { return Data(b, 0, 10, 4090, true, 2) }},
-		{"far past the ring", func(b link.Link) link.SendWR { return Data(b, 0, 10, 1<<31, true, 2) }},
-		{"offset as address", func(b link.Link) link.SendWR { wr := Data(b, 0, 10, 0, true, 2); wr.Remote = 100; return wr }},
-		{"marker with the wrong key", func(b link.Link) link.SendWR { wr := Marker(b, 2); wr.RKey++; return wr }},
-		{"marker past the ring", func(b link.Link) link.SendWR { wr := Marker(b, 2); wr.Remote += 4097; return wr }},
+		{"wrong key", func(b link.Link) link.SendWR { wr := Data(b, 0, 10, 0, true, 2); wr.RKey++; return wr }, false},
+		{"past the ring", func(b link.Link) link.SendWR { return Data(b, 0, 10, 4090, true, 2) }, false},
+		{"far past the ring", func(b link.Link) link.SendWR { return Data(b, 0, 10, 1<<31, true, 2) }, false},
+		{"offset as address", func(b link.Link) link.SendWR { wr := Data(b, 0, 10, 0, true, 2); wr.Remote = 100; return wr }, false},
+		{"marker with the wrong key", func(b link.Link) link.SendWR { wr := Marker(b, 2); wr.RKey++; return wr }, true},
+		{"marker past the ring", func(b link.Link) link.SendWR { wr := Marker(b, 2); wr.Remote += 4097; return wr }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := pair(t, DefaultSpec(), DefaultSpec())
 			Post(t, a, Data(b, 0, 10, 0, true, 1), tc.bad(b), Data(b, 0, 10, 0, true, 3))
+			if tc.marker && opts.ZeroLengthUnchecked {
+				// The marker lands nowhere, and the link goes on.
+				WantKinds(t, "a", WaitFor(t, a, 3), "send-done 1", "send-done 2", "send-done 3")
+				WantKinds(t, "b", WaitFor(t, b, 2), "data-arrived 10", "data-arrived 10")
+				return
+			}
+			if opts.RefusalEnds {
+				RefusedEnd(t, "a", WaitEnd(t, a), link.ErrRemoteAccess, []string{"send-done 1"}, "send-done 2", "send-done 3")
+				RefusedEnd(t, "b", WaitEnd(t, b), link.ErrRemoteAccess, []string{"data-arrived 10"})
+				return
+			}
 			ca := WaitFor(t, a, 2)
 			WantKinds(t, "a", ca, "send-done 1", "failed")
 			cb := WaitFor(t, b, 2)
@@ -376,7 +447,7 @@ func testRemoteAccessError(t *testing.T, pair MakePair) {
 // Disconnect from either end: what the ends had received comes first, then
 // Disconnected; requests not written are flushed; requests after it are
 // flushed too.
-func testDisconnect(t *testing.T, pair MakePair) {
+func testDisconnect(t *testing.T, pair MakePair, opts Options) {
 	for _, who := range []string{"initiator", "peer"} {
 		t.Run(who, func(t *testing.T) {
 			a, b := pair(t, DefaultSpec(), DefaultSpec())
@@ -418,7 +489,7 @@ func testDisconnect(t *testing.T, pair MakePair) {
 			if err := y.Disconnect(); err != nil {
 				t.Fatalf("Disconnect after the peer's: %v", err)
 			}
-			if err := a.Wait(); err != nil {
+			if err := a.Wait(); err != nil && !(opts.EndWakes && err == link.ErrWoken) {
 				t.Fatalf("Wait on a link that is down: %v", err)
 			}
 		})
@@ -427,7 +498,7 @@ func testDisconnect(t *testing.T, pair MakePair) {
 
 // The initiator of a Disconnect reports Disconnected after what had
 // arrived, even if it arrived unpolled.
-func testDisconnectAfterArrived(t *testing.T, pair MakePair) {
+func testDisconnectAfterArrived(t *testing.T, pair MakePair, opts Options) {
 	a, b := pair(t, DefaultSpec(), DefaultSpec())
 	if err := a.Arm(); err != nil {
 		t.Fatal(err)
@@ -441,13 +512,17 @@ func testDisconnectAfterArrived(t *testing.T, pair MakePair) {
 	if err := a.Disconnect(); err != nil {
 		t.Fatal(err)
 	}
-	WantKinds(t, "a", PollAll(t, a), "control-arrived", "disconnected")
+	if opts.DisconnectAnswered {
+		WantKinds(t, "a", WaitEnd(t, a), "control-arrived", "disconnected")
+	} else {
+		WantKinds(t, "a", PollAll(t, a), "control-arrived", "disconnected")
+	}
 	WantKinds(t, "b", WaitEnd(t, b), "send-done 1", "disconnected")
 }
 
 // A peer whose link is closed without Disconnect (its process died) is
 // gone: Disconnected, not a path failure, after what it sent before.
-func testPeerClosed(t *testing.T, pair MakePair) {
+func testPeerClosed(t *testing.T, pair MakePair, opts Options) {
 	a, b := pair(t, DefaultSpec(), DefaultSpec())
 	Post(t, b, Data(a, 0, 100, 0, true, 1), Control(2, 0))
 	WantKinds(t, "b", WaitFor(t, b, 2), "send-done 1", "send-done 2")
@@ -460,7 +535,7 @@ func testPeerClosed(t *testing.T, pair MakePair) {
 
 // Wait, Arm and Wake: a Wake before Wait makes the next Wait return
 // ErrWoken; a completion after Arm ends a Wait; Close ends a Wait.
-func testWaitWake(t *testing.T, pair MakePair) {
+func testWaitWake(t *testing.T, pair MakePair, opts Options) {
 	a, b := pair(t, DefaultSpec(), DefaultSpec())
 	a.Wake()
 	if err := a.Wait(); err != link.ErrWoken {
@@ -487,7 +562,7 @@ func testWaitWake(t *testing.T, pair MakePair) {
 	}
 }
 
-func testUseAfterClose(t *testing.T, pair MakePair) {
+func testUseAfterClose(t *testing.T, pair MakePair, opts Options) {
 	a, b := pair(t, DefaultSpec(), DefaultSpec())
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
