@@ -39,7 +39,8 @@ import (
 // asynchronous event ended: a queue pair or CQ error, or the port or
 // device going down. It matches link.ErrDown (a path failure, which a
 // session may cure by moving) unless the event blames the requests
-// themselves (QP_REQ_ERR, QP_ACCESS_ERR: a bug or a hostile peer).
+// themselves (QP_REQ_ERR, QP_ACCESS_ERR: a bug or a hostile peer;
+// QP_ACCESS_ERR matches link.ErrRemoteAccess).
 type AsyncEventError struct {
 	Device string
 	Port   uint8
@@ -74,11 +75,15 @@ func (e *AsyncEventError) Error() string {
 	return s
 }
 
-// Unwrap is link.ErrDown for events another path may cure.
+// Unwrap is link.ErrDown for events another path may cure, and
+// link.ErrRemoteAccess for QP_ACCESS_ERR: the peer wrote outside what
+// this end registered for it (siw raises it at the end written to).
 func (e *AsyncEventError) Unwrap() error {
 	switch e.Event {
-	case verbs.EventQPReqErr, verbs.EventQPAccessErr:
+	case verbs.EventQPReqErr:
 		return nil
+	case verbs.EventQPAccessErr:
+		return link.ErrRemoteAccess
 	}
 	return link.ErrDown
 }

@@ -121,6 +121,11 @@ func (l *Link) shareRegion(maker link.Carrier, mem []byte, access verbs.Access) 
 	if src == nil {
 		return nil, fmt.Errorf("rdmanet: a ring of %d bytes its maker does not hold: %w", len(mem), link.ErrMisuse)
 	}
+	if m != l && l.regionOf(mem) != nil {
+		// A second registration would outlive the release of the first,
+		// which is all ReleaseRecvRing and ReleaseSendRing find.
+		return nil, fmt.Errorf("rdmanet: a ring of %d bytes registered on this link already: %w", len(mem), link.ErrMisuse)
+	}
 	return r.group.sharedRegion(src.mr.Buffer(), mem, access)
 }
 

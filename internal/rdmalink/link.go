@@ -445,8 +445,16 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 			if wc.ID&wrShared != 0 {
 				giveBackShared(wc.ID)
 			}
-			if pathFailure(wc.Status) {
+			switch {
+			case pathFailure(wc.Status):
 				err = fmt.Errorf("%w (%w)", err, link.ErrDown)
+			case wc.Status == verbs.WCRemAccessErr:
+				// A write outside the peer's rings, or with a key it
+				// does not have (at the writer; rxe reports it on the
+				// peer's receive too).
+				err = fmt.Errorf("%w (%w)", err, link.ErrRemoteAccess)
+			case wc.Status == verbs.WCRNRRetryExcErr:
+				err = fmt.Errorf("%w (%w)", err, link.ErrRNR)
 			}
 			cs[n] = link.Completion{Kind: link.Failed, Err: err}
 			l.reported = true

@@ -44,7 +44,7 @@ func (l *Link) ReleaseRecvRing(mem []byte) error {
 			return reg.close()
 		}
 	}
-	return fmt.Errorf("rdmanet: a receive ring of %d bytes this link did not make", len(mem))
+	return fmt.Errorf("rdmanet: a receive ring of %d bytes this link does not hold: %w", len(mem), link.ErrMisuse)
 }
 
 // ReplaceSendRing takes a transmit ring of size bytes from the group's
