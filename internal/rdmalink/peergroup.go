@@ -251,15 +251,38 @@ type region struct {
 	pinned int64
 }
 
-// Bytes is the region's memory.
-func (r *region) Bytes() []byte { return r.b }
+// Bytes is the region's memory. A nil region is a ring of 0 bytes (none
+// was made, or the first receive ring was released): no memory, and
+// named by address and key 0, which no write reaches.
+func (r *region) Bytes() []byte {
+	if r == nil {
+		return nil
+	}
+	return r.b
+}
 
 // Slice is the scatter/gather element for [off, off+n) of the region.
-func (r *region) Slice(off, n int) verbs.SGE { return r.mr.Slice(r.off+off, n) }
+func (r *region) Slice(off, n int) verbs.SGE {
+	if r == nil && off == 0 && n == 0 {
+		return verbs.SGE{}
+	}
+	return r.mr.Slice(r.off+off, n)
+}
 
 // Addr and RKey name the region to the peer.
-func (r *region) Addr() uint64 { return r.mr.Addr() + uint64(r.off) }
-func (r *region) RKey() uint32 { return r.mr.RKey() }
+func (r *region) Addr() uint64 {
+	if r == nil {
+		return 0
+	}
+	return r.mr.Addr() + uint64(r.off)
+}
+
+func (r *region) RKey() uint32 {
+	if r == nil {
+		return 0
+	}
+	return r.mr.RKey()
+}
 
 // region takes size bytes from pool (the group's remote or local one), or
 // registers them on the group's domain alone when no class holds them.

@@ -121,11 +121,18 @@ func newResources(id *cm.ID, cfg Config, notices bool) (_ *resources, err error)
 			return nil, err
 		}
 	} else {
-		if r.rx, err = r.group.region(r.group.remote, cfg.RecvBuffer, remote); err != nil {
-			return nil, err
+		// A ring of 0 bytes (a carrier's whose streams have rings of
+		// their own) is none: it pins nothing, as Registered says, and
+		// no write of the peer's lands in a chunk behind it.
+		if cfg.RecvBuffer > 0 {
+			if r.rx, err = r.group.region(r.group.remote, cfg.RecvBuffer, remote); err != nil {
+				return nil, err
+			}
 		}
-		if r.tx, err = r.group.region(r.group.local, cfg.SendBuffer, local); err != nil {
-			return nil, err
+		if cfg.SendBuffer > 0 {
+			if r.tx, err = r.group.region(r.group.local, cfg.SendBuffer, local); err != nil {
+				return nil, err
+			}
 		}
 	}
 	// Two regions, not one: each fills its pool's class (8 KiB of
