@@ -356,5 +356,6 @@ func (l *Link) Fail(err error) {
 		l.down, l.why = link.Failed, err
 	}
 	l.mu.Unlock()
+	l.ended.Store(true)
 	l.wakeForEnd()
 }

@@ -71,12 +71,17 @@ func (l *Link) ReleaseSendRing(key uint32) error {
 // sendLocal is the memory a data request sends from: the link's transmit
 // ring, or a stream's.
 func (l *Link) sendLocal(wr *link.SendWR) (verbs.SGE, error) {
-	if wr.Ring == 0 {
-		return l.res.tx.Slice(int(wr.Off), int(wr.N)), nil
+	reg := l.res.tx
+	if wr.Ring != 0 {
+		var ok bool
+		if reg, ok = l.sendRings[wr.Ring]; !ok {
+			return verbs.SGE{}, fmt.Errorf("rdmanet: data of transmit ring %d, which this link does not have: %w", wr.Ring, link.ErrMisuse)
+		}
 	}
-	reg, ok := l.sendRings[wr.Ring]
-	if !ok || int(wr.Off)+int(wr.N) > len(reg.Bytes()) {
-		return verbs.SGE{}, fmt.Errorf("rdmanet: data [%d, +%d) of transmit ring %d: %w", wr.Off, wr.N, wr.Ring, link.ErrMisuse)
+	// The region's memory region may be its slab's: past the ring, the
+	// device would read other rings.
+	if uint64(wr.Off)+uint64(wr.N) > uint64(len(reg.Bytes())) {
+		return verbs.SGE{}, fmt.Errorf("rdmanet: data [%d, +%d) of the %d-byte transmit ring %d: %w", wr.Off, wr.N, len(reg.Bytes()), wr.Ring, link.ErrMisuse)
 	}
 	return reg.Slice(int(wr.Off), int(wr.N)), nil
 }

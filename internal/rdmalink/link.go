@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,17 @@ type Link struct {
 	tag      uint64
 	sendIDs  []uint64
 	sendNext int
+	// Outstanding requests (link.Link's PostSend): posted counts the
+	// engine's requests and ctlNext its control requests; sendMarks
+	// holds, by place in the send queue, both counts as they stood once
+	// the request there was posted, so that a SendDone retires every
+	// request up to its own (retired, ctlRetired). Counts wrap.
+	// Requests posted after Disconnect, or once the queue pair flushed,
+	// are flushed and not counted (uncounted).
+	posted, retired uint32
+	ctlRetired      uint32
+	sendMarks       []sendMark
+	disconnecting   bool
 
 	// pend: completions taken from the shared queue for this link, not
 	// yet Polled (pend[pendHead:]); armed: Arm was called and the link
@@ -86,11 +98,15 @@ type Link struct {
 	postErr   error     // the first post the provider refused (postFailed)
 	reported  bool      // Disconnected or Failed was reported
 
-	mu     sync.Mutex // guards what the event handler sets, and waking
+	mu     sync.Mutex  // guards what the event handler sets, and waking
+	ended  atomic.Bool // down is set (read without mu by PostSend)
 	down   link.CompletionKind
 	why    error
 	woken  bool
 	closed bool // Wake does nothing after Close (a flush-grace timer may fire late)
+	// gone: Close began; every call but Close and Wake then fails with
+	// net.ErrClosed (read without mu, on every call).
+	gone atomic.Bool
 
 	// events: a completion event for the link's queue came while another
 	// link read the shared channel; wakes: Wake was called (compshare.go).
@@ -172,10 +188,11 @@ func New(id *cm.ID, cfg Config) (*Link, error) {
 			SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth, ControlDepth: cfg.ControlDepth,
 			MaxInline: int(res.maxInline), Name: res.name, Transport: "rdma",
 		},
-		events:  make(chan struct{}, 1),
-		wakes:   make(chan struct{}, 1),
-		sendIDs: make([]uint64, res.sendWRs),
-		tag:     wrTag(res.slot, res.gen),
+		events:    make(chan struct{}, 1),
+		wakes:     make(chan struct{}, 1),
+		sendIDs:   make([]uint64, res.sendWRs),
+		sendMarks: make([]sendMark, res.sendWRs),
+		tag:       wrTag(res.slot, res.gen),
 	}
 	if res.shared != nil {
 		// Its receives are the shared queue's, its peer's credit granted.
@@ -275,12 +292,49 @@ func (l *Link) Endpoint() (device string, port uint8, qpNum uint32) {
 }
 
 // PostSend turns the engine's requests into work requests and posts them
-// in one call.
+// in one call. It checks them all first, and posts none of them if one
+// breaks link.Link's contract (link.ErrMisuse): a data range outside its
+// transmit ring would send whatever the ring's slab holds next to it, and
+// requests beyond the depths would overrun the send queue, or a control
+// slot still in flight.
 func (l *Link) PostSend(wrs []link.SendWR) error {
+	if l.gone.Load() {
+		return closedError("PostSend")
+	}
+	controls := 0
+	for i := range wrs {
+		wr := &wrs[i]
+		switch wr.Kind {
+		case link.SendData:
+			if _, err := l.sendLocal(wr); err != nil {
+				return err
+			}
+		case link.SendControl:
+			if !wr.Signaled {
+				return fmt.Errorf("rdmanet: request %d: an unsignaled control request: %w", i, link.ErrMisuse)
+			}
+			controls++
+		case link.SendMarker:
+		default:
+			return fmt.Errorf("rdmanet: request %d: send request of kind %v: %w", i, wr.Kind, link.ErrMisuse)
+		}
+	}
+	if l.uncounted() {
+		// The queue pair flushes whatever is posted now, and Poll takes
+		// a flushed request for nothing: not posting it is the same,
+		// and keeps the places (sendIDs) of the requests still in
+		// flight, whose completions may yet come, from being taken by
+		// requests beyond the depth.
+		return nil
+	}
+	if err := l.checkDepths(len(wrs), controls); err != nil {
+		return err
+	}
 	out := l.sendWRs[:0]
 	for i := range wrs {
 		wr := &wrs[i]
-		v := verbs.SendWR{ID: l.sendID(wr.ID)}
+		l.posted++
+		var v verbs.SendWR
 		if wr.Signaled {
 			v.Flags |= verbs.SendSignaled
 		}
@@ -290,12 +344,7 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 			if l.carrier {
 				v.Imm = wr.Tag // the receive's byte_len gives the length
 			}
-			local, err := l.sendLocal(wr)
-			if err != nil {
-				clear(out)
-				return err
-			}
-			v.Local = local
+			v.Local, _ = l.sendLocal(wr)
 			if wr.N <= l.res.maxInline {
 				v.Flags |= verbs.SendInline
 			}
@@ -304,10 +353,11 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 				// engine's id and signal and consumes the peer's receive:
 				// a reliable connection places the write before the
 				// notice's receive completes.
+				v.ID = l.sendID(wr.ID)
 				v.Opcode, v.Imm = verbs.OpRDMAWrite, 0
 				v.Flags &^= verbs.SendSignaled
 				out = append(out, v)
-				v = verbs.SendWR{ID: l.sendID(wr.ID)}
+				v = verbs.SendWR{}
 				if wr.Signaled {
 					v.Flags |= verbs.SendSignaled
 				}
@@ -333,9 +383,8 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 			}
 		case link.SendMarker:
 			v.Opcode, v.RemoteAddr, v.RKey = verbs.OpRDMAWrite, wr.Remote, wr.RKey
-		default:
-			return fmt.Errorf("rdmanet: send request of kind %v: %w", wr.Kind, link.ErrMisuse)
 		}
+		v.ID = l.sendID(wr.ID)
 		out = append(out, v)
 	}
 	err := l.res.qp.PostSend(out)
@@ -344,14 +393,57 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 	return l.postFailed(err)
 }
 
+// checkDepths fails a PostSend of n requests, controls of them control
+// requests, that would leave more outstanding than the link's Caps allow.
+func (l *Link) checkDepths(n, controls int) error {
+	out, ctlOut := int(l.posted-l.retired), int(uint32(l.ctlNext)-l.ctlRetired)
+	if out+n <= l.caps.SendDepth && ctlOut+controls <= l.caps.ControlDepth {
+		return nil
+	}
+	if out+n > l.caps.SendDepth {
+		return fmt.Errorf("rdmanet: %d requests outstanding and %d more, SendDepth %d: %w", out, n, l.caps.SendDepth, link.ErrMisuse)
+	}
+	return fmt.Errorf("rdmanet: %d control requests outstanding and %d more, ControlDepth %d: %w", ctlOut, controls, l.caps.ControlDepth, link.ErrMisuse)
+}
+
+// uncounted reports whether the queue pair flushes what is posted now:
+// Disconnect was called, or it went to error (a flush or a refused post
+// was seen, or an event ended the link). Such requests never complete,
+// so they count against no depth (link.Link's Disconnect).
+func (l *Link) uncounted() bool {
+	return l.disconnecting || l.reported || !l.flushedAt.IsZero() || l.ended.Load()
+}
+
+// sendMark is what had been posted once the request at a place of the
+// send queue was: the engine's requests, and its control requests.
+type sendMark struct{ posted, ctls uint32 }
+
+// retire ends the requests outstanding up to the one at place i, whose
+// SendDone Poll takes.
+func (l *Link) retire(i int) {
+	if i < len(l.sendMarks) {
+		m := l.sendMarks[i]
+		l.retired, l.ctlRetired = m.posted, m.ctls
+	}
+}
+
+// closedError is the error of a call after Close.
+func closedError(op string) error {
+	return fmt.Errorf("rdmanet: %s after Close: %w", op, net.ErrClosed)
+}
+
 // sendID is the work request id of the next send, whose completion
 // stands for the engine's id: its place in the send queue names it in
-// sendIDs (a queue pair never has more sends outstanding than places).
+// sendIDs (a queue pair never has more sends outstanding than places),
+// and in sendMarks what its SendDone retires.
 // A write that its notice follows gets one too, unsignaled: only a flush
 // completes it, and a flushed completion carries nothing.
 func (l *Link) sendID(engineID uint64) uint64 {
 	i := l.sendNext
 	l.sendIDs[i] = engineID
+	if i < len(l.sendMarks) {
+		l.sendMarks[i] = sendMark{l.posted, uint32(l.ctlNext)}
+	}
 	if l.sendNext++; l.sendNext == len(l.sendIDs) {
 		l.sendNext = 0
 	}
@@ -391,7 +483,10 @@ func (l *Link) flushed() {
 
 // PostRecv posts again the n receive slots consumed longest ago.
 func (l *Link) PostRecv(n int) error {
-	if n > len(l.consumed) {
+	if l.gone.Load() {
+		return closedError("PostRecv")
+	}
+	if n < 0 || n > len(l.consumed) {
 		return fmt.Errorf("rdmanet: %d receives to post again, %d were consumed: %w", n, len(l.consumed), link.ErrMisuse)
 	}
 	if s := l.res.shared; s != nil {
@@ -412,6 +507,9 @@ func (l *Link) PostRecv(n int) error {
 // Poll takes completions and says what they mean. The link's end comes
 // once, after everything before it.
 func (l *Link) Poll(cs []link.Completion) (int, error) {
+	if l.gone.Load() {
+		return 0, closedError("Poll")
+	}
 	if l.reported {
 		return 0, nil
 	}
@@ -463,6 +561,7 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 		c := &cs[n]
 		if wc.ID&wrRecv == 0 {
 			*c = link.Completion{Kind: link.SendDone, ID: l.sendIDs[wc.ID&wrIndexMask]}
+			l.retire(int(wc.ID & wrIndexMask))
 			n++
 			if !sent {
 				sent = true
@@ -561,6 +660,9 @@ var errQueuePairDown = fmt.Errorf("rdmanet: the connection's queue pair failed: 
 // its completions reaches it (cqshare.go), and the shared queue raises an
 // event for its next completion unless it will already.
 func (l *Link) Arm() error {
+	if l.gone.Load() {
+		return closedError("Arm")
+	}
 	if l.armed.CompareAndSwap(false, true) {
 		l.res.cq.armedLinks.Add(1)
 	}
@@ -610,10 +712,19 @@ func (l *Link) hasPending() bool {
 // Wait sleeps until the link's queue has a completion event, the link is
 // woken, or it ends (compshare.go: the device's channel is shared).
 func (l *Link) Wait() error {
+	// Counted before Close is looked for: a Close that finds no Wait
+	// running has set gone for this one to see.
 	l.waits.Add(1)
 	defer l.waits.Add(-1)
+	if l.gone.Load() {
+		return closedError("Wait")
+	}
 	defer l.disarm()
-	return l.res.share.wait(l)
+	err := l.res.share.wait(l)
+	if l.gone.Load() {
+		return closedError("Wait")
+	}
+	return err
 }
 
 // SetNotify makes f be called when a completion event or the link's end
@@ -705,18 +816,40 @@ func (l *Link) event(ev cm.Event) {
 		l.down, l.why = kind, why
 	}
 	l.mu.Unlock()
+	l.ended.Store(true)
 	l.wakeForEnd()
 }
 
-func (l *Link) Disconnect() error { return l.id.Disconnect() }
+// Disconnect starts rdma_cm's disconnect: the queue pair flushes what it
+// holds, and what is posted after (which counts against no depth).
+func (l *Link) Disconnect() error {
+	if l.gone.Load() {
+		return closedError("Disconnect")
+	}
+	l.disconnecting = true
+	return l.id.Disconnect()
+}
 
-// Close destroys the ID (and with it the queue pair; no event reaches the
-// link after it), then the rest.
+// Close ends a Wait that runs (it returns net.ErrClosed, as every call
+// after Close does), destroys the ID (and with it the queue pair; no
+// event reaches the link after it), then the rest. A second Close does
+// nothing.
 func (l *Link) Close() error {
-	l.unwatchAsync()
 	l.mu.Lock()
-	l.closed = true
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed, l.woken = true, true
 	l.mu.Unlock()
+	l.gone.Store(true)
+	notify(l.wakes)
+	l.res.share.wake(l)
+	for l.waits.Load() != 0 {
+		// It returns as soon as it runs again: woken, it reads nothing.
+		time.Sleep(100 * time.Microsecond)
+	}
+	l.unwatchAsync()
 	err := l.id.Close()
 	if s := l.res.shared; s != nil {
 		// The receives its peer's messages took and the engine did not

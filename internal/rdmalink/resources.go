@@ -39,6 +39,7 @@ type resources struct {
 	// borrowed: rx and tx are the caller's (Config.SendMem and RecvMem, a
 	// session's rings), which keep their size.
 	borrowed bool
+	released bool // close ran
 
 	release      func() // Config.Release, until called
 	recvDepth    int
@@ -243,6 +244,12 @@ func (r *resources) noticeSlotBytes(i int) *[wire.MessageSize]byte {
 // nothing): none of its completions can come after, so its place on the
 // shared queue can be given back.
 func (r *resources) close() error {
+	if r.released {
+		// Released once: its places on the shared queue, the channel
+		// and the group are others' now.
+		return nil
+	}
+	r.released = true
 	var errs []error
 	add := func(err error) {
 		if err != nil {
