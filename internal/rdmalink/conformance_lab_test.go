@@ -20,8 +20,8 @@ import (
 
 // TestLabConformance runs link.Link's conformance suite over connected
 // pairs of rdmalink's links on each of the lab's providers, and
-// link.Carrier's over carriers on Soft-RoCE, whose shared rings a pair on
-// the second path makes (a group's other link).
+// link.Carrier's over carriers on Soft-RoCE, whose shared rings one pair
+// on the second path makes for them all (a group's other link).
 //
 // What RDMA does not promise of the suite's model is said by the
 // Options: a zero-byte write is checked by no device (markers), Wait on
@@ -49,13 +49,13 @@ func TestLabConformance(t *testing.T) {
 			}
 			start = time.Now()
 			t.Run("Carrier", func(t *testing.T) {
+				// The makers, on the second path (a stream that moves from
+				// one path's link to the other's), serve every pair and are
+				// closed after them all: what they made for the pairs goes
+				// with them, so the resources are checked once, here.
+				checkResources(t)
+				ma, mb := labPair(t, env.AddrA2, env.AddrB2, linktest.DefaultSpec(), linktest.DefaultSpec(), wire.FeatureGroup)
 				linktest.RunCarrierWith(t, func(t *testing.T, a, b linktest.Spec) linktest.Carriers {
-					// The makers first, so that they are closed after the
-					// pair, on the second path: a stream that moves from
-					// one path's link to the other's. What they make for
-					// the pair goes with them.
-					checkResources(t)
-					ma, mb := labPair(t, env.AddrA2, env.AddrB2, linktest.DefaultSpec(), linktest.DefaultSpec(), wire.FeatureGroup)
 					ca, cb := labPair(t, p.AddrA, p.AddrB, a, b, wire.FeatureGroup)
 					return linktest.Carriers{A: ca, B: cb, MakerA: ma, MakerB: mb}
 				}, opts)
