@@ -1,9 +1,10 @@
 // Package linktest is the conformance suite of link.Link: what every link
 // must do, whatever carries it (the in-memory link.Pipe, tcplink over a
-// socket, and the links to come: a group's stream links, the switching
-// link, rdmalink in the lab). An implementation's tests call Run with a
-// function that makes a connected pair; what is particular to one link
-// (its faults, its statistics, its hostile peers) stays in its own tests.
+// socket, a group's streams, the session link, and rdmalink in the lab).
+// An implementation's tests call Run with a function that makes a
+// connected pair (RunWith, with the Options its transport needs); what is
+// particular to one link (its faults, its statistics, its hostile peers)
+// stays in its own tests.
 //
 // The model is golang.org/x/net/nettest's TestConn: one suite, run against
 // every implementation, so that the engine above the seam can count on the
