@@ -87,3 +87,22 @@ func ExampleDialer_rdmaOnly() {
 	// true
 	// true dial
 }
+
+// Between two rdmanet processes, connections are streams of a link group
+// by default: the first dial to a listener makes the group's RDMA links,
+// and later dials open a stream in it in one round trip. A connection
+// that should keep a queue pair of its own (to measure one, or to isolate
+// it from the group's other streams) sets NoLinkGroups; ConnInfo.Stream
+// tells which a connection is. (Not run: it needs an RDMA peer.)
+func ExampleConfig_noLinkGroups() {
+	d := rdmanet.Dialer{Config: rdmanet.Config{NoLinkGroups: true}}
+	c, err := d.Dial("rdma", "192.0.2.10:7000")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	info := c.(*rdmanet.Conn).Info()
+	if info.Stream == 0 {
+		fmt.Printf("queue pair %d of its own on %s\n", info.QP, info.Device)
+	}
+}
