@@ -107,8 +107,9 @@ type Config struct {
 	// finds a dead path once for all its streams and moves them to its
 	// other links, or to one TCP connection to the listener's port when
 	// no RDMA path is left, and back when one heals; a stream that finds
-	// no link within 15 s (a partition) fails with a *GroupMoveError,
-	// whose Timeout() is true, and when every path is down and the listener's
+	// no link within 15 s (a partition; the listener's wait 3 x
+	// KeepAlive more) fails with a *GroupMoveError, whose Timeout() is
+	// true, and when every path is down and the listener's
 	// host refuses TCP, the streams fail at once (the listener's process
 	// is gone: within 3 x KeepAlive of its death). A connection that is a
 	// session (ResumeTimeout), speaks Valkey's protocol, busy-polls

@@ -1,6 +1,7 @@
 package rdmanet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/netip"
@@ -187,6 +188,12 @@ func (s *rdmaSide) acceptGroup(ctx context.Context, req *cm.Request, h wire.Hell
 		return nil
 	}
 	gc := groupConfig(s.cfg, cap(s.slots), agreed&wire.FeatureGroupMove != 0)
+	if gc.MoveTimeout > 0 {
+		// The dialer makes the links again, and may find the last one
+		// dead up to 3 x KeepAlive after this side did (under load in
+		// the lab, 8 s after): its 15 s count from then.
+		gc.MoveTimeout += 3 * cmp.Or(max(s.cfg.KeepAlive, 0), defaultKeepAlive)
+	}
 	gc.Accepts = func(p uint16) bool { return p == port }
 	var m *group.Mux
 	made := make(chan struct{})
