@@ -69,19 +69,23 @@ type groupPaths struct {
 	// The last path (group_tcp.go): the TCP port the group keeps (nil:
 	// none, the group has RDMA paths only), its link while it has one,
 	// and the failed tries since it last had one.
-	tcpPort  *tcpPortReservation
-	tcpSrc   netip.Addr // the first link's local address
-	tcp      link.Carrier
-	tcpTries int
+	tcpPort    *tcpPortReservation
+	tcpSrc     netip.Addr // the first link's local address
+	tcp        link.Carrier
+	tcpTries   int
+	tcpTrying  bool      // a try runs
+	tcpRetryAt time.Time // the next try's, after a failed one
 }
 
 // groupPath is one pair of local and remote addresses.
 type groupPath struct {
-	src   netip.Addr // zero: routing's choice
-	dst   netip.AddrPort
-	link  link.Carrier // the link on it now; nil while it has none
-	tries int          // failed tries since it last had one
-	err   error        // the last try's
+	src     netip.Addr // zero: routing's choice
+	dst     netip.AddrPort
+	link    link.Carrier // the link on it now; nil while it has none
+	tries   int          // failed tries since it last had one
+	err     error        // the last try's
+	trying  bool         // a try runs
+	retryAt time.Time    // the next try's, after a failed one
 }
 
 func (p *groupPath) String() string {
@@ -161,19 +165,22 @@ func (g *groupPaths) linkDown(base link.Carrier, err error) {
 		}
 	}
 	g.mu.Unlock()
-	select {
-	case g.wake <- struct{}{}:
-	default:
-	}
+	g.poke()
 }
 
 // keep makes a link on each path that has none, until the group ends:
-// at once, then with backoff.
+// at once, then with backoff. Each path's try, and the TCP link's, runs
+// on its own: a try on a path whose port is down waits out
+// pathDialTimeout (longer while rdma_cm resolves), and must not hold
+// back the TCP link that the streams need once the last RDMA link failed
+// (under load in the lab, the two links were found dead 7 s apart).
 func (g *groupPaths) keep() {
 	done := g.mux.Done()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var tries sync.WaitGroup
 	defer g.tcpPort.close()
+	defer tries.Wait() // a TCP try dials from the port
 	for {
 		select {
 		case <-done:
@@ -181,63 +188,90 @@ func (g *groupPaths) keep() {
 		case <-g.wake:
 		case <-timer.C:
 		}
-		next := g.tryPaths(done)
-		if next > 0 {
+		if next := g.tryPaths(done, &tries); next > 0 {
 			timer.Reset(next)
 		}
 	}
 }
 
-// tryPaths tries once each path whose backoff is over and that has no
-// link; it returns when to try again (0: no path lacks a link).
-func (g *groupPaths) tryPaths(done <-chan struct{}) time.Duration {
+// tryPaths starts a try on each path that has no link, none running and
+// its backoff over, and on the TCP link when no RDMA link is left; it
+// returns when to look again (0: when a try ends, which wakes keep).
+func (g *groupPaths) tryPaths(done <-chan struct{}, tries *sync.WaitGroup) time.Duration {
+	now := time.Now()
 	var next time.Duration
-	retry := func(tries int) {
-		wait := min(pathRetryFirst<<min(tries-1, 10), pathRetryMost)
-		if next == 0 || wait < next {
-			next = wait
+	due := func(at time.Time) bool {
+		if wait := at.Sub(now); wait > 0 {
+			if next == 0 || wait < next {
+				next = wait
+			}
+			return false
 		}
+		return true
 	}
-	// With no RDMA link, TCP first: the streams wait for a link meanwhile,
-	// and the RDMA paths' tries may each wait out pathDialTimeout on a
-	// port that is down. They move back once one is up again.
 	g.mu.Lock()
-	wantTCP := g.tcpPort != nil && g.tcp == nil && g.noRDMALinkLocked()
-	g.mu.Unlock()
-	if wantTCP {
-		err := g.joinTCP(done)
-		g.mu.Lock()
-		if err == nil {
-			g.tcpTries = 0
-		} else {
-			g.tcpTries++
-			retry(g.tcpTries)
-			slog.Debug("rdmanet: a link group has no TCP link", "tries", g.tcpTries, "err", err)
-		}
-		g.mu.Unlock()
+	defer g.mu.Unlock()
+	// With no RDMA link, TCP too: the streams wait for a link meanwhile.
+	// They move back once an RDMA link is up again.
+	if g.tcpPort != nil && g.tcp == nil && !g.tcpTrying && g.noRDMALinkLocked() && due(g.tcpRetryAt) {
+		g.tcpTrying = true
+		tries.Add(1)
+		go func() {
+			defer tries.Done()
+			err := g.joinTCP(done)
+			g.mu.Lock()
+			g.tcpTrying = false
+			if err == nil {
+				g.tcpTries = 0
+			} else {
+				g.tcpTries++
+				g.tcpRetryAt = time.Now().Add(retryWait(g.tcpTries))
+				slog.Debug("rdmanet: a link group has no TCP link", "tries", g.tcpTries, "err", err)
+			}
+			g.mu.Unlock()
+			g.poke()
+		}()
 	}
 	for _, p := range g.paths {
-		g.mu.Lock()
-		up := p.link != nil
-		g.mu.Unlock()
-		if up {
+		if p.link != nil || p.trying || !due(p.retryAt) {
 			continue
 		}
-		err := g.join(p, done)
-		g.mu.Lock()
-		if err == nil {
-			p.tries, p.err = 0, nil
-		} else {
-			p.tries++
-			p.err = err
-			retry(p.tries)
-		}
-		g.mu.Unlock()
-		if err != nil {
-			slog.Debug("rdmanet: a path of a link group has no link", "path", p, "tries", p.tries, "err", err)
-		}
+		p.trying = true
+		tries.Add(1)
+		go func() {
+			defer tries.Done()
+			err := g.join(p, done)
+			g.mu.Lock()
+			p.trying = false
+			if err == nil {
+				p.tries, p.err = 0, nil
+			} else {
+				p.tries++
+				p.err = err
+				p.retryAt = time.Now().Add(retryWait(p.tries))
+			}
+			failed := p.tries
+			g.mu.Unlock()
+			if err != nil {
+				slog.Debug("rdmanet: a path of a link group has no link", "path", p, "tries", failed, "err", err)
+			}
+			g.poke()
+		}()
 	}
 	return next
+}
+
+// retryWait is the backoff after tries failed tries.
+func retryWait(tries int) time.Duration {
+	return min(pathRetryFirst<<min(tries-1, 10), pathRetryMost)
+}
+
+// poke wakes keep to look at the paths again.
+func (g *groupPaths) poke() {
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
 }
 
 // joinContext bounds one try to make a link of the group: pathDialTimeout,
