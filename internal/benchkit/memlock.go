@@ -147,6 +147,10 @@ func MemlockPairsConfig(a, b netip.Addr, pairs int, tcp bool, cfg rdmanet.Config
 		time.Sleep(20 * time.Millisecond)
 	}
 	fmt.Fprintf(out, "after: %d\n", ProcStatus("VmPin"))
+	for _, g := range rdmanet.Groups() {
+		// What holds memory still, if a group does.
+		fmt.Fprintf(out, "group left: %+v\n", g)
+	}
 	return nil
 }
 
