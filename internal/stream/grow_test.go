@@ -341,13 +341,16 @@ func TestRingAtFollowsHeldBytes(t *testing.T) {
 	}
 }
 
-// A Write larger than a quarter of the transmit ring grows it to four
-// times the Write first, so that it goes as one data request.
-func TestTransmitRingGrowsForALargeWrite(t *testing.T) {
+// newWriterEngine is an engine with features whose transmit ring starts
+// at 4 KiB and may grow to 256 KiB, toward a peer that announced a
+// receive ring of peerRing bytes (and retains as much, resuming); r
+// records what it posts, and makes rings.
+func newWriterEngine(t *testing.T, features wire.Features, peerRing uint32) (*Engine, ringRecorder) {
+	t.Helper()
 	clk := &clock{now: time.Unix(1000, 0)}
-	peer := wire.Hello{Version: 1, Features: growFeatures, RecvDepth: 64, RingSize: 64 << 10}
+	peer := wire.Hello{Version: 1, Features: features, RecvDepth: 64, RingSize: peerRing, SendRing: peerRing}
 	e, err := New(Config{
-		Features: growFeatures, Peer: peer, PeerHello: true,
+		Features: features, Peer: peer, PeerHello: true,
 		Caps:     link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4},
 		SendRing: make([]byte, 4<<10), RecvRing: make([]byte, 16<<10), RecvAddr: 0x1000, RecvKey: 7,
 		MaxSendRing: 256 << 10, MaxRecvRing: 16 << 10, Clock: clk.Now,
@@ -358,8 +361,15 @@ func TestTransmitRingGrowsForALargeWrite(t *testing.T) {
 	r := ringRecorder{&recorder{}}
 	e.Start()
 	e.Flush(r)
-	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 0x100000, Length: 64 << 10, RKey: 9})
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 0x100000, Length: peerRing, RKey: 9})
 	completeAll(e, r.recorder)
+	return e, r
+}
+
+// A Write larger than a quarter of the transmit ring grows it to four
+// times the Write first, so that it goes as one data request.
+func TestTransmitRingGrowsForALargeWrite(t *testing.T) {
+	e, r := newWriterEngine(t, growFeatures, 64<<10)
 	msg := make([]byte, 4<<10)
 	written := 0
 	for i := 0; written < len(msg); i++ {
@@ -606,23 +616,7 @@ func TestRingsGrowAgainAfterRelink(t *testing.T) {
 // after a failover. Waiting for their Credit stalled the Write for good
 // over a group's stream (go-redis's GET of 1 MiB after HELLO, in the lab).
 func TestResumableRingGrowsWithUnacknowledgedBytes(t *testing.T) {
-	clk := &clock{now: time.Unix(1000, 0)}
-	features := growFeatures | wire.FeatureResume
-	peer := wire.Hello{Version: 1, Features: features, RecvDepth: 64, RingSize: 16 << 10, SendRing: 16 << 10}
-	e, err := New(Config{
-		Features: features, Peer: peer, PeerHello: true,
-		Caps:     link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4},
-		SendRing: make([]byte, 4<<10), RecvRing: make([]byte, 16<<10), RecvAddr: 0x1000, RecvKey: 7,
-		MaxSendRing: 256 << 10, MaxRecvRing: 16 << 10, Clock: clk.Now,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := ringRecorder{&recorder{}}
-	e.Start()
-	e.Flush(r)
-	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 0x100000, Length: 16 << 10, RKey: 9})
-	completeAll(e, r.recorder)
+	e, r := newWriterEngine(t, growFeatures|wire.FeatureResume, 16<<10)
 
 	answer := bytes.Repeat([]byte("HELLO 3 "), 9)
 	if n, err := e.Write(answer); n != len(answer) || err != nil {
