@@ -75,12 +75,11 @@ const groupStreamFeatures = wire.FeatureRing | wire.FeatureShutdown | wire.Featu
 const (
 	// groupRecvDepth: a group that moves its streams keeps, on each link,
 	// every stream's first grant (8), so that any link can take them all:
-	// a thousand streams a group (beyond, a dial makes a connection of
-	// its own), and credit for those that stream from the rest. 512 KiB
-	// of receive slots a link. 16,384 made the first group of a process
-	// take 2.4 s in the lab (8,192: 0.1 s; later groups 0.1-0.2 s either
-	// way), which under load outlasted a dial's wait for its answer.
-	groupRecvDepth    = 8192
+	// a thousand streams a group hold half its receives, and credit for
+	// those that stream comes from the rest. 1 MiB of receive slots a
+	// link. Not 8,192: siw's rdma_create_qp fails with EIO for it (one of
+	// the depths docs/engine.md's open finding names).
+	groupRecvDepth    = 16384
 	groupSendDepth    = 255
 	groupControlDepth = 64
 	groupLinkRing     = 4096
