@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmanet/sdk/internal/benchkit"
 	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/rdmanet"
 )
 
 // memlockPairsEnv, when set to "A B N T", makes the test binary a process
@@ -24,7 +25,14 @@ const memlockPairs = 100
 func runMemlockPairs(args string) int {
 	f := strings.Fields(args)
 	n, _ := strconv.Atoi(f[2])
-	if err := benchkit.MemlockPairs(netip.MustParseAddr(f[0]), netip.MustParseAddr(f[1]), n, f[3] == "1", os.Stdout); err != nil {
+	// Connections of their own: what each pair costs in a container. A
+	// group's streams share its links; with groups, 8 KiB (a group link's
+	// own rings) stayed pinned past the 10 s wait now and then, on rxe and
+	// siw, after the listener closed (the dialer's group ends once its
+	// link is refused again): not understood yet (the report lists the
+	// groups left).
+	if err := benchkit.MemlockPairsConfig(netip.MustParseAddr(f[0]), netip.MustParseAddr(f[1]), n, f[3] == "1",
+		rdmanet.Config{NoLinkGroups: true}, os.Stdout); err != nil {
 		fmt.Println("memlock pairs:", err)
 		return 1
 	}

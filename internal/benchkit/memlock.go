@@ -20,7 +20,7 @@ import (
 
 // What an ordinary container allows (issue 24): RLIMIT_MEMLOCK of 8 MiB
 // and no CAP_IPC_LOCK. MemlockCommand runs a program so limited;
-// MemlockPairs, run in it, opens connection pairs until the limit, and
+// MemlockPairsConfig, run in it, opens connection pairs until the limit, and
 // ParseMemlock reads what it printed. rdmanet's lab test and make bench's
 // connections section both use them.
 
@@ -34,7 +34,7 @@ func MemlockCommand(name string, args ...string) *exec.Cmd {
 		"setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "--", name}, args...)...)
 }
 
-// MemlockResult is what MemlockPairs reported.
+// MemlockResult is what MemlockPairsConfig reported.
 type MemlockResult struct {
 	Pairs       int    // pairs opened over RDMA, each with a round trip
 	PairsPinned int    // bytes pinned (VmPin) with them open
@@ -45,21 +45,14 @@ type MemlockResult struct {
 	After       int    // bytes pinned after closing everything; -1 if not reported
 }
 
-// MemlockPairs opens pairs connection pairs from a to b with the default
-// Config, both ends its own, each with a round trip; then dials on "rdma"
-// until a dial fails (at most 4 x pairs more); then, if tcp, dials once on
-// "tcp" (a listener that serves both transports on one port cannot listen
-// for iWARP); closes everything and waits up to 10 s for nothing to be
-// pinned. It reports each step on a line of its own to out, for
-// ParseMemlock.
-func MemlockPairs(a, b netip.Addr, pairs int, tcp bool, out io.Writer) error {
-	return MemlockPairsConfig(a, b, pairs, tcp, rdmanet.Config{}, out)
-}
-
-// MemlockPairsConfig is MemlockPairs with cfg on both sides instead of
-// the default Config: make bench's rows give every connection a queue
-// pair of its own (NoLinkGroups), as they did before link groups became
-// the default.
+// MemlockPairsConfig opens pairs connection pairs from a to b with cfg
+// on both sides (the tests and make bench give every connection a queue
+// pair of its own: NoLinkGroups), each with a round trip; then dials on
+// "rdma" until a dial fails (at most 4 x pairs more); then, if tcp, dials
+// once on "tcp" (a listener that serves both transports on one port
+// cannot listen for iWARP); closes everything and waits up to 10 s for
+// nothing to be pinned. It reports each step on a line of its own to out,
+// for ParseMemlock.
 func MemlockPairsConfig(a, b netip.Addr, pairs int, tcp bool, cfg rdmanet.Config, out io.Writer) error {
 	listen := func(network string) (*rdmanet.Listener, error) {
 		lc := rdmanet.ListenConfig{Config: cfg}
@@ -154,7 +147,7 @@ func MemlockPairsConfig(a, b netip.Addr, pairs int, tcp bool, cfg rdmanet.Config
 	return nil
 }
 
-// ParseMemlock reads MemlockPairs' report.
+// ParseMemlock reads MemlockPairsConfig's report.
 func ParseMemlock(report string) MemlockResult {
 	r := MemlockResult{After: -1}
 	sc := bufio.NewScanner(strings.NewReader(report))
