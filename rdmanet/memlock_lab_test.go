@@ -14,7 +14,7 @@ import (
 )
 
 // memlockPairsEnv, when set to "A B N T", makes the test binary a process
-// that runs benchkit.MemlockPairs from A to B with N pairs (and a dial on
+// that runs benchkit.MemlockPairsConfig from A to B with N pairs (and a dial on
 // "tcp" if T is 1); TestLabMemlockPairs reads its report.
 const memlockPairsEnv = "RDMANET_TEST_MEMLOCK_PAIRS"
 

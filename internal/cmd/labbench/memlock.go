@@ -15,7 +15,7 @@ import (
 
 // The connections section's rows under an ordinary container's limit
 // (issue 24): a child process of labbench's, limited to 8 MiB of
-// RLIMIT_MEMLOCK without CAP_IPC_LOCK, runs benchkit.MemlockPairs on each
+// RLIMIT_MEMLOCK without CAP_IPC_LOCK, runs benchkit.MemlockPairsConfig on each
 // provider's pair (-memlock-child).
 
 // memlockPairs is how many pairs the child opens before it dials on until
