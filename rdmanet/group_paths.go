@@ -68,24 +68,27 @@ type groupPaths struct {
 
 	// The last path (group_tcp.go): the TCP port the group keeps (nil:
 	// none, the group has RDMA paths only), its link while it has one,
-	// and the failed tries since it last had one.
-	tcpPort    *tcpPortReservation
-	tcpSrc     netip.Addr // the first link's local address
-	tcp        link.Carrier
-	tcpTries   int
-	tcpTrying  bool      // a try runs
-	tcpRetryAt time.Time // the next try's, after a failed one
+	// and the tries to make it.
+	tcpPort *tcpPortReservation
+	tcpSrc  netip.Addr // the first link's local address
+	tcp     link.Carrier
+	tcpTry  linkTries
 }
 
 // groupPath is one pair of local and remote addresses.
 type groupPath struct {
-	src     netip.Addr // zero: routing's choice
-	dst     netip.AddrPort
-	link    link.Carrier // the link on it now; nil while it has none
-	tries   int          // failed tries since it last had one
-	err     error        // the last try's
-	trying  bool         // a try runs
-	retryAt time.Time    // the next try's, after a failed one
+	src  netip.Addr // zero: routing's choice
+	dst  netip.AddrPort
+	link link.Carrier // the link on it now; nil while it has none
+	linkTries
+}
+
+// linkTries are the tries to make a path's link (or the TCP link) again.
+type linkTries struct {
+	tries   int       // failed tries since it last had one
+	err     error     // the last try's
+	trying  bool      // a try runs
+	retryAt time.Time // the next try's, after a failed one
 }
 
 func (p *groupPath) String() string {
@@ -213,52 +216,42 @@ func (g *groupPaths) tryPaths(done <-chan struct{}, tries *sync.WaitGroup) time.
 	defer g.mu.Unlock()
 	// With no RDMA link, TCP too: the streams wait for a link meanwhile.
 	// They move back once an RDMA link is up again.
-	if g.tcpPort != nil && g.tcp == nil && !g.tcpTrying && g.noRDMALinkLocked() && due(g.tcpRetryAt) {
-		g.tcpTrying = true
-		tries.Add(1)
-		go func() {
-			defer tries.Done()
-			err := g.joinTCP(done)
-			g.mu.Lock()
-			g.tcpTrying = false
-			if err == nil {
-				g.tcpTries = 0
-			} else {
-				g.tcpTries++
-				g.tcpRetryAt = time.Now().Add(retryWait(g.tcpTries))
-				slog.Debug("rdmanet: a link group has no TCP link", "tries", g.tcpTries, "err", err)
-			}
-			g.mu.Unlock()
-			g.poke()
-		}()
+	if g.tcpPort != nil && g.tcp == nil && !g.tcpTry.trying && g.noRDMALinkLocked() && due(g.tcpTry.retryAt) {
+		g.tryLocked(&g.tcpTry, tries, func() error { return g.joinTCP(done) }, "rdmanet: a link group has no TCP link")
 	}
 	for _, p := range g.paths {
 		if p.link != nil || p.trying || !due(p.retryAt) {
 			continue
 		}
-		p.trying = true
-		tries.Add(1)
-		go func() {
-			defer tries.Done()
-			err := g.join(p, done)
-			g.mu.Lock()
-			p.trying = false
-			if err == nil {
-				p.tries, p.err = 0, nil
-			} else {
-				p.tries++
-				p.err = err
-				p.retryAt = time.Now().Add(retryWait(p.tries))
-			}
-			failed := p.tries
-			g.mu.Unlock()
-			if err != nil {
-				slog.Debug("rdmanet: a path of a link group has no link", "path", p, "tries", failed, "err", err)
-			}
-			g.poke()
-		}()
+		g.tryLocked(&p.linkTries, tries, func() error { return g.join(p, done) }, "rdmanet: a path of a link group has no link", "path", p)
 	}
 	return next
+}
+
+// tryLocked runs try on a goroutine of its own (tries counts it) and
+// keeps its outcome in t: a failure is logged with msg and args, and
+// backs off. g.mu is held.
+func (g *groupPaths) tryLocked(t *linkTries, tries *sync.WaitGroup, try func() error, msg string, args ...any) {
+	t.trying = true
+	tries.Add(1)
+	go func() {
+		defer tries.Done()
+		err := try()
+		g.mu.Lock()
+		t.trying, t.err = false, err
+		if err == nil {
+			t.tries = 0
+		} else {
+			t.tries++
+			t.retryAt = time.Now().Add(retryWait(t.tries))
+		}
+		failed := t.tries
+		g.mu.Unlock()
+		if err != nil {
+			slog.Debug(msg, append(args, "tries", failed, "err", err)...)
+		}
+		g.poke()
+	}()
 }
 
 // retryWait is the backoff after tries failed tries.
