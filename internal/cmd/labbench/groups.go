@@ -133,22 +133,7 @@ func (f dialFigure) rate() float64 {
 
 // bestDial is the round with the highest rate, or why none succeeded.
 func bestDial(rounds []dialFigure) dialFigure {
-	var best dialFigure
-	found := false
-	for _, f := range rounds {
-		if f.ok() && (!found || f.rate() > best.rate()) {
-			best, found = f, true
-		}
-	}
-	switch {
-	case found:
-		return best
-	case len(rounds) == 1:
-		return rounds[0]
-	case len(rounds) == 0:
-		return dialFigure{missing: "not measured"}
-	}
-	return dialFigure{missing: fmt.Sprintf("all %d rounds failed; the first: %s", len(rounds), rounds[0].missing)}
+	return bestRound(rounds, dialFigure.rate, func(why string) dialFigure { return dialFigure{missing: why} })
 }
 
 // rttKey names a figure of the round-trip and stream table.
@@ -214,10 +199,26 @@ func (f aggFigure) ok() bool { return f.missing == "" }
 
 // bestAgg is the round with the highest throughput, or why none succeeded.
 func bestAgg(rounds []aggFigure) aggFigure {
-	var best aggFigure
+	return bestRound(rounds, func(f aggFigure) float64 { return f.mbps }, func(why string) aggFigure { return aggFigure{missing: why} })
+}
+
+// roundFigure is a figure of one round: it succeeded, or says why not.
+type roundFigure interface {
+	ok() bool
+	why() string
+}
+
+func (f dialFigure) why() string { return f.missing }
+func (f aggFigure) why() string  { return f.missing }
+
+// bestRound is the round that succeeded with the highest score; the only
+// round, if one ran and failed; else a figure (missing) that says why
+// none succeeded.
+func bestRound[F roundFigure](rounds []F, score func(F) float64, missing func(why string) F) F {
+	var best F
 	found := false
 	for _, f := range rounds {
-		if f.ok() && (!found || f.mbps > best.mbps) {
+		if f.ok() && (!found || score(f) > score(best)) {
 			best, found = f, true
 		}
 	}
@@ -227,9 +228,9 @@ func bestAgg(rounds []aggFigure) aggFigure {
 	case len(rounds) == 1:
 		return rounds[0]
 	case len(rounds) == 0:
-		return aggFigure{missing: "not measured"}
+		return missing("not measured")
 	}
-	return aggFigure{missing: fmt.Sprintf("all %d rounds failed; the first: %s", len(rounds), rounds[0].missing)}
+	return missing(fmt.Sprintf("all %d rounds failed; the first: %s", len(rounds), rounds[0].why()))
 }
 
 // gfPhase is how far the group's failover got.
