@@ -95,6 +95,9 @@ type Link struct {
 	sendKeys  uint32
 
 	flushedAt time.Time // when the first flushed completion (or refused post) was seen
+	// flushTimer wakes the link flushGrace after flushedAt; Close stops
+	// it, so that no timer's goroutine outlives the link.
+	flushTimer atomic.Pointer[time.Timer]
 	postErr   error     // the first post the provider refused (postFailed)
 	reported  bool      // Disconnected or Failed was reported
 
@@ -477,7 +480,7 @@ func (l *Link) postFailed(err error) error {
 func (l *Link) flushed() {
 	if l.flushedAt.IsZero() {
 		l.flushedAt = time.Now()
-		time.AfterFunc(flushGrace, l.wakeForEnd)
+		l.flushTimer.Store(time.AfterFunc(flushGrace, l.wakeForEnd))
 	}
 }
 
@@ -843,6 +846,9 @@ func (l *Link) Close() error {
 	l.closed, l.woken = true, true
 	l.mu.Unlock()
 	l.gone.Store(true)
+	if t := l.flushTimer.Load(); t != nil {
+		t.Stop()
+	}
 	notify(l.wakes)
 	l.res.share.wake(l)
 	for l.waits.Load() != 0 {
