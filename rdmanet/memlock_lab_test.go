@@ -13,9 +13,10 @@ import (
 	"github.com/rdmanet/sdk/rdmanet"
 )
 
-// memlockPairsEnv, when set to "A B N T", makes the test binary a process
-// that runs benchkit.MemlockPairsConfig from A to B with N pairs (and a dial on
-// "tcp" if T is 1); TestLabMemlockPairs reads its report.
+// memlockPairsEnv, when set to "A B N T O", makes the test binary a
+// process that runs benchkit.MemlockPairsConfig from A to B with N pairs
+// (and a dial on "tcp" if T is 1), as connections of their own if O is 1
+// (NoLinkGroups); TestLabMemlockPairs reads its report.
 const memlockPairsEnv = "RDMANET_TEST_MEMLOCK_PAIRS"
 
 // memlockPairs is how many pairs an ordinary container's 8 MiB of
@@ -25,14 +26,8 @@ const memlockPairs = 100
 func runMemlockPairs(args string) int {
 	f := strings.Fields(args)
 	n, _ := strconv.Atoi(f[2])
-	// Connections of their own: what each pair costs in a container. A
-	// group's streams share its links; with groups, 8 KiB (a group link's
-	// own rings) stayed pinned past the 10 s wait now and then, on rxe and
-	// siw, after the listener closed (the dialer's group ends once its
-	// link is refused again): not understood yet (the report lists the
-	// groups left).
 	if err := benchkit.MemlockPairsConfig(netip.MustParseAddr(f[0]), netip.MustParseAddr(f[1]), n, f[3] == "1",
-		rdmanet.Config{NoLinkGroups: true}, os.Stdout); err != nil {
+		rdmanet.Config{NoLinkGroups: f[4] == "1"}, os.Stdout); err != nil {
 		fmt.Println("memlock pairs:", err)
 		return 1
 	}
@@ -48,10 +43,21 @@ func vmPin() int { return benchkit.ProcStatus("VmPin") }
 // dials beyond meet an error that names the limit (or the server's
 // refusal for resources, when its end hit it first), a dial on "tcp"
 // falls back to TCP for resources, and everything pinned is given back.
+// With the default Config (a group's streams) on rxe and siw, and as
+// connections of their own (NoLinkGroups) on rxe: what each costs.
 func TestLabMemlockPairs(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	for _, p := range []labenv.Pair{env.RoCE(), env.IWARP()} {
-		t.Run(string(p.Provider), func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    labenv.Pair
+		own  bool
+	}{
+		{"rxe", env.RoCE(), false},
+		{"siw", env.IWARP(), false},
+		{"rxe_own", env.RoCE(), true},
+	} {
+		p := tc.p
+		t.Run(tc.name, func(t *testing.T) {
 			self, err := os.Executable()
 			if err != nil {
 				t.Fatal(err)
@@ -61,7 +67,11 @@ func TestLabMemlockPairs(t *testing.T) {
 			if p.Provider != labenv.ProviderSIW {
 				tcp = 1
 			}
-			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%v %v %d %d", memlockPairsEnv, p.AddrA, p.AddrB, memlockPairs, tcp))
+			own := 0
+			if tc.own {
+				own = 1
+			}
+			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%v %v %d %d %d", memlockPairsEnv, p.AddrA, p.AddrB, memlockPairs, tcp, own))
 			out, err := cmd.CombinedOutput()
 			t.Logf("limited process:\n%s", out)
 			if err != nil {

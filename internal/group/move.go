@@ -131,6 +131,9 @@ var errPeerLeft = disconnected{fmt.Errorf("%w: the peer disconnected the group's
 // last link has PeerLeftWait to come back.
 func (m *Mux) afterLinkDownLocked(err error) {
 	m.lastDown = err
+	if m.endIfEmptyLocked(err) {
+		return
+	}
 	if !m.cfg.Mover && m.cfg.PeerLeftWait > 0 && Disconnected(err) && !m.liveLocked() {
 		armTimer(&m.leftTimer, m.cfg.PeerLeftWait, m.peerLeftDeadline)
 	}

@@ -415,3 +415,33 @@ func TestFirstLinkStandsBy(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyGroupEnds: a group whose last link fails with no stream on it
+// ends at once, not at MoveTimeout: it has nothing to move, and a link
+// made again would only sit idle, pinned, and retry a peer that may be
+// gone. (A stream closed while it waits for a move keeps the group until
+// the move or MoveTimeout: TestMoveClosedWhileSuspended.)
+func TestEmptyGroupEnds(t *testing.T) {
+	slow := func(mover bool) group.Config {
+		c := moveConfig(mover)
+		c.MoveTimeout = time.Hour // longer than the hang guard: only the rule ends it
+		return c
+	}
+	a, b, pa, _ := muxPair(t, slow(true), slow(false), baseConfig())
+	x, y := openPair(t, a, b)
+	x.Close()
+	y.Close()
+	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
+		for deadline := time.Now().Add(linktest.HangGuard); m.Stats().Streams != 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the closed stream was never freed: %+v", who, m.Stats())
+			}
+		}
+	}
+	pa.Cut(nil)
+	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
+		if err := waitErr(t, m); !errors.Is(err, group.ErrDown) {
+			t.Errorf("%s group ended with %v, want ErrDown", who, err)
+		}
+	}
+}

@@ -558,6 +558,19 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 	}
 }
 
+// endIfEmptyLocked ends a group that has no stream and no working link
+// (the last failed, err): it has nothing to move and nobody to wait for,
+// and a link made again only to sit idle would hold memory and retry a
+// peer that may be gone. The next dial makes a new group, with the same
+// one rdma_cm exchange a new link would take.
+func (m *Mux) endIfEmptyLocked(err error) bool {
+	if m.err != nil || m.closed || m.stats.Streams > 0 || m.liveLocked() {
+		return false
+	}
+	m.endLocked(err)
+	return true
+}
+
 // armTimer starts *t to call f after d, or sets the one it holds to.
 func armTimer(t **time.Timer, d time.Duration, f func()) {
 	if *t == nil {
