@@ -414,3 +414,51 @@ func TestLabFallbackResources(t *testing.T) {
 		t.Errorf("the server accepted %q, want tcp", k)
 	}
 }
+
+// TestLabLateAnswer: a dial that stops waiting for the answer of an
+// rdmanet listener (RDMATimeout far below its set-up: a busy server)
+// falls back to TCP, and the answer that comes late shows the peer
+// answers RDMA: a later dial there gets RDMA again, rather than TCP for
+// the failure memory's TTL. With the default Config, so that the
+// request is a link group's first link, which before this test was
+// closed at the timeout, its answer never seen.
+func TestLabLateAnswer(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	rdmanet.ForgetFailures()
+	t.Cleanup(rdmanet.ForgetFailures)
+	t.Cleanup(rdmanet.EndLateWatches)
+	ln := listenBoth(t, env)
+	go echoAll(t, ln, 1<<20)
+	impatient := dialerA(env)
+	impatient.RDMATimeout = time.Millisecond
+	c, err := impatient.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, reason := rdmanet.TransportOf(c)
+	roundTrip(t, c)
+	c.Close()
+	var why *fallback.Error
+	if tr != fallback.TCP || !errors.As(reason, &why) || why.Reason != fallback.ReasonTimeout || why.Remembered {
+		t.Fatalf("a dial that waits 1 ms for the answer: %s, %v; want TCP for a fresh timeout", tr, reason)
+	}
+	start := time.Now()
+	patient := dialerA(env)
+	for {
+		c, err := patient.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, reason := rdmanet.TransportOf(c)
+		roundTrip(t, c)
+		c.Close()
+		if tr == fallback.RDMA {
+			t.Logf("RDMA again %v after the dial that fell back", time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("later dials still get %s (%v) 20 s after the late answer could come", tr, reason)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -361,9 +361,17 @@ func dialGroupLink(ctx context.Context, cfg Config, src netip.Addr, dst netip.Ad
 	peer, err := connectAnswered(ctx, cid, dst, hello.Encode(), answerWait)
 	if err != nil {
 		var refused *ServerRefusedError
-		if errors.As(err, &refused) && refused.Reason == noGroupsReason {
+		switch {
+		case errors.As(err, &refused) && refused.Reason == noGroupsReason:
 			groups.noGroup(dst)
 			return nil, wire.Hello{}, errNoGroup
+		case errors.Is(err, errNoAnswer) || errors.Is(err, errNoBusyAnswer):
+			// As a plain dial's: a late answer shows the peer answers
+			// RDMA, so the next dials there wait for a busy peer rather
+			// than fall back for the failure memory's TTL.
+			if watchLateAnswer(dst, cid, l.Discard) {
+				cid, l = nil, nil // the watch owns them now
+			}
 		}
 		return nil, wire.Hello{}, err
 	}
