@@ -79,7 +79,13 @@ const (
 	// those that stream comes from the rest. 1 MiB of receive slots a
 	// link. Not 8,192: siw's rdma_create_qp fails with EIO for it (one of
 	// the depths docs/engine.md's open finding names).
-	groupRecvDepth    = 16384
+	groupRecvDepth = 16384
+	// groupPostFirst: the receives a group's link posts before connect or
+	// accept; the rest follow once it is established (rdmalink's
+	// PostFirst), so that a listener answers without posting 16,384 first.
+	// Before the group exists the peer sends its group's requests
+	// (2 x 32) at most.
+	groupPostFirst    = 1024
 	groupSendDepth    = 255
 	groupControlDepth = 64
 	groupLinkRing     = 4096
@@ -101,7 +107,7 @@ func (c Config) groups() bool {
 // connections of their own do.
 func groupLinkConfig(c Config) rdmalink.Config {
 	return rdmalink.Config{SendBuffer: groupLinkRing, RecvBuffer: groupLinkRing,
-		SendDepth: groupSendDepth, RecvDepth: groupRecvDepth, ControlDepth: groupControlDepth,
+		SendDepth: groupSendDepth, RecvDepth: groupRecvDepth, PostFirst: groupPostFirst, ControlDepth: groupControlDepth,
 		Needs: c.linkNeeds, PeerBound: int64(c.PeerMemory)}
 }
 
