@@ -19,6 +19,7 @@ import (
 
 	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/labenv"
+	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 )
 
@@ -424,34 +425,48 @@ func TestLabFallbackResources(t *testing.T) {
 // closed at the timeout, its answer never seen.
 func TestLabLateAnswer(t *testing.T) {
 	env := labenv.RequireRDMA(t)
+	leakcheck.Check(t) // its cleanup runs last: after the listener's and the watches'
+	pinned := vmPin()
+	t.Cleanup(func() {
+		// The group the late answer made, at both ends, ends with the
+		// listener and gives back what it pinned.
+		start := time.Now()
+		for vmPin() > pinned && time.Since(start) < leakcheck.Settle {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := vmPin(); n > pinned {
+			t.Errorf("%d bytes pinned %v after the listener closed, %d before", n, leakcheck.Settle, pinned)
+		}
+		// The pipes Go's splice pool kept for the TCP echoes close, so
+		// that the next test counts descriptors of its own only.
+		settledFDs(t)
+	})
 	rdmanet.ForgetFailures()
 	t.Cleanup(rdmanet.ForgetFailures)
 	t.Cleanup(rdmanet.EndLateWatches)
 	ln := listenBoth(t, env)
 	go echoAll(t, ln, 1<<20)
+	// once dials with d, makes a round trip, and closes.
+	once := func(d rdmanet.Dialer) (fallback.Transport, error) {
+		t.Helper()
+		c, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		roundTrip(t, c)
+		return rdmanet.TransportOf(c)
+	}
 	impatient := dialerA(env)
 	impatient.RDMATimeout = time.Millisecond
-	c, err := impatient.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, reason := rdmanet.TransportOf(c)
-	roundTrip(t, c)
-	c.Close()
+	tr, reason := once(impatient)
 	var why *fallback.Error
 	if tr != fallback.TCP || !errors.As(reason, &why) || why.Reason != fallback.ReasonTimeout || why.Remembered {
 		t.Fatalf("a dial that waits 1 ms for the answer: %s, %v; want TCP for a fresh timeout", tr, reason)
 	}
 	start := time.Now()
-	patient := dialerA(env)
 	for {
-		c, err := patient.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, reason := rdmanet.TransportOf(c)
-		roundTrip(t, c)
-		c.Close()
+		tr, reason := once(dialerA(env))
 		if tr == fallback.RDMA {
 			t.Logf("RDMA again %v after the dial that fell back", time.Since(start).Round(time.Millisecond))
 			return
