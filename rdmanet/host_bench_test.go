@@ -5,6 +5,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/rdmanet/sdk/internal/group"
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
@@ -16,8 +17,9 @@ import (
 
 // hostPairs are the connections compared: rdmanet's two protocols over the
 // in-memory link (rdmanet's with rings that start small and grow, and with
-// fixed rings of Config's size, issue 24's reference), and TCP over
-// loopback.
+// fixed rings of Config's size, issue 24's reference), a stream of a link
+// group over it (issue 25: the group's framing, credit and pump beside a
+// connection of its own), and TCP over loopback.
 func hostPairs(b *testing.B) []struct {
 	name string
 	make func() (net.Conn, net.Conn, func())
@@ -29,6 +31,7 @@ func hostPairs(b *testing.B) []struct {
 		{"mem-rdmanet", memHostPair(b, Config{}, hostModes[0].features)},
 		{"mem-rdmanet-fixed", memHostPair(b, Config{FixedRings: true}, hostModes[0].features)},
 		{"mem-valkey", memHostPair(b, Config{}, 0)},
+		{"mem-group-stream", groupHostPair(b)},
 		{"tcp-loopback", func() (net.Conn, net.Conn, func()) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -55,6 +58,22 @@ func hostPairs(b *testing.B) []struct {
 func memHostPair(b *testing.B, cfg Config, features wire.Features) func() (net.Conn, net.Conn, func()) {
 	return func() (net.Conn, net.Conn, func()) {
 		a, c, _, _ := memPair(b, cfg, features)
+		return a, c, func() { closeAndWait(b, a); closeAndWait(b, c) }
+	}
+}
+
+// groupHostPair makes pairs of streams in one pair of groups over the
+// in-memory link, made at the first pair (as a dialer's streams open in
+// the group that exists), for hostPairs.
+func groupHostPair(b *testing.B) func() (net.Conn, net.Conn, func()) {
+	var x, y *group.Mux
+	return func() (net.Conn, net.Conn, func()) {
+		if x == nil {
+			// Room for BenchmarkHostOpenPair's 100 open pairs and one more.
+			cfg, _ := Config{}.withDefaults()
+			x, y = groupMuxes(b, groupStreamConfig(cfg), groupBase(128))
+		}
+		a, c := groupConnPair(b, Config{}, x, y)
 		return a, c, func() { closeAndWait(b, a); closeAndWait(b, c) }
 	}
 }
