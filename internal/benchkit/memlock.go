@@ -136,7 +136,13 @@ func MemlockPairsConfig(a, b netip.Addr, pairs int, tcp bool, cfg rdmanet.Config
 	}
 	conns = nil
 	ln.Close()
-	for end := time.Now().Add(10 * time.Second); ProcStatus("VmPin") != 0 && time.Now().Before(end); {
+	// A connection of its own gives its memory back within its linger
+	// (5 s). A group's link goes once the listener's group ended with its
+	// last stream, which disconnects it (under -race with the host loaded,
+	// 176 streams' closes took more than 10 s), and at the latest with the
+	// dialer's group, a minute after its last stream (docs/engine.md,
+	// "Lifetime"): that bound, and some slack.
+	for end := time.Now().Add(75 * time.Second); ProcStatus("VmPin") != 0 && time.Now().Before(end); {
 		time.Sleep(20 * time.Millisecond)
 	}
 	fmt.Fprintf(out, "after: %d\n", ProcStatus("VmPin"))
