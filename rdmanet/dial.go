@@ -251,10 +251,8 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []netip.
 	}
 	peer, err := connectAnswered(ctx, id, dst, hello, answerWait)
 	if err != nil {
-		if errors.Is(err, errNoAnswer) || errors.Is(err, errNoBusyAnswer) {
-			if watchLateAnswer(dst, id, c.discard) {
-				id = nil // the watch owns it, and c, now
-			}
+		if watchUnanswered(err, dst, id, c.discard) {
+			id = nil // the watch owns it, and c, now
 		}
 		return nil, err
 	}

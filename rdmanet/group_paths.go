@@ -365,13 +365,11 @@ func dialGroupLink(ctx context.Context, cfg Config, src netip.Addr, dst netip.Ad
 		case errors.As(err, &refused) && refused.Reason == noGroupsReason:
 			groups.noGroup(dst)
 			return nil, wire.Hello{}, errNoGroup
-		case errors.Is(err, errNoAnswer) || errors.Is(err, errNoBusyAnswer):
+		case watchUnanswered(err, dst, cid, l.Discard):
 			// As a plain dial's: a late answer shows the peer answers
 			// RDMA, so the next dials there wait for a busy peer rather
 			// than fall back for the failure memory's TTL.
-			if watchLateAnswer(dst, cid, l.Discard) {
-				cid, l = nil, nil // the watch owns them now
-			}
+			cid, l = nil, nil // the watch owns them now
 		}
 		return nil, wire.Hello{}, err
 	}

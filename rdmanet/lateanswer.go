@@ -182,6 +182,14 @@ func watchLateAnswer(dst netip.AddrPort, id pendingRequest, release func()) bool
 	return true
 }
 
+// watchUnanswered hands a request whose dial failed with err to
+// watchLateAnswer if the failure is the peer's silence (errNoAnswer,
+// errNoBusyAnswer); it reports whether the watch took id and what release
+// frees. A plain connection's dial and a group's link both use it.
+func watchUnanswered(err error, dst netip.AddrPort, id pendingRequest, release func()) bool {
+	return (errors.Is(err, errNoAnswer) || errors.Is(err, errNoBusyAnswer)) && watchLateAnswer(dst, id, release)
+}
+
 // endLateWatches ends every watch now and waits for them to release what
 // they hold (tests use it before counting leftover IDs).
 func endLateWatches() {
