@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmanet/sdk/internal/benchkit"
 	"github.com/rdmanet/sdk/internal/labenv"
 	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
@@ -154,12 +155,8 @@ func openGroupLab(t *testing.T, env labenv.Env, n int, twoPaths bool) *groupLab 
 	}
 	// Run after the listener's Close and the streams' (cleanups run last
 	// registered first): the groups end, at both sides, before leakcheck
-	// counts what they held. The listener's ends once its last stream
-	// closed; that disconnects the dialer's, which then has no link and
-	// no stream. Under -race with the host loaded, 100 streams' closes
-	// took more than leakcheck's 15 s; the bound is the dialer's idle
-	// close (a minute, docs/engine.md "Lifetime").
-	t.Cleanup(func() { waitGroupsGone(t, 75*time.Second) })
+	// counts what they held (its 15 s are shorter than the groups' bound).
+	t.Cleanup(func() { waitGroupsGone(t, benchkit.GroupsEndBound) })
 	t.Cleanup(func() { ln.Close() })
 	port := netip.MustParseAddrPort(ln.Addr().String()).Port()
 	d := rdmanet.Dialer{

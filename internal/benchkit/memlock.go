@@ -45,14 +45,24 @@ type MemlockResult struct {
 	After       int    // bytes pinned after closing everything; -1 if not reported
 }
 
+// GroupsEndBound bounds how long a process's link groups take to end
+// once their streams and listener closed, and so to give back what they
+// pinned. A connection of its own goes within its linger (5 s). A group's
+// link goes once the listener's group ended with its last stream, which
+// disconnects it (under -race with the host loaded, 100 and 176 streams'
+// closes took more than 10 and 15 s), and at the latest with the
+// dialer's group, a minute after its last stream (docs/engine.md,
+// "Lifetime"): that bound, and some slack.
+const GroupsEndBound = 75 * time.Second
+
 // MemlockPairsConfig opens pairs connection pairs from a to b with cfg
-// on both sides (the tests and make bench give every connection a queue
-// pair of its own: NoLinkGroups), each with a round trip; then dials on
-// "rdma" until a dial fails (at most 4 x pairs more); then, if tcp, dials
-// once on "tcp" (a listener that serves both transports on one port
-// cannot listen for iWARP); closes everything and waits up to 10 s for
-// nothing to be pinned. It reports each step on a line of its own to out,
-// for ParseMemlock.
+// on both sides (make bench gives every connection a queue pair of its
+// own, NoLinkGroups; the test also runs the default Config), each with a
+// round trip; then dials on "rdma" until a dial fails (at most 4 x pairs
+// more); then, if tcp, dials once on "tcp" (a listener that serves both
+// transports on one port cannot listen for iWARP); closes everything and
+// waits up to GroupsEndBound for nothing to be pinned. It reports each
+// step on a line of its own to out, for ParseMemlock.
 func MemlockPairsConfig(a, b netip.Addr, pairs int, tcp bool, cfg rdmanet.Config, out io.Writer) error {
 	listen := func(network string) (*rdmanet.Listener, error) {
 		lc := rdmanet.ListenConfig{Config: cfg}
@@ -136,13 +146,7 @@ func MemlockPairsConfig(a, b netip.Addr, pairs int, tcp bool, cfg rdmanet.Config
 	}
 	conns = nil
 	ln.Close()
-	// A connection of its own gives its memory back within its linger
-	// (5 s). A group's link goes once the listener's group ended with its
-	// last stream, which disconnects it (under -race with the host loaded,
-	// 176 streams' closes took more than 10 s), and at the latest with the
-	// dialer's group, a minute after its last stream (docs/engine.md,
-	// "Lifetime"): that bound, and some slack.
-	for end := time.Now().Add(75 * time.Second); ProcStatus("VmPin") != 0 && time.Now().Before(end); {
+	for end := time.Now().Add(GroupsEndBound); ProcStatus("VmPin") != 0 && time.Now().Before(end); {
 		time.Sleep(20 * time.Millisecond)
 	}
 	fmt.Fprintf(out, "after: %d\n", ProcStatus("VmPin"))

@@ -227,9 +227,8 @@ func New(id *cm.ID, cfg Config) (*Link, error) {
 	return l, nil
 }
 
-// postFresh posts the receive slots from up to end that were never
-// posted, from a slice it does not keep (PostRecv reposts a few at a
-// time).
+// postFresh posts receive slots [from, end), which were never posted,
+// from a slice it does not keep (PostRecv reposts a few at a time).
 func (l *Link) postFresh(from, end int) error {
 	if from >= end {
 		return nil
