@@ -3,6 +3,7 @@ package group
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -58,6 +59,7 @@ type baseLink struct {
 	sent, hear   time.Time
 	posted       uint64
 	mostQueued   int
+	woke         bool // a stream's waiter was woken (Stream.signalLocked)
 }
 
 // sent is one base request outstanding.
@@ -76,14 +78,22 @@ func (l *baseLink) name() string { return l.bc.Name }
 func (l *baseLink) run() {
 	defer close(l.done)
 	for {
-		if !l.drain() {
+		alive, woke := l.drain()
+		if !alive {
 			return
+		}
+		if woke {
+			// The goroutine a completion woke is runnable on this P: let
+			// it take its completion before this one's Arm and Poll, calls
+			// into C, run in its place (a stream's round trip took 2.5 x a
+			// connection's of its own in the lab; 1.4 x with this).
+			runtime.Gosched()
 		}
 		if err := l.base.Arm(); err != nil {
 			l.fail(err)
 			return
 		}
-		if !l.drain() {
+		if alive, _ := l.drain(); !alive {
 			return
 		}
 		err := l.base.Wait()
@@ -107,14 +117,16 @@ func (l *baseLink) fail(err error) {
 	l.downLocked(err)
 }
 
-// drain polls the base link until it has nothing more; false once the
-// link or the group ended.
-func (l *baseLink) drain() bool {
+// drain polls the base link until it has nothing more: alive is false
+// once the link or the group ended, and woke says whether a stream's
+// waiter was woken since the last drain.
+func (l *baseLink) drain() (alive, woke bool) {
 	m := l.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l.drainLocked()
-	return m.err == nil && l.err == nil
+	woke, l.woke = l.woke, false
+	return m.err == nil && l.err == nil, woke
 }
 
 // drainLocked hands every completion the base link has to its stream,

@@ -522,6 +522,9 @@ func (s *Stream) terminateLocked(c link.Completion) {
 }
 
 func (s *Stream) signalLocked() {
+	if s.l != nil {
+		s.l.woke = true
+	}
 	s.cond.Broadcast()
 	if s.waits == 0 && s.notify != nil {
 		s.notify()
