@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,8 +80,8 @@ var (
 	directTCP  = storageClient{"fio-direct-tcp", "fio on /dev/nbd0, kernel TCP to the server (no bridge)", "tcp"}
 )
 
-// storageClients in the order measured and shown.
-var storageClients = []storageClient{goRDMA, goTCP, bridgeRDMA, bridgeTCP, directTCP}
+// storageClients in the order measured and shown: the anchor first.
+var storageClients = []storageClient{nvmeRDMA, nvmeTCP, goRDMA, goTCP, bridgeRDMA, bridgeTCP, directTCP}
 
 const (
 	storageExportSize = 512 << 20 // the memory export; also fio's -size
@@ -93,22 +94,31 @@ type storageFigure struct {
 	how             string  // the command, for the report
 	missing         string  // why there is no figure
 	raw             string  // output that could not be parsed
+	// A median of rounds (medianFigure): of how many rounds, how many
+	// rounds had no figure, and the rounds' throughputs.
+	of, missed int
+	roundsMBps []float64
 }
 
 // storageRun is the section's result.
 type storageRun struct {
 	skipped  string // why the section was not measured, if it was not
 	duration time.Duration
-	figures  map[storageClient][]storageFigure // by client, one per workload
-	setup    []string                          // what went wrong outside a figure
+	rounds   int                                 // made
+	made     map[storageClient][][]storageFigure // by client and workload, one a round
+	figures  map[storageClient][]storageFigure   // by client, one per workload: the rounds' medians
+	setup    []string                            // what went wrong outside a figure
 }
 
-// runStorage measures the section.
+// runStorage measures the section: -rounds rounds, each of every client
+// and workload in the same order, the anchor's first; a figure is the
+// median of its rounds (rxe's figures move by 1.6 x between rounds, and
+// interleaved rounds spread that over every column alike).
 func (b *bench) runStorage() {
 	if !b.withStorage {
 		return
 	}
-	run := &storageRun{duration: b.opt.storageDuration, figures: map[storageClient][]storageFigure{}}
+	run := &storageRun{duration: b.opt.storageDuration, made: map[storageClient][][]storageFigure{}, figures: map[storageClient][]storageFigure{}}
 	b.storage = run
 	if b.opt.blockstore == "" {
 		run.skipped = "labbench was not given -blockstore (`make bench` builds bin/blockstore and gives it)"
@@ -120,7 +130,7 @@ func (b *bench) runStorage() {
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(b.opt.rounds)*10*time.Minute)
 	defer cancel()
 	addr := fmt.Sprintf("%s:%d", b.env.AddrB, storagePort)
 	srv, err := startProcess(ctx, "serve", regexp.MustCompile(`serving .* over \[rdma tcp\]`),
@@ -141,19 +151,110 @@ func (b *bench) runStorage() {
 		run.skipped = "filling the export failed: " + fill.missing
 		return
 	}
-	for _, c := range []storageClient{goRDMA, goTCP} {
-		for _, w := range storageWorkloads {
-			fmt.Fprintf(b.log, "labbench: storage, %s: %s, queue depth %d\n", c.label, w.name, w.depth)
-			run.figures[c] = append(run.figures[c], b.goBench(ctx, c, addr, w, "-duration", b.opt.storageDuration.String()))
+	target, err := b.startAnchorTarget(ctx)
+	if err != nil {
+		run.setup = append(run.setup, "the kernel's NVMe-oF target: "+err.Error())
+	} else {
+		defer func() {
+			if err := target.stop(); err != nil {
+				run.setup = append(run.setup, "removing the kernel's NVMe-oF target: "+err.Error())
+			}
+		}()
+	}
+	for round := 1; round <= b.opt.rounds; round++ {
+		for _, c := range storageClients {
+			var figs []storageFigure
+			switch c {
+			case nvmeRDMA, nvmeTCP:
+				if target == nil {
+					figs = missingFigures("the kernel's NVMe-oF target was not set up")
+				} else {
+					figs, err = b.anchorClient(ctx, c, round)
+				}
+			case goRDMA, goTCP:
+				for _, w := range storageWorkloads {
+					fmt.Fprintf(b.log, "labbench: storage, round %d/%d, %s: %s, queue depth %d\n", round, b.opt.rounds, c.label, w.name, w.depth)
+					figs = append(figs, b.goBench(ctx, c, addr, w, "-duration", b.opt.storageDuration.String()))
+				}
+			default:
+				figs, err = b.fioClient(ctx, c, addr, round)
+			}
+			if err != nil {
+				run.setup = append(run.setup, fmt.Sprintf("round %d, %s: %v", round, c.label, err))
+				err = nil
+			}
+			run.made[c] = append(run.made[c], figs)
+		}
+		run.rounds = round
+	}
+	for _, c := range storageClients {
+		for i := range storageWorkloads {
+			var rounds []storageFigure
+			for _, figs := range run.made[c] {
+				rounds = append(rounds, figs[i])
+			}
+			run.figures[c] = append(run.figures[c], medianFigure(rounds))
 		}
 	}
-	for _, c := range []storageClient{bridgeRDMA, bridgeTCP, directTCP} {
-		figs, err := b.fioClient(ctx, c, addr)
-		if err != nil {
-			run.setup = append(run.setup, c.label+": "+err.Error())
-		}
-		run.figures[c] = figs
+}
+
+// missingFigures is a figure for every workload, each missing for why.
+func missingFigures(why string) []storageFigure {
+	figs := make([]storageFigure, len(storageWorkloads))
+	for i := range figs {
+		figs[i].missing = why
 	}
+	return figs
+}
+
+// medianFigure combines a figure's rounds: the median of each value over
+// the rounds that have one (the lower middle of an even count); missing
+// only if every round is, and then for the first round's reason.
+func medianFigure(rounds []storageFigure) storageFigure {
+	var oks []storageFigure
+	for _, f := range rounds {
+		if f.missing == "" {
+			oks = append(oks, f)
+		}
+	}
+	if len(oks) == 0 {
+		if len(rounds) == 0 {
+			return storageFigure{missing: "not measured"}
+		}
+		return rounds[0]
+	}
+	med := func(v func(storageFigure) float64) float64 {
+		vs := make([]float64, len(oks))
+		for i, f := range oks {
+			vs[i] = v(f)
+		}
+		slices.Sort(vs)
+		return vs[(len(vs)-1)/2]
+	}
+	f := storageFigure{how: oks[0].how, of: len(oks), missed: len(rounds) - len(oks)}
+	f.mbps = med(func(f storageFigure) float64 { return f.mbps })
+	f.mean = med(func(f storageFigure) float64 { return f.mean })
+	f.p99 = med(func(f storageFigure) float64 { return f.p99 })
+	for _, r := range oks {
+		f.roundsMBps = append(f.roundsMBps, r.mbps)
+	}
+	return f
+}
+
+// anchorClient connects the kernel's initiator over c's transport and runs
+// fio on the namespace for every workload.
+func (b *bench) anchorClient(ctx context.Context, c storageClient, round int) ([]storageFigure, error) {
+	dev, disconnect, err := b.connectAnchor(ctx, c)
+	if err != nil {
+		return missingFigures(err.Error()), err
+	}
+	defer disconnect()
+	var figs []storageFigure
+	for _, w := range storageWorkloads {
+		fmt.Fprintf(b.log, "labbench: storage, round %d/%d, %s: %s, queue depth %d\n", round, b.opt.rounds, c.label, w.name, w.depth)
+		figs = append(figs, b.fio(ctx, dev, w))
+	}
+	return figs, nil
 }
 
 // goBench runs `blockstore bench -json` for w over c's transport.
@@ -194,7 +295,7 @@ func (b *bench) goBench(ctx context.Context, c storageClient, addr string, w sto
 // fioClient connects /dev/nbdN as c says (through a bridge, or straight to
 // the server) and runs fio on it for every workload. A failure to set up
 // leaves every figure missing.
-func (b *bench) fioClient(ctx context.Context, c storageClient, addr string) ([]storageFigure, error) {
+func (b *bench) fioClient(ctx context.Context, c storageClient, addr string, round int) ([]storageFigure, error) {
 	figs := make([]storageFigure, len(storageWorkloads))
 	fail := func(err error) ([]storageFigure, error) {
 		for i := range figs {
@@ -230,7 +331,7 @@ func (b *bench) fioClient(ctx context.Context, c storageClient, addr string) ([]
 	}
 	defer exec.Command("nbd-client", "-d", dev).Run()
 	for i, w := range storageWorkloads {
-		fmt.Fprintf(b.log, "labbench: storage, %s: %s, queue depth %d\n", c.label, w.name, w.depth)
+		fmt.Fprintf(b.log, "labbench: storage, round %d/%d, %s: %s, queue depth %d\n", round, b.opt.rounds, c.label, w.name, w.depth)
 		figs[i] = b.fio(ctx, dev, w)
 	}
 	return figs, nil
