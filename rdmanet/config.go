@@ -50,14 +50,25 @@ type Config struct {
 	// connection that waits behind others that progress (a device with
 	// thousands of connections, in the lab) ends only after 10 x KeepAlive.
 	KeepAlive time.Duration
-	// BusyPoll, when positive, makes a blocked Read or Write of a busy
-	// connection poll its completion queue for up to this long before it
-	// sleeps in the netpoller, trading CPU for latency (rsockets spins about
-	// 10 us; under the lab's emulated CPU 1 ms fits). Only the blocked Read
-	// or Write spins, never the connection's own goroutine, and it yields
-	// the CPU between polls. It is adaptive: a connection whose last sleep
-	// lasted more than 10 x BusyPoll is taken to be idle and sleeps at once.
-	// Default 0: always sleep. See BENCHMARKS.md.
+	// BusyPoll is how a blocked Read or Write waits for its completions.
+	// Only the blocked Read or Write polls, never a goroutine of the
+	// connection's own, and it yields the CPU between polls.
+	//
+	// Default 0, adaptive: a Read or Write that has to wait, on a
+	// connection whose recent waits for its peer were short, polls for
+	// up to about twice their average (1 ms at most) before it sleeps in
+	// the netpoller, as the kernel's hybrid block polling does: a request
+	// and its answer cost no wake-up when the answer is quick. A
+	// connection whose waits take longer, or that waited for nothing in
+	// the last 10 ms, sleeps at once: an idle connection never polls.
+	//
+	// Positive: a busy connection polls for up to this long before it
+	// sleeps, trading CPU for latency (rsockets spins about 10 us; under
+	// the lab's emulated CPU 1 ms fits); a connection whose last sleep
+	// lasted more than 10 x BusyPoll is taken to be idle and sleeps at
+	// once. Such a connection keeps a queue pair of its own (no link
+	// group): it polls its own completion queue. Negative: always sleep.
+	// See BENCHMARKS.md.
 	BusyPoll time.Duration
 	// ResumeTimeout, when positive, makes the connection a resumable
 	// session if the peer is rdmanet and agrees (docs/protocol.md): when

@@ -38,6 +38,9 @@ var Modes = []Mode{
 	// grow: rings of the full size from the start.
 	{Name: "fixed rings", Config: rdmanet.Config{FixedRings: true}, Protocol: rdmanet.ProtocolRdmanet},
 	{Name: "busy-poll 1 ms", Config: rdmanet.Config{BusyPoll: time.Millisecond}, Protocol: rdmanet.ProtocolRdmanet},
+	// The reference for the default's adaptive polling (issue 26): a
+	// blocked Read or Write that always sleeps, as every one did before.
+	{Name: "no polling", Config: rdmanet.Config{BusyPoll: -1}, Protocol: rdmanet.ProtocolRdmanet},
 }
 
 // Pair connects a pair in mode m (see RDMAPair) and checks that both ends

@@ -55,7 +55,27 @@ type FD struct {
 	free    chan struct{} // the role is free for a waiter that wants it (capacity 1)
 	busy    bool          // the poller's last sleep on the link was short (busy-poll)
 	svc     atomic.Int32  // a service is scheduled (Kick)
+	// Adaptive polling (busyPoll 0): how long a wait for the peer's
+	// answer took, on average (waitAvg: an exponential average of the
+	// waits that ended with the call able to go on), and when the last
+	// one ended.
+	waitAvg  time.Duration
+	waitDone time.Time
 }
+
+// Adaptive polling, the default (busyPoll 0), as the kernel's hybrid block
+// polling: a Read or Write that has to wait, on a connection whose recent
+// waits for its peer were short, polls for up to twice their average
+// before it sleeps, and never longer than maxAdaptiveSpin. A wait longer
+// than that, or a connection with no wait in idleAfterWait, sleeps at
+// once: an idle connection never spins. A wait counts at most
+// maxWaitSample, so that one idle spell does not keep a busy connection
+// from spinning for long.
+const (
+	maxAdaptiveSpin = time.Millisecond
+	maxWaitSample   = 4 * maxAdaptiveSpin
+	idleAfterWait   = 10 * maxAdaptiveSpin
+)
 
 // Driver is what an FD waits on: a link and the engine that handles its
 // completions. The methods named …Locked are called with the connection's
@@ -110,8 +130,10 @@ const (
 	svcClosed // Close: kicks start nothing
 )
 
-// Init makes fd open over d, whose calls are made under mu. With busyPoll,
-// a waiter on a busy connection polls for up to that long before sleeping.
+// Init makes fd open over d, whose calls are made under mu. With busyPoll
+// positive, a waiter on a busy connection polls for up to that long before
+// sleeping; with 0, for as long as the connection's recent waits took
+// (adaptive polling, above); negative, never.
 func (fd *FD) Init(mu *sync.Mutex, d Driver, busyPoll time.Duration) {
 	fd.mu, fd.drv, fd.busyPoll = mu, d, busyPoll
 	fd.readable = make(chan struct{}, 1)
@@ -259,6 +281,38 @@ func (fd *FD) sleepLocked() {
 	}
 }
 
+// spinLocked is how long a waiter polls before it sleeps: busyPoll when
+// the connection is busy, or adaptive polling's time.
+func (fd *FD) spinLocked() time.Duration {
+	switch {
+	case fd.busyPoll > 0:
+		if fd.busy {
+			return fd.busyPoll
+		}
+		return 0
+	case fd.busyPoll < 0 || fd.waitDone.IsZero() || time.Since(fd.waitDone) > idleAfterWait ||
+		fd.waitAvg >= maxAdaptiveSpin:
+		return 0
+	}
+	return min(2*fd.waitAvg+fd.waitAvg/4, maxAdaptiveSpin)
+}
+
+// waitedLocked records a wait that ended with the call able to go on, for
+// adaptive polling.
+func (fd *FD) waitedLocked(since time.Time) {
+	if fd.busyPoll != 0 {
+		return
+	}
+	now := time.Now()
+	d := min(now.Sub(since), maxWaitSample)
+	if fd.waitDone.IsZero() || now.Sub(fd.waitDone) > idleAfterWait {
+		fd.waitAvg = d // a first wait, or the first after an idle spell
+	} else {
+		fd.waitAvg += (d - fd.waitAvg) / 4
+	}
+	fd.waitDone = now
+}
+
 // WaitLocked releases the connection's lock until a Read (or a Write) may
 // go on (ReadyLocked), its deadline passes or the connection closes; it
 // returns os.ErrDeadlineExceeded or net.ErrClosed for the last two. The
@@ -278,12 +332,12 @@ func (fd *FD) WaitLocked(write bool) error {
 		// needs to): wait for it to tell or to hand the role on; with a
 		// busy-poll time, sweep meanwhile, so that a completion does not
 		// have to wait for the netpoller, which busy CPUs look at seldom.
-		if fd.busyPoll > 0 && fd.busy && fd.polling {
+		if spin := fd.spinLocked(); spin > 0 && fd.polling {
 			b := ReadSpinBatch
 			if write {
 				b = WriteSpinBatch
 			}
-			if err, ok := fd.spinForLocked(ready, dl, b); ok {
+			if err, ok := fd.spinForLocked(spin, ready, dl, b); ok {
 				return err
 			}
 			if !fd.polling {
@@ -297,6 +351,7 @@ func (fd *FD) WaitLocked(write bool) error {
 		free := false
 		select {
 		case <-ready:
+			// Not counted for adaptive polling: the poller's wait is.
 		case <-expired:
 			err = os.ErrDeadlineExceeded
 		case <-fd.closed:
@@ -313,10 +368,10 @@ func (fd *FD) WaitLocked(write bool) error {
 	}
 }
 
-// spinForLocked sweeps into b for up to the busy-poll time while another
-// goroutine is the poller; ok reports that the wait ended (with err).
-func (fd *FD) spinForLocked(ready chan struct{}, dl *Deadline, b Batch) (err error, ok bool) {
-	for end := time.Now().Add(fd.busyPoll); fd.polling && time.Now().Before(end); {
+// spinForLocked sweeps into b for up to spin while another goroutine is
+// the poller; ok reports that the wait ended (with err).
+func (fd *FD) spinForLocked(spin time.Duration, ready chan struct{}, dl *Deadline, b Batch) (err error, ok bool) {
+	for end := time.Now().Add(spin); fd.polling && time.Now().Before(end); {
 		select {
 		case <-ready:
 			return nil, true
@@ -341,15 +396,17 @@ func (fd *FD) spinForLocked(ready chan struct{}, dl *Deadline, b Batch) (err err
 // then it hands the role on.
 func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
 	fd.polling = true
+	start := time.Now()
 	var spinUntil time.Time
-	if fd.busyPoll > 0 && fd.busy {
-		spinUntil = time.Now().Add(fd.busyPoll)
+	if spin := fd.spinLocked(); spin > 0 {
+		spinUntil = start.Add(spin)
 	}
 	var err error
 	for {
 		done := true
 		select {
 		case <-ready:
+			fd.waitedLocked(start)
 		case <-dl.Expired():
 			err = os.ErrDeadlineExceeded
 		case <-fd.closed:

@@ -580,6 +580,12 @@ func (s *Stream) Poll(cs []link.Completion) (int, error) {
 	if s.closed {
 		return 0, s.closedError("Poll")
 	}
+	if len(s.cq) == 0 && s.l != nil {
+		// Take what the base link has, rather than wait for its goroutine
+		// to hand it over: a Read that polls before it sleeps (adaptive
+		// polling, connfd) finds its answer with no wake-up.
+		s.l.drainLocked()
+	}
 	n := 0
 	for n < len(cs) && n < len(s.cq) {
 		e := s.cq[n]

@@ -60,11 +60,12 @@ func (b *bench) siwImpls() []impl {
 // connection with a queue pair of its own (ownQueuePair): Valkey's
 // protocol carries its data as writes with immediate data, which iWARP has
 // not, so rdmanet refuses a Valkey-compatible connection on siw. Fixed
-// rings are compared on rxe only: the section's time is the run's.
+// rings, and the waits with no polling, are compared on rxe only: the
+// section's time is the run's.
 func siwModes() []benchkit.Mode {
 	var modes []benchkit.Mode
 	for _, m := range ownQueuePairModes() {
-		if m.Protocol != rdmanet.ProtocolValkey && !m.Config.FixedRings {
+		if m.Protocol != rdmanet.ProtocolValkey && !m.Config.FixedRings && m.Config.BusyPoll >= 0 {
 			modes = append(modes, m)
 		}
 	}

@@ -1,0 +1,115 @@
+package connfd
+
+import (
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestAdaptiveSpinTime: adaptive polling (busyPoll 0) spins only after
+// short waits, for about twice their average and at most maxAdaptiveSpin;
+// never on a connection that has not waited yet, whose waits were long, or
+// that waited for nothing in idleAfterWait; and never with busyPoll
+// negative. Positive busyPoll keeps its fixed time.
+func TestAdaptiveSpinTime(t *testing.T) {
+	var fd FD
+	if d := fd.spinLocked(); d != 0 {
+		t.Fatalf("no wait yet: spins %v", d)
+	}
+	for range 4 {
+		fd.waitedLocked(time.Now().Add(-100 * time.Microsecond))
+	}
+	// Each sample is 100 µs and a little more (the time between the
+	// call's two clock readings).
+	if d := fd.spinLocked(); d < 200*time.Microsecond || d > maxAdaptiveSpin {
+		t.Fatalf("after waits of 100 µs: spins %v (average %v), want about twice the average", d, fd.waitAvg)
+	}
+	for range 8 {
+		fd.waitedLocked(time.Now().Add(-time.Hour)) // counted as maxWaitSample
+	}
+	if fd.waitAvg > maxWaitSample {
+		t.Fatalf("average %v after long waits, want at most %v", fd.waitAvg, maxWaitSample)
+	}
+	if d := fd.spinLocked(); d != 0 {
+		t.Fatalf("after long waits: spins %v", d)
+	}
+	// A few short waits bring it back.
+	for range 8 {
+		fd.waitedLocked(time.Now().Add(-50 * time.Microsecond))
+	}
+	if d := fd.spinLocked(); d <= 0 {
+		t.Fatalf("after short waits again: spins %v (average %v)", d, fd.waitAvg)
+	}
+	fd.waitDone = time.Now().Add(-2 * idleAfterWait)
+	if d := fd.spinLocked(); d != 0 {
+		t.Fatalf("idle for %v: spins %v", 2*idleAfterWait, d)
+	}
+	// The first wait after an idle spell is the average alone.
+	fd.waitedLocked(time.Now().Add(-100 * time.Microsecond))
+	if fd.waitAvg > 2*maxAdaptiveSpin/10 {
+		t.Fatalf("average %v after an idle spell and a wait of 100 µs", fd.waitAvg)
+	}
+
+	never := FD{busyPoll: -1}
+	for range 4 {
+		never.waitedLocked(time.Now().Add(-100 * time.Microsecond))
+	}
+	if d := never.spinLocked(); d != 0 || !never.waitDone.IsZero() {
+		t.Fatalf("busyPoll negative: spins %v, waits recorded %v", d, never.waitDone)
+	}
+	fixed := FD{busyPoll: 50 * time.Microsecond}
+	if d := fixed.spinLocked(); d != 0 {
+		t.Fatalf("busyPoll fixed, not busy: spins %v", d)
+	}
+	fixed.busy = true
+	if d := fixed.spinLocked(); d != 50*time.Microsecond {
+		t.Fatalf("busyPoll fixed, busy: spins %v", d)
+	}
+}
+
+// TestAdaptivePollTakesAnswer: on a connection whose waits were short, a
+// Read whose answer comes while it polls takes it without sleeping in the
+// link's Wait; with busyPoll negative the same Read sleeps.
+func TestAdaptivePollTakesAnswer(t *testing.T) {
+	// read starts a Read on a connection whose waits took 400 µs (it
+	// polls for about 900 µs), delivers its answer once it has polled
+	// twice, and reports whether it slept in the link's Wait. A loaded
+	// machine may deschedule the test past the polling time: a few tries.
+	read := func(c *fakeConn) (slept bool) {
+		c.mu.Lock()
+		for range 4 {
+			c.fd.waitedLocked(time.Now().Add(-400 * time.Microsecond))
+		}
+		waits, sweeps := c.waits, c.sweeps[PollerBatch]
+		c.mu.Unlock()
+		ch := result(c.read)
+		for end := time.Now().Add(hangGuard); ; runtime.Gosched() {
+			c.mu.Lock()
+			ok := c.fd.polling && c.sweeps[PollerBatch] >= sweeps+2 || c.waits > waits
+			c.mu.Unlock()
+			if ok {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("the Read neither polled nor slept in %v", hangGuard)
+			}
+		}
+		c.link.deliver(1, 0)
+		wantResult(t, ch, nil)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.waits > waits
+	}
+	c := newFakeConn(0)
+	took := false
+	for try := 0; try < 5 && !took; try++ {
+		took = !read(c)
+	}
+	if !took {
+		t.Fatal("a Read on a busy connection slept in the link's Wait for an answer that came while it polled, in 5 tries")
+	}
+	c = newFakeConn(-1)
+	if !read(c) {
+		t.Fatal("with busyPoll negative, a Read took its answer without sleeping")
+	}
+}
