@@ -55,6 +55,10 @@ type FD struct {
 	free    chan struct{} // the role is free for a waiter that wants it (capacity 1)
 	busy    bool          // the poller's last sleep on the link was short (busy-poll)
 	svc     atomic.Int32  // a service is scheduled (Kick)
+	// pollingNow is polling, for Kick, which does not take the lock: a
+	// poller takes what came (it polls, and settles once it stops).
+	pollingNow atomic.Bool
+	serviceFn  func() // service, bound once: a go statement on a method value allocates each time
 	// Adaptive polling (busyPoll 0): how long a wait for the peer's
 	// answer took, on average (waitAvg: an exponential average of the
 	// waits that ended with the call able to go on), and when the last
@@ -136,6 +140,7 @@ const (
 // (adaptive polling, above); negative, never.
 func (fd *FD) Init(mu *sync.Mutex, d Driver, busyPoll time.Duration) {
 	fd.mu, fd.drv, fd.busyPoll = mu, d, busyPoll
+	fd.serviceFn = fd.service
 	fd.readable = make(chan struct{}, 1)
 	fd.writable = make(chan struct{}, 1)
 	fd.free = make(chan struct{}, 1)
@@ -205,10 +210,16 @@ func (fd *FD) Close(wake func()) bool {
 }
 
 // Kick is the link's notify function: completions came, or the link ended,
-// while no Wait ran. It starts a service unless one is scheduled already.
+// while no Wait ran. It starts a service unless one is scheduled already,
+// or a Read or Write polls, not in the link's Wait (adaptive polling):
+// the poller sweeps, and arms and sweeps once more when it stops
+// (SettleLocked), so what came is taken either way.
 func (fd *FD) Kick() {
+	if fd.pollingNow.Load() {
+		return
+	}
 	if fd.svc.CompareAndSwap(svcIdle, svcScheduled) {
-		go fd.service()
+		go fd.serviceFn()
 	}
 }
 
@@ -396,6 +407,7 @@ func (fd *FD) spinForLocked(spin time.Duration, ready chan struct{}, dl *Deadlin
 // then it hands the role on.
 func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
 	fd.polling = true
+	fd.pollingNow.Store(true)
 	start := time.Now()
 	var spinUntil time.Time
 	if spin := fd.spinLocked(); spin > 0 {
@@ -431,6 +443,7 @@ func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
 		}
 	}
 	fd.polling = false
+	fd.pollingNow.Store(false)
 	fd.handOffLocked()
 	return err
 }
