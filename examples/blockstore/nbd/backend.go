@@ -22,6 +22,17 @@ type Backend interface {
 	Zero(off, length int64, mayDeallocate bool) error
 }
 
+// Immediate is implemented by a Backend whose calls return at once: they
+// never wait for a device, a lock held across I/O, or another request.
+// Memory is one. The server runs a request that comes alone on a
+// connection in the connection's reader when its Backend is Immediate and
+// says so, with no hand-off to a worker (see transmission.go); any other
+// Backend's requests all go to the workers, so that one slow call never
+// holds up the reading of the requests behind it.
+type Immediate interface {
+	Immediate() bool
+}
+
 // zeroChunk is the most Zero writes at once where it writes zeroes.
 const zeroChunk = 1 << 20
 

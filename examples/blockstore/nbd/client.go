@@ -28,8 +28,19 @@ type Client struct {
 	mu      sync.Mutex
 	pending map[uint64]*call
 	handle  uint64
-	err     error         // why the connection is unusable, once it is
-	done    chan struct{} // closed when the reply reader has stopped
+	err     error // why the connection is unusable, once it is
+
+	// The reply stream is read by one goroutine at a time, the reader: a
+	// call that waits for its reply takes the role when it is free (role
+	// holds the token then), reads replies, hands each to its call, and
+	// gives the role back once its own came. A call whose reply another
+	// reader hands over wakes up; one that reads its own reply needs no
+	// hand-off, which is what a caller that waits for each answer (a queue
+	// depth of one) costs: a wake-up between goroutines took longer than
+	// the request itself in the lab. No goroutine reads while no call
+	// waits.
+	r    *bufio.Reader
+	role chan struct{}
 }
 
 // call is a request waiting for its reply.
@@ -66,8 +77,8 @@ func NewClient(ctx context.Context, nc net.Conn, opts ClientOptions) (*Client, e
 		return nil, err
 	}
 	nc.SetDeadline(time.Time{})
-	c := &Client{nc: nc, info: info, w: w, pending: make(map[uint64]*call), done: make(chan struct{})}
-	go c.readReplies(r)
+	c := &Client{nc: nc, info: info, w: w, pending: make(map[uint64]*call), r: r, role: make(chan struct{}, 1)}
+	c.role <- struct{}{}
 	return c, nil
 }
 
@@ -295,12 +306,31 @@ func (c *Client) do(req request, payload, readInto []byte) error {
 	if err != nil {
 		c.fail(fmt.Errorf("nbd: sending a request: %w", err))
 	}
-	return <-cl.reply
+	for {
+		select {
+		case err := <-cl.reply:
+			return err
+		case <-c.role:
+		}
+		// A reader that gave the role up may have handed this call its
+		// reply while this one took the role: reading on would wait for
+		// a reply that is not coming.
+		select {
+		case err := <-cl.reply:
+			c.role <- struct{}{}
+			return err
+		default:
+		}
+		c.readReplies(cl)
+		c.role <- struct{}{}
+	}
 }
 
-// readReplies matches replies to their calls until the connection ends.
-func (c *Client) readReplies(r *bufio.Reader) {
-	defer close(c.done)
+// readReplies reads replies, as the reader, and hands each to its call
+// until mine's came (mine nil: until the connection ends), or the
+// connection fails, which fails every call waiting.
+func (c *Client) readReplies(mine *call) {
+	r := c.r
 	var hb [replyHeaderSize]byte
 	for {
 		if _, err := io.ReadFull(r, hb[:]); err != nil {
@@ -325,17 +355,20 @@ func (c *Client) readReplies(r *bufio.Reader) {
 		}
 		if rep.errno != 0 {
 			cl.reply <- rep.errno
-			continue
-		}
-		if cl.data != nil {
+		} else if cl.data != nil {
 			if _, err := io.ReadFull(r, cl.data); err != nil {
 				err = fmt.Errorf("nbd: reading a reply's data: %w", err)
 				cl.reply <- err
 				c.fail(err)
 				return
 			}
+			cl.reply <- nil
+		} else {
+			cl.reply <- nil
 		}
-		cl.reply <- nil
+		if cl == mine {
+			return
+		}
 	}
 }
 
@@ -374,11 +407,14 @@ func (c *Client) Close() error {
 	}
 	c.wmu.Unlock()
 	if !broken {
+		// Read what the server answers until it hangs up, as the reader
+		// (once the calls reading now have their replies).
 		c.nc.SetReadDeadline(time.Now().Add(closeWait))
-		<-c.done
+		<-c.role
+		c.readReplies(nil)
+		c.role <- struct{}{}
 	}
 	c.fail(ErrClientClosed)
-	<-c.done
 	return nil
 }
 

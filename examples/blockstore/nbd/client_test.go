@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -206,5 +207,25 @@ func TestClientClose(t *testing.T) {
 	}
 	if err := c.Flush(); !errors.Is(err, ErrClientClosed) {
 		t.Errorf("a call after Close: %v, want ErrClientClosed", err)
+	}
+}
+
+// TestClientReadsInCaller: a Client has no goroutine of its own: the calls
+// that wait read the replies (the reader's role), so a caller that waits
+// for each answer reads its own with no hand-off, and an idle Client runs
+// nothing.
+func TestClientReadsInCaller(t *testing.T) {
+	addr, _ := startServer(t, NewMemory(1<<20), Options{})
+	c := dialClient(t, addr)
+	buf := make([]byte, 4096)
+	for i := range 10 {
+		if err := c.Read(buf, int64(i)*4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stacks := make([]byte, 1<<20)
+	stacks = stacks[:runtime.Stack(stacks, true)]
+	if bytes.Contains(stacks, []byte("nbd.(*Client)")) {
+		t.Fatalf("an idle Client runs a goroutine:\n%s", stacks)
 	}
 }

@@ -43,6 +43,9 @@ func (m *Memory) WriteAt(p []byte, off int64) (int, error) {
 
 func (m *Memory) Sync() error { return nil }
 
+// Immediate says that Memory's calls return at once (Immediate).
+func (m *Memory) Immediate() bool { return true }
+
 // Trim zeroes the range: there is no storage to give back, and zeroes are
 // as good as anything.
 func (m *Memory) Trim(off, length int64) error { return m.Zero(off, length, true) }

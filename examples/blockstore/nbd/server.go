@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/sdk/examples/internal/conntrack"
@@ -67,6 +68,9 @@ type Server struct {
 	// tracker holds the listeners, connections and connection goroutines
 	// that Close closes and waits for.
 	tracker conntrack.Tracker
+	// inlined counts the requests connections' readers ran themselves
+	// (transmission.go), for the tests.
+	inlined atomic.Int64
 }
 
 // NewServer returns a server of b's contents.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -23,6 +24,13 @@ import (
 // and a budget of bytes (Options.InFlightBytes) bound what a connection
 // holds. The writer never waits for the reader or the workers, and a worker
 // only for the writer, so the connection always drains.
+//
+// On an Immediate backend (Memory), a request that comes alone (nothing
+// queued, running or waiting to be written, and no more bytes read behind
+// it) is served by the reader itself, which writes its reply: a client that waits for each answer (a
+// queue depth of one) then costs no hand-off between goroutines, each a
+// wake-up that took longer than the request itself in the lab. A request
+// that comes while others are in flight goes to the workers as before.
 
 // job is one request on its way from the reader to the writer.
 type job struct {
@@ -30,6 +38,9 @@ type job struct {
 	data  []byte // a write's data, then a read's
 	errno Errno
 	cost  int64 // of the connection's budget, given back once answered
+	// queued: the workers run it (counted in conn.inflight until its
+	// reply is written).
+	queued bool
 }
 
 // conn is one connection in the transmission phase.
@@ -40,6 +51,13 @@ type conn struct {
 	queue   chan *job
 	replies chan *job
 	budget  *budget
+	// inflight counts the requests given to the workers and not yet
+	// answered; wmu is the reply stream's, the writer's and the reader's
+	// when it answers a request itself.
+	inflight  atomic.Int32
+	wmu       sync.Mutex
+	w         *bufio.Writer
+	immediate bool // the backend is Immediate: the reader may run a request
 }
 
 // transmit serves requests until the client disconnects (NBD_CMD_DISC or
@@ -54,6 +72,10 @@ func (s *Server) transmit(nc net.Conn, r *bufio.Reader, w *bufio.Writer) {
 		queue:   make(chan *job, s.opts.Queue),
 		replies: make(chan *job, s.opts.Queue),
 		budget:  newBudget(s.opts.InFlightBytes),
+		w:       w,
+	}
+	if b, ok := s.backend.(Immediate); ok {
+		c.immediate = b.Immediate()
 	}
 	var workers sync.WaitGroup
 	workers.Add(s.opts.Workers)
@@ -66,7 +88,7 @@ func (s *Server) transmit(nc net.Conn, r *bufio.Reader, w *bufio.Writer) {
 	written := make(chan struct{})
 	go func() {
 		defer close(written)
-		c.writeReplies(w)
+		c.writeReplies()
 	}()
 
 	err := c.readRequests()
@@ -121,6 +143,14 @@ func (c *conn) readRequests() error {
 				return err
 			}
 		}
+		if c.immediate && c.inflight.Load() == 0 && c.r.Buffered() == 0 {
+			c.s.inlined.Add(1)
+			c.execute(j)
+			c.reply(j)
+			continue
+		}
+		j.queued = true
+		c.inflight.Add(1)
 		c.queue <- j
 	}
 }
@@ -243,30 +273,61 @@ func errnoOf(err error) Errno {
 // writeReplies sends replies until the channel closes. After a failed write
 // it closes the connection, which stops the reader, and goes on draining so
 // that no worker waits for it.
-func (c *conn) writeReplies(w *bufio.Writer) {
-	var hb [replyHeaderSize]byte
+func (c *conn) writeReplies() {
 	broken := false
 	for j := range c.replies {
 		if !broken {
-			encodeSimpleReply(hb[:], j.errno, j.req.handle)
-			_, err := w.Write(hb[:])
-			if err == nil && j.data != nil {
-				_, err = w.Write(j.data)
-			}
-			if err == nil && len(c.replies) == 0 {
-				err = w.Flush()
-			}
+			c.wmu.Lock()
+			err := c.writeReplyLocked(j, len(c.replies) == 0)
+			c.wmu.Unlock()
 			if err != nil {
 				broken = true
 				c.nc.Close()
 			}
 		}
-		if j.data != nil {
-			putBuffer(j.data)
+		c.done(j)
+		if j.queued {
+			c.inflight.Add(-1)
 		}
-		c.budget.release(j.cost)
 	}
 	if !broken {
-		w.Flush()
+		c.wmu.Lock()
+		c.w.Flush()
+		c.wmu.Unlock()
 	}
+}
+
+// reply is the reader answering a request it ran itself. A failed write
+// closes the connection, which ends the reader's next read.
+func (c *conn) reply(j *job) {
+	c.wmu.Lock()
+	err := c.writeReplyLocked(j, true)
+	c.wmu.Unlock()
+	if err != nil {
+		c.nc.Close()
+	}
+	c.done(j)
+}
+
+// writeReplyLocked writes j's reply, and flushes if flush says.
+func (c *conn) writeReplyLocked(j *job, flush bool) error {
+	var hb [replyHeaderSize]byte
+	encodeSimpleReply(hb[:], j.errno, j.req.handle)
+	_, err := c.w.Write(hb[:])
+	if err == nil && j.data != nil {
+		_, err = c.w.Write(j.data)
+	}
+	if err == nil && flush {
+		err = c.w.Flush()
+	}
+	return err
+}
+
+// done gives back what an answered request held.
+func (c *conn) done(j *job) {
+	if j.data != nil {
+		putBuffer(j.data)
+		j.data = nil
+	}
+	c.budget.release(j.cost)
 }

@@ -18,6 +18,10 @@ type barrier struct {
 	all     chan struct{}
 }
 
+// Immediate: a barrier's reads wait for one another, so no reader may run
+// one itself (Memory's Immediate, which it embeds, would say it may).
+func (b *barrier) Immediate() bool { return false }
+
 func (b *barrier) ReadAt(p []byte, off int64) (int, error) {
 	b.mu.Lock()
 	b.running++
@@ -62,5 +66,54 @@ func TestRequestsOverlap(t *testing.T) {
 	}
 	if d := time.Since(start); d > 4*time.Second {
 		t.Errorf("the reads took %v: they waited for one another", d)
+	}
+}
+
+// notImmediate is a Memory that does not say its calls return at once.
+type notImmediate struct{ Backend }
+
+// TestLoneRequestsInline: on an Immediate backend a client that waits for
+// each answer has every request run by the connection's reader (no
+// hand-off to a worker); on another backend, none is; and requests that
+// come together still go to the workers and all get answered.
+func TestLoneRequestsInline(t *testing.T) {
+	const n = 50
+	for _, tc := range []struct {
+		name    string
+		backend Backend
+		inline  bool
+	}{{"Memory", NewMemory(1 << 20), true}, {"not Immediate", notImmediate{NewMemory(1 << 20)}, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, s := startServer(t, tc.backend, Options{})
+			c := dialClient(t, addr)
+			buf := make([]byte, 4096)
+			for i := range n {
+				if err := c.Write(buf, int64(i)*4096, 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Read(buf, int64(i)*4096); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := int64(0)
+			if tc.inline {
+				want = 2 * n
+			}
+			if got := s.inlined.Load(); got != want {
+				t.Fatalf("%d of %d lone requests run by the reader, want %d", got, 2*n, want)
+			}
+			// Many at once: answered whoever runs them.
+			var wg sync.WaitGroup
+			for i := range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := c.Read(make([]byte, 4096), int64(i%8)*4096); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
+		})
 	}
 }
