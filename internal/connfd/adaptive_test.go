@@ -113,3 +113,49 @@ func TestAdaptivePollTakesAnswer(t *testing.T) {
 		t.Fatal("with busyPoll negative, a Read took its answer without sleeping")
 	}
 }
+
+// TestSpinSlots: no more waiters poll at once, process-wide, than
+// GOMAXPROCS; a slot given back is taken again.
+func TestSpinSlots(t *testing.T) {
+	limit := runtime.GOMAXPROCS(0)
+	for i := range limit {
+		if !takeSpinSlot() {
+			t.Fatalf("slot %d of %d refused", i+1, limit)
+		}
+	}
+	if takeSpinSlot() {
+		t.Fatalf("a slot beyond GOMAXPROCS (%d) given", limit)
+	}
+	releaseSpinSlot()
+	if !takeSpinSlot() {
+		t.Fatal("a slot given back was not given again")
+	}
+	for range limit {
+		releaseSpinSlot()
+	}
+	// A Read with every slot held sleeps, whatever its waits were.
+	for range limit {
+		takeSpinSlot()
+	}
+	defer func() {
+		for range limit {
+			releaseSpinSlot()
+		}
+	}()
+	c := newFakeConn(0)
+	c.mu.Lock()
+	for range 4 {
+		c.fd.waitedLocked(time.Now().Add(-400 * time.Microsecond))
+	}
+	waits, sweeps := c.waits, c.sweeps[PollerBatch]
+	c.mu.Unlock()
+	ch := result(c.read)
+	c.eventually(t, "asleep", func() bool { return c.waits > waits })
+	c.mu.Lock()
+	if got := c.sweeps[PollerBatch] - sweeps; got > 2 {
+		t.Errorf("the Read swept %d times before it slept, with no slot free", got)
+	}
+	c.mu.Unlock()
+	c.link.deliver(1, 0)
+	wantResult(t, ch, nil)
+}

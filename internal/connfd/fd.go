@@ -292,6 +292,29 @@ func (fd *FD) sleepLocked() {
 	}
 }
 
+// spinning counts the waiters that poll under adaptive polling, in the
+// process: at most GOMAXPROCS at once (takeSpinSlot), so that a server with
+// thousands of busy connections has no more pollers than CPUs to run them,
+// each yielding to the goroutines whose work the answers need; a waiter
+// that finds no slot sleeps at once. A positive BusyPoll is the user's
+// choice and takes none.
+var spinning atomic.Int32
+
+func takeSpinSlot() bool {
+	limit := int32(runtime.GOMAXPROCS(0))
+	for {
+		n := spinning.Load()
+		if n >= limit {
+			return false
+		}
+		if spinning.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func releaseSpinSlot() { spinning.Add(-1) }
+
 // spinLocked is how long a waiter polls before it sleeps: busyPoll when
 // the connection is busy, or adaptive polling's time.
 func (fd *FD) spinLocked() time.Duration {
@@ -343,12 +366,16 @@ func (fd *FD) WaitLocked(write bool) error {
 		// needs to): wait for it to tell or to hand the role on; with a
 		// busy-poll time, sweep meanwhile, so that a completion does not
 		// have to wait for the netpoller, which busy CPUs look at seldom.
-		if spin := fd.spinLocked(); spin > 0 && fd.polling {
+		if spin := fd.spinLocked(); spin > 0 && fd.polling && (fd.busyPoll > 0 || takeSpinSlot()) {
 			b := ReadSpinBatch
 			if write {
 				b = WriteSpinBatch
 			}
-			if err, ok := fd.spinForLocked(spin, ready, dl, b); ok {
+			err, ok := fd.spinForLocked(spin, ready, dl, b)
+			if fd.busyPoll == 0 {
+				releaseSpinSlot()
+			}
+			if ok {
 				return err
 			}
 			if !fd.polling {
@@ -410,9 +437,15 @@ func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
 	fd.pollingNow.Store(true)
 	start := time.Now()
 	var spinUntil time.Time
-	if spin := fd.spinLocked(); spin > 0 {
-		spinUntil = start.Add(spin)
+	slot := false // a spinning slot held (adaptive polling)
+	if spin := fd.spinLocked(); spin > 0 && (fd.busyPoll > 0 || takeSpinSlot()) {
+		spinUntil, slot = start.Add(spin), fd.busyPoll == 0
 	}
+	defer func() {
+		if slot {
+			releaseSpinSlot()
+		}
+	}()
 	var err error
 	for {
 		done := true
@@ -439,6 +472,10 @@ func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
 			fd.mu.Lock()
 		default:
 			spinUntil = time.Time{}
+			if slot {
+				releaseSpinSlot()
+				slot = false
+			}
 			fd.sleepLocked()
 		}
 	}
