@@ -76,12 +76,7 @@ func TestAdaptivePollTakesAnswer(t *testing.T) {
 	// twice, and reports whether it slept in the link's Wait. A loaded
 	// machine may deschedule the test past the polling time: a few tries.
 	read := func(c *fakeConn) (slept bool) {
-		c.mu.Lock()
-		for range 4 {
-			c.fd.waitedLocked(time.Now().Add(-400 * time.Microsecond))
-		}
-		waits, sweeps := c.waits, c.sweeps[PollerBatch]
-		c.mu.Unlock()
+		waits, sweeps := c.waitedShort()
 		ch := result(c.read)
 		for end := time.Now().Add(hangGuard); ; runtime.Gosched() {
 			c.mu.Lock()
@@ -143,12 +138,7 @@ func TestSpinSlots(t *testing.T) {
 		}
 	}()
 	c := newFakeConn(0)
-	c.mu.Lock()
-	for range 4 {
-		c.fd.waitedLocked(time.Now().Add(-400 * time.Microsecond))
-	}
-	waits, sweeps := c.waits, c.sweeps[PollerBatch]
-	c.mu.Unlock()
+	waits, sweeps := c.waitedShort()
 	ch := result(c.read)
 	c.eventually(t, "asleep", func() bool { return c.waits > waits })
 	c.mu.Lock()
@@ -158,4 +148,16 @@ func TestSpinSlots(t *testing.T) {
 	c.mu.Unlock()
 	c.link.deliver(1, 0)
 	wantResult(t, ch, nil)
+}
+
+// waitedShort makes c's recent waits 400 µs each (adaptive polling would
+// poll for about 900 µs) and returns its counts of Waits and of the
+// poller's sweeps so far.
+func (c *fakeConn) waitedShort() (waits, sweeps int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for range 4 {
+		c.fd.waitedLocked(time.Now().Add(-400 * time.Microsecond))
+	}
+	return c.waits, c.sweeps[PollerBatch]
 }
