@@ -3,6 +3,7 @@ package rdmanet_test
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -104,14 +105,17 @@ func TestLabSharedRecv(t *testing.T) {
 					c.SetDeadline(time.Now().Add(5 * time.Minute))
 					src := make([]byte, size)
 					rand.NewChaCha8([32]byte{byte(i)}).Read(src)
+					wrote := make(chan error, 1)
 					go func() {
-						c.Write(src)
-						c.(*rdmanet.Conn).CloseWrite()
+						_, err := c.Write(src)
+						wrote <- errors.Join(err, c.(*rdmanet.Conn).CloseWrite())
 					}()
 					h := sha256.New()
 					n, err := io.Copy(h, c)
-					if err != nil || n != int64(size) || [32]byte(h.Sum(nil)) != sha256.Sum256(src) {
-						errs <- fmt.Errorf("connection %d: %d bytes back (%v), intact: %v", i, n, err, n == int64(size) && [32]byte(h.Sum(nil)) == sha256.Sum256(src))
+					werr := <-wrote
+					if err != nil || werr != nil || n != int64(size) || [32]byte(h.Sum(nil)) != sha256.Sum256(src) {
+						errs <- fmt.Errorf("connection %d: %d bytes back (%v), intact: %v; the Write and CloseWrite: %v; %+v",
+							i, n, err, n == int64(size) && [32]byte(h.Sum(nil)) == sha256.Sum256(src), werr, c.(*rdmanet.Conn).Info())
 					}
 				}()
 			}
