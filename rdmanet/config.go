@@ -60,7 +60,9 @@ type Config struct {
 	// the netpoller, as the kernel's hybrid block polling does: a request
 	// and its answer cost no wake-up when the answer is quick. A
 	// connection whose waits take longer, or that waited for nothing in
-	// the last 10 ms, sleeps at once: an idle connection never polls.
+	// the last 10 ms, sleeps at once: an idle connection never polls. At
+	// most GOMAXPROCS connections of a process poll at once; the others
+	// sleep.
 	//
 	// Positive: a busy connection polls for up to this long before it
 	// sleeps, trading CPU for latency (rsockets spins about 10 us; under
