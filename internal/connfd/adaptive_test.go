@@ -80,7 +80,7 @@ func TestAdaptivePollTakesAnswer(t *testing.T) {
 		ch := result(c.read)
 		for end := time.Now().Add(hangGuard); ; runtime.Gosched() {
 			c.mu.Lock()
-			ok := c.fd.polling && c.sweeps[PollerBatch] >= sweeps+2 || c.waits > waits
+			ok := c.fd.polling.Load() && c.sweeps[PollerBatch] >= sweeps+2 || c.waits > waits
 			c.mu.Unlock()
 			if ok {
 				break

@@ -50,15 +50,15 @@ type FD struct {
 	readable, writable          chan struct{} // a Read or a Write may go on (capacity 1)
 	closed                      chan struct{} // closed by Close
 
-	polling bool          // a Read or Write is the poller
-	wanting int           // blocked Reads and Writes waiting for the poller's role
-	free    chan struct{} // the role is free for a waiter that wants it (capacity 1)
-	busy    bool          // the poller's last sleep on the link was short (busy-poll)
-	svc     atomic.Int32  // a service is scheduled (Kick)
-	// pollingNow is polling, for Kick, which does not take the lock: a
-	// poller takes what came (it polls, and settles once it stops).
-	pollingNow atomic.Bool
-	serviceFn  func() // service, bound once: a go statement on a method value allocates each time
+	// polling: a Read or Write is the poller. Written under the lock;
+	// Kick, which does not take it, reads it too (a poller takes what
+	// came: it polls, and settles once it stops).
+	polling   atomic.Bool
+	wanting   int           // blocked Reads and Writes waiting for the poller's role
+	free      chan struct{} // the role is free for a waiter that wants it (capacity 1)
+	busy      bool          // the poller's last sleep on the link was short (busy-poll)
+	svc       atomic.Int32  // a service is scheduled (Kick)
+	serviceFn func()        // service, bound once: a go statement on a method value allocates each time
 	// Adaptive polling (busyPoll 0): how long a wait for the peer's
 	// answer took, on average (waitAvg: an exponential average of the
 	// waits that ended with the call able to go on), and when the last
@@ -69,7 +69,7 @@ type FD struct {
 
 // Adaptive polling, the default (busyPoll 0), as the kernel's hybrid block
 // polling: a Read or Write that has to wait, on a connection whose recent
-// waits for its peer were short, polls for up to twice their average
+// waits for its peer were short, polls for up to about twice their average
 // before it sleeps, and never longer than maxAdaptiveSpin. A wait longer
 // than that, or a connection with no wait in idleAfterWait, sleeps at
 // once: an idle connection never spins. A wait counts at most
@@ -180,7 +180,7 @@ func (fd *FD) ReadyLocked(readable, writable bool) {
 // WakePollerLocked wakes the poller from the link's Wait, if one sleeps
 // there: the connection failed.
 func (fd *FD) WakePollerLocked() {
-	if fd.polling {
+	if fd.polling.Load() {
 		fd.drv.WakeLocked()
 	}
 }
@@ -215,7 +215,7 @@ func (fd *FD) Close(wake func()) bool {
 // the poller sweeps, and arms and sweeps once more when it stops
 // (SettleLocked), so what came is taken either way.
 func (fd *FD) Kick() {
-	if fd.pollingNow.Load() {
+	if fd.polling.Load() {
 		return
 	}
 	if fd.svc.CompareAndSwap(svcIdle, svcScheduled) {
@@ -241,7 +241,7 @@ func (fd *FD) service() {
 // polls: unless a poller runs, or nothing more can come, it arms the link
 // and polls once more, until a poll after the Arm finds nothing.
 func (fd *FD) SettleLocked() {
-	for !fd.polling && !fd.Mutex.Closed() && !fd.drv.QuietLocked() {
+	for !fd.polling.Load() && !fd.Mutex.Closed() && !fd.drv.QuietLocked() {
 		if !fd.drv.ArmLocked() || !fd.drv.SweepLocked(PollerBatch) {
 			return
 		}
@@ -251,7 +251,7 @@ func (fd *FD) SettleLocked() {
 // handOffLocked gives a free poller's role to a waiter that wants it, or
 // else leaves the link armed for Kick.
 func (fd *FD) handOffLocked() {
-	if fd.polling {
+	if fd.polling.Load() {
 		return
 	}
 	if fd.wanting > 0 {
@@ -264,7 +264,7 @@ func (fd *FD) handOffLocked() {
 // deadlinePassed wakes a Read or Write that polls, when its deadline passes.
 func (fd *FD) deadlinePassed() {
 	fd.mu.Lock()
-	if fd.polling && !fd.Mutex.Closed() {
+	if fd.polling.Load() && !fd.Mutex.Closed() {
 		fd.drv.WakeLocked()
 	}
 	fd.mu.Unlock()
@@ -331,6 +331,20 @@ func (fd *FD) spinLocked() time.Duration {
 	return min(2*fd.waitAvg+fd.waitAvg/4, maxAdaptiveSpin)
 }
 
+// startSpinLocked is how long a waiter polls now before it sleeps, and
+// whether it took a spinning slot for it (adaptive polling), which it gives
+// back when it stops polling; 0 with no slot free.
+func (fd *FD) startSpinLocked() (spin time.Duration, slot bool) {
+	spin = fd.spinLocked()
+	switch {
+	case spin <= 0 || fd.busyPoll > 0:
+		return spin, false
+	case takeSpinSlot():
+		return spin, true
+	}
+	return 0, false
+}
+
 // waitedLocked records a wait that ended with the call able to go on, for
 // adaptive polling.
 func (fd *FD) waitedLocked(since time.Time) {
@@ -359,27 +373,29 @@ func (fd *FD) WaitLocked(write bool) error {
 		ready, dl = fd.writable, &fd.writeDeadline
 	}
 	for {
-		if !fd.polling && !fd.drv.FailedLocked() {
+		if !fd.polling.Load() && !fd.drv.FailedLocked() {
 			return fd.pollForLocked(ready, dl)
 		}
 		// Another Read or Write polls (or the connection failed and nobody
 		// needs to): wait for it to tell or to hand the role on; with a
 		// busy-poll time, sweep meanwhile, so that a completion does not
 		// have to wait for the netpoller, which busy CPUs look at seldom.
-		if spin := fd.spinLocked(); spin > 0 && fd.polling && (fd.busyPoll > 0 || takeSpinSlot()) {
-			b := ReadSpinBatch
-			if write {
-				b = WriteSpinBatch
-			}
-			err, ok := fd.spinForLocked(spin, ready, dl, b)
-			if fd.busyPoll == 0 {
-				releaseSpinSlot()
-			}
-			if ok {
-				return err
-			}
-			if !fd.polling {
-				continue
+		if fd.polling.Load() {
+			if spin, slot := fd.startSpinLocked(); spin > 0 {
+				b := ReadSpinBatch
+				if write {
+					b = WriteSpinBatch
+				}
+				err, ok := fd.spinForLocked(spin, ready, dl, b)
+				if slot {
+					releaseSpinSlot()
+				}
+				if ok {
+					return err
+				}
+				if !fd.polling.Load() {
+					continue
+				}
 			}
 		}
 		fd.wanting++
@@ -409,7 +425,7 @@ func (fd *FD) WaitLocked(write bool) error {
 // spinForLocked sweeps into b for up to spin while another goroutine is
 // the poller; ok reports that the wait ended (with err).
 func (fd *FD) spinForLocked(spin time.Duration, ready chan struct{}, dl *Deadline, b Batch) (err error, ok bool) {
-	for end := time.Now().Add(spin); fd.polling && time.Now().Before(end); {
+	for end := time.Now().Add(spin); fd.polling.Load() && time.Now().Before(end); {
 		select {
 		case <-ready:
 			return nil, true
@@ -433,13 +449,12 @@ func (fd *FD) spinForLocked(spin time.Duration, ready chan struct{}, dl *Deadlin
 // Wait until ready fires, the deadline passes or the connection closes;
 // then it hands the role on.
 func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
-	fd.polling = true
-	fd.pollingNow.Store(true)
+	fd.polling.Store(true)
 	start := time.Now()
 	var spinUntil time.Time
-	slot := false // a spinning slot held (adaptive polling)
-	if spin := fd.spinLocked(); spin > 0 && (fd.busyPoll > 0 || takeSpinSlot()) {
-		spinUntil, slot = start.Add(spin), fd.busyPoll == 0
+	spin, slot := fd.startSpinLocked()
+	if spin > 0 {
+		spinUntil = start.Add(spin)
 	}
 	defer func() {
 		if slot {
@@ -479,8 +494,7 @@ func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
 			fd.sleepLocked()
 		}
 	}
-	fd.polling = false
-	fd.pollingNow.Store(false)
+	fd.polling.Store(false)
 	fd.handOffLocked()
 	return err
 }

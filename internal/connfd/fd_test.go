@@ -215,7 +215,7 @@ func TestFDIdleTakesCompletions(t *testing.T) {
 func TestFDWaiterPolls(t *testing.T) {
 	c := newFakeConn(0)
 	ch := result(c.read)
-	c.eventually(t, "polling", func() bool { return c.fd.polling && c.waits > 0 })
+	c.eventually(t, "polling", func() bool { return c.fd.polling.Load() && c.waits > 0 })
 	c.link.deliver(1, 0)
 	wantResult(t, ch, nil)
 	if k := c.link.kicks.Load(); k != 0 {
@@ -228,19 +228,19 @@ func TestFDWaiterPolls(t *testing.T) {
 func TestFDHandsRoleOn(t *testing.T) {
 	c := newFakeConn(0)
 	r := result(c.read)
-	c.eventually(t, "polling", func() bool { return c.fd.polling })
+	c.eventually(t, "polling", func() bool { return c.fd.polling.Load() })
 	w := result(c.write)
 	c.eventually(t, "wanting", func() bool { return c.fd.wanting == 1 })
 	c.link.deliver(1, 0)
 	wantResult(t, r, nil)
-	c.eventually(t, "the Write polling", func() bool { return c.fd.polling && c.fd.wanting == 0 })
+	c.eventually(t, "the Write polling", func() bool { return c.fd.polling.Load() && c.fd.wanting == 0 })
 	kicks := c.link.kicks.Load()
 	c.link.deliver(0, 1)
 	wantResult(t, w, nil)
 	if k := c.link.kicks.Load(); k != kicks {
 		t.Fatal("the Write's completion kicked a service: nobody had the role")
 	}
-	c.eventually(t, "settled", func() bool { return !c.fd.polling })
+	c.eventually(t, "settled", func() bool { return !c.fd.polling.Load() })
 }
 
 // TestFDDeadlineWakesPoller: a deadline wakes a Read asleep in the link's
@@ -248,7 +248,7 @@ func TestFDHandsRoleOn(t *testing.T) {
 func TestFDDeadlineWakesPoller(t *testing.T) {
 	c := newFakeConn(0)
 	ch := result(c.read)
-	c.eventually(t, "polling", func() bool { return c.fd.polling && c.waits > 0 })
+	c.eventually(t, "polling", func() bool { return c.fd.polling.Load() && c.waits > 0 })
 	c.fd.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 	wantResult(t, ch, os.ErrDeadlineExceeded)
 	wantResult(t, result(c.read), os.ErrDeadlineExceeded)
@@ -261,7 +261,7 @@ func TestFDDeadlineWakesPoller(t *testing.T) {
 func TestFDWaiterDeadline(t *testing.T) {
 	c := newFakeConn(0)
 	r := result(c.read)
-	c.eventually(t, "polling", func() bool { return c.fd.polling })
+	c.eventually(t, "polling", func() bool { return c.fd.polling.Load() })
 	c.fd.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
 	wantResult(t, result(c.write), os.ErrDeadlineExceeded)
 	c.link.deliver(1, 0)
@@ -273,7 +273,7 @@ func TestFDWaiterDeadline(t *testing.T) {
 func TestFDFailedConnection(t *testing.T) {
 	c := newFakeConn(0)
 	r := result(c.read)
-	c.eventually(t, "polling", func() bool { return c.fd.polling && c.waits > 0 })
+	c.eventually(t, "polling", func() bool { return c.fd.polling.Load() && c.waits > 0 })
 	c.mu.Lock()
 	c.failed = true
 	c.readable = 1 // the error is what a Read returns now
@@ -288,7 +288,7 @@ func TestFDFailedConnection(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.sweeps[PollerBatch] != sweeps || c.fd.polling {
+	if c.sweeps[PollerBatch] != sweeps || c.fd.polling.Load() {
 		t.Fatal("a failed connection was polled")
 	}
 }
@@ -298,7 +298,7 @@ func TestFDFailedConnection(t *testing.T) {
 func TestFDCloseWakesCalls(t *testing.T) {
 	c := newFakeConn(0)
 	r := result(c.read)
-	c.eventually(t, "polling", func() bool { return c.fd.polling && c.waits > 0 })
+	c.eventually(t, "polling", func() bool { return c.fd.polling.Load() && c.waits > 0 })
 	w := result(c.write)
 	c.eventually(t, "wanting", func() bool { return c.fd.wanting == 1 })
 	closed := make(chan struct{})
@@ -335,12 +335,12 @@ func TestFDBusyPoll(t *testing.T) {
 	c := newFakeConn(50 * time.Millisecond)
 	// One quick round makes the connection busy.
 	r := result(c.read)
-	c.eventually(t, "polling", func() bool { return c.fd.polling && c.waits > 0 })
+	c.eventually(t, "polling", func() bool { return c.fd.polling.Load() && c.waits > 0 })
 	c.link.deliver(1, 0)
 	wantResult(t, r, nil)
 	c.eventually(t, "busy", func() bool { return c.fd.busy })
 	r = result(c.read)
-	c.eventually(t, "polling", func() bool { return c.fd.polling })
+	c.eventually(t, "polling", func() bool { return c.fd.polling.Load() })
 	w := result(c.write)
 	c.eventually(t, "spinning", func() bool { return c.sweeps[WriteSpinBatch] > 0 })
 	c.link.deliver(1, 1)
