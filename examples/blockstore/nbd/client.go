@@ -353,8 +353,9 @@ func (c *Client) readReplies(mine *call) {
 			c.fail(fmt.Errorf("nbd: a reply with handle %d, which no request has", rep.handle))
 			return
 		}
+		var replyErr error
 		if rep.errno != 0 {
-			cl.reply <- rep.errno
+			replyErr = rep.errno
 		} else if cl.data != nil {
 			if _, err := io.ReadFull(r, cl.data); err != nil {
 				err = fmt.Errorf("nbd: reading a reply's data: %w", err)
@@ -362,10 +363,8 @@ func (c *Client) readReplies(mine *call) {
 				c.fail(err)
 				return
 			}
-			cl.reply <- nil
-		} else {
-			cl.reply <- nil
 		}
+		cl.reply <- replyErr
 		if cl == mine {
 			return
 		}

@@ -27,10 +27,11 @@ import (
 //
 // On an Immediate backend (Memory), a request that comes alone (nothing
 // queued, running or waiting to be written, and no more bytes read behind
-// it) is served by the reader itself, which writes its reply: a client that waits for each answer (a
-// queue depth of one) then costs no hand-off between goroutines, each a
-// wake-up that took longer than the request itself in the lab. A request
-// that comes while others are in flight goes to the workers as before.
+// it) is served by the reader itself, which writes its reply: a client
+// that waits for each answer (a queue depth of one) then costs no hand-off
+// between goroutines, each a wake-up that took longer than the request
+// itself in the lab. A request that comes while others are in flight goes
+// to the workers as before.
 
 // job is one request on its way from the reader to the writer.
 type job struct {
