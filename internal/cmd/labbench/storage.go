@@ -94,20 +94,19 @@ type storageFigure struct {
 	how             string  // the command, for the report
 	missing         string  // why there is no figure
 	raw             string  // output that could not be parsed
-	// A median of rounds (medianFigure): of how many rounds, how many
-	// rounds had no figure, and the rounds' throughputs.
-	of, missed int
+	// A median of rounds (medianFigure): the throughputs of the rounds
+	// that had a figure, and how many rounds had none.
 	roundsMBps []float64
+	missed     int
 }
 
 // storageRun is the section's result.
 type storageRun struct {
 	skipped  string // why the section was not measured, if it was not
 	duration time.Duration
-	rounds   int                                 // made
-	made     map[storageClient][][]storageFigure // by client and workload, one a round
-	figures  map[storageClient][]storageFigure   // by client, one per workload: the rounds' medians
-	setup    []string                            // what went wrong outside a figure
+	rounds   int                               // made
+	figures  map[storageClient][]storageFigure // by client, one per workload: the rounds' medians
+	setup    []string                          // what went wrong outside a figure
 }
 
 // runStorage measures the section: -rounds rounds, each of every client
@@ -118,7 +117,7 @@ func (b *bench) runStorage() {
 	if !b.withStorage {
 		return
 	}
-	run := &storageRun{duration: b.opt.storageDuration, made: map[storageClient][][]storageFigure{}, figures: map[storageClient][]storageFigure{}}
+	run := &storageRun{duration: b.opt.storageDuration, figures: map[storageClient][]storageFigure{}}
 	b.storage = run
 	if b.opt.blockstore == "" {
 		run.skipped = "labbench was not given -blockstore (`make bench` builds bin/blockstore and gives it)"
@@ -161,6 +160,7 @@ func (b *bench) runStorage() {
 			}
 		}()
 	}
+	made := map[storageClient][][]storageFigure{} // by client, a round's figures of every workload
 	for round := 1; round <= b.opt.rounds; round++ {
 		for _, c := range storageClients {
 			var figs []storageFigure
@@ -173,7 +173,7 @@ func (b *bench) runStorage() {
 				}
 			case goRDMA, goTCP:
 				for _, w := range storageWorkloads {
-					fmt.Fprintf(b.log, "labbench: storage, round %d/%d, %s: %s, queue depth %d\n", round, b.opt.rounds, c.label, w.name, w.depth)
+					b.logStorage(round, c, w)
 					figs = append(figs, b.goBench(ctx, c, addr, w, "-duration", b.opt.storageDuration.String()))
 				}
 			default:
@@ -183,19 +183,24 @@ func (b *bench) runStorage() {
 				run.setup = append(run.setup, fmt.Sprintf("round %d, %s: %v", round, c.label, err))
 				err = nil
 			}
-			run.made[c] = append(run.made[c], figs)
+			made[c] = append(made[c], figs)
 		}
 		run.rounds = round
 	}
 	for _, c := range storageClients {
 		for i := range storageWorkloads {
 			var rounds []storageFigure
-			for _, figs := range run.made[c] {
+			for _, figs := range made[c] {
 				rounds = append(rounds, figs[i])
 			}
 			run.figures[c] = append(run.figures[c], medianFigure(rounds))
 		}
 	}
+}
+
+// logStorage says which figure of the storage section is measured now.
+func (b *bench) logStorage(round int, c storageClient, w storageWorkload) {
+	fmt.Fprintf(b.log, "labbench: storage, round %d/%d, %s: %s, queue depth %d\n", round, b.opt.rounds, c.label, w.name, w.depth)
 }
 
 // missingFigures is a figure for every workload, each missing for why.
@@ -231,7 +236,7 @@ func medianFigure(rounds []storageFigure) storageFigure {
 		slices.Sort(vs)
 		return vs[(len(vs)-1)/2]
 	}
-	f := storageFigure{how: oks[0].how, of: len(oks), missed: len(rounds) - len(oks)}
+	f := storageFigure{how: oks[0].how, missed: len(rounds) - len(oks)}
 	f.mbps = med(func(f storageFigure) float64 { return f.mbps })
 	f.mean = med(func(f storageFigure) float64 { return f.mean })
 	f.p99 = med(func(f storageFigure) float64 { return f.p99 })
@@ -251,7 +256,7 @@ func (b *bench) anchorClient(ctx context.Context, c storageClient, round int) ([
 	defer disconnect()
 	var figs []storageFigure
 	for _, w := range storageWorkloads {
-		fmt.Fprintf(b.log, "labbench: storage, round %d/%d, %s: %s, queue depth %d\n", round, b.opt.rounds, c.label, w.name, w.depth)
+		b.logStorage(round, c, w)
 		figs = append(figs, b.fio(ctx, dev, w))
 	}
 	return figs, nil
@@ -331,7 +336,7 @@ func (b *bench) fioClient(ctx context.Context, c storageClient, addr string, rou
 	}
 	defer exec.Command("nbd-client", "-d", dev).Run()
 	for i, w := range storageWorkloads {
-		fmt.Fprintf(b.log, "labbench: storage, round %d/%d, %s: %s, queue depth %d\n", round, b.opt.rounds, c.label, w.name, w.depth)
+		b.logStorage(round, c, w)
 		figs[i] = b.fio(ctx, dev, w)
 	}
 	return figs, nil

@@ -156,7 +156,7 @@ func TestMedianFigure(t *testing.T) {
 		{mbps: 10, mean: 300, p99: 700, how: "b"},
 		{mbps: 20, mean: 200, p99: 800, how: "c"},
 	})
-	if f.missing != "" || f.mbps != 20 || f.mean != 200 || f.p99 != 800 || f.of != 3 || f.missed != 1 || f.how != "a" {
+	if f.missing != "" || f.mbps != 20 || f.mean != 200 || f.p99 != 800 || len(f.roundsMBps) != 3 || f.missed != 1 || f.how != "a" {
 		t.Errorf("median of three rounds and a missing one: %+v", f)
 	}
 	// An even count takes the lower middle of each value on its own.
