@@ -56,6 +56,9 @@ type Conn struct {
 
 	ticker   *time.Timer   // keepalive and dead-path checks (tick.go)
 	released chan struct{} // the link is closed and its memory freed (linger.go)
+	// viewsGone: linger waits on it for the application to release the
+	// ring memory it holds (view.go), when it holds some at Close.
+	viewsGone chan struct{}
 
 	// bytesSent and bytesReceived count what Write took and Read
 	// returned, under mu (which both already hold), for Connections.
@@ -178,6 +181,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 			}
 			return n, c.opError("read", err)
 		}
+		if c.eng.Queued() {
+			c.flushLocked() // the space given back while views are held (stream.Engine.View)
+		}
 		if err := c.fd.WaitLocked(false); err != nil {
 			return 0, c.opError("read", err)
 		}
@@ -195,6 +201,12 @@ func (c *Conn) Write(b []byte) (int, error) {
 	defer c.fd.RWUnlock(false)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.writeLocked(b)
+}
+
+// writeLocked is Write under the write lock and c.mu: a Write's bytes, or
+// a committed write buffer's (view.go).
+func (c *Conn) writeLocked(b []byte) (int, error) {
 	written := 0
 	for {
 		if c.closing {

@@ -23,6 +23,17 @@ func (c *Conn) linger() {
 	c.mu.Unlock()
 	c.fd.Linger(lingerTimeout)
 	c.link.Disconnect() // a session's: a resume that comes now is refused
+	// Views and a write buffer keep the rings mapped until released.
+	c.mu.Lock()
+	var gone chan struct{}
+	if c.eng.HoldsMemory() {
+		gone = make(chan struct{})
+		c.viewsGone = gone
+	}
+	c.mu.Unlock()
+	if gone != nil {
+		<-gone
+	}
 	c.link.Close()
 	c.mem.close()
 }

@@ -541,6 +541,7 @@ func (e *Pipe) Close() error {
 	e.closed = true
 	e.flight = nil
 	e.stopTimer()
+	e.poisonRings()
 	if d := e.cfg.Device; d != nil {
 		d.remove(e, len(e.cq))
 	}

@@ -113,6 +113,22 @@ func (e *Pipe) ReplaceSendRing(size int) ([]byte, error) {
 	return e.send, nil
 }
 
+// poisonRings poisons the rings this end made, as closing a queue pair
+// frees its memory (Close): a view that outlived them reads poison.
+func (e *Pipe) poisonRings() {
+	if e.cfg.SendMem == nil || !SameRing(e.send, e.cfg.SendMem) {
+		poison(e.send)
+	}
+	if e.cfg.RecvMem == nil && !e.recvGone {
+		poison(e.recv)
+	}
+	for _, r := range e.rings {
+		if !r.shared {
+			poison(r.mem)
+		}
+	}
+}
+
 func (e *Pipe) takeRingBytes(size int) error {
 	if e.cfg.RingLimit > 0 && e.ringBytes+size > e.cfg.RingLimit {
 		e.stats.RingsRefused++

@@ -199,6 +199,19 @@ type Engine struct {
 	corkRKey            uint32
 	arrived             bool // data arrived from the peer since this side last posted data
 
+	// Zero-copy (view.go): the views handed out and not all released,
+	// oldest first; bytes a View copied before it had them all, which
+	// the next Read or View takes first; how many bytes a waiting View
+	// needs (Readable); and the write buffer held, if any, and whether
+	// it is in the transmit ring.
+	views          []heldView
+	pending        []byte
+	viewWant       int
+	viewInPlace    bool
+	reserveWant    int
+	reserved       []byte
+	reservedInRing bool
+
 	err      error // why the stream failed, if it did
 	peerGone bool  // the peer disconnected
 	peerDone bool  // the peer shut down its sending side (Shutdown)
@@ -272,6 +285,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 		r := NewRecvRing(announce.Length, peerRetain)
 		r.mem = cfg.RecvRing
+		r.views = &e.views
 		send := &SendRing{}
 		e.recv, e.send = r, send
 		if cfg.PeerRing != nil {
@@ -430,7 +444,10 @@ func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
 // ErrWouldBlock: bytes, end of stream, or an error.
 func (e *Engine) Readable() bool {
 	_, n := e.recv.Readable()
-	return n > 0 || e.err != nil || e.peerGone || e.peerDone
+	if e.viewWant > 0 {
+		return e.viewReady(n)
+	}
+	return n > 0 || len(e.pending) > 0 || e.ended() || e.viewsBlock()
 }
 
 // Writable reports whether a Write would return something other than
@@ -442,6 +459,11 @@ func (e *Engine) Writable() bool {
 	if e.suspended() || e.grow.wantSend > 0 {
 		return false
 	}
+	if e.reserveWant > 0 {
+		// A write buffer waits for as many free bytes in the ring.
+		_, free, _ := e.sq.contiguous()
+		return free >= uint64(e.reserveWant)
+	}
 	_, space := e.sq.RingSpace()
 	return e.send.Room() > 0 && space > 0 && e.rc.canData()
 }
@@ -451,9 +473,20 @@ func (e *Engine) Writable() bool {
 // sent was read, and the stream's error after a failure (once what arrived
 // before it was read).
 func (e *Engine) Read(b []byte) (int, error) {
+	e.viewWant = 0
 	if len(b) == 0 {
 		return 0, nil
 	}
+	if len(e.pending) > 0 {
+		k := copy(b, e.pending)
+		e.pending = e.pending[k:]
+		return k, nil
+	}
+	return e.readRecv(b)
+}
+
+// readRecv is Read from the receive ring (or window).
+func (e *Engine) readRecv(b []byte) (int, error) {
 	if off, n := e.recv.Readable(); n > 0 {
 		k := copy(b, e.recv.Mem()[off:off+n])
 		if reply, send := e.recv.Consume(uint32(k)); send {
@@ -473,7 +506,7 @@ func (e *Engine) Read(b []byte) (int, error) {
 	case e.peerGone || e.peerDone:
 		return 0, io.EOF
 	}
-	return 0, ErrWouldBlock
+	return 0, e.recvBlocked(false)
 }
 
 // queueReply queues what Consume gives back to the peer: the window's
@@ -506,7 +539,16 @@ func (e *Engine) queueReply(m wire.Message) {
 // requested asks for one, so that the Writes after it can wait for it.
 func (e *Engine) Write(b []byte) (int, error) {
 	written := 0
-	e.sendLarge(len(b))
+	e.reserveWant = 0
+	// A committed write buffer in the ring is posted from where it is,
+	// and the ring is not replaced under it (view.go).
+	commit := e.reservedInRing && e.ownsReserved(b)
+	if e.reserved != nil && !e.ownsReserved(b) && len(b) > 0 {
+		return 0, ErrBufferHeld
+	}
+	if !commit {
+		e.sendLarge(len(b))
+	}
 	for {
 		switch {
 		case e.err != nil:
@@ -519,7 +561,7 @@ func (e *Engine) Write(b []byte) (int, error) {
 			return written, nil
 		case e.suspended():
 			return written, ErrWouldBlock
-		case e.grow.wantSend > 0:
+		case e.grow.wantSend > 0 && !commit:
 			// The transmit ring is replaced once what it holds completed.
 			e.postHeld(true)
 			e.signalTail()
@@ -536,7 +578,9 @@ func (e *Engine) Write(b []byte) (int, error) {
 			return written, ErrWouldBlock
 		}
 		n := min(uint64(len(b)-written), uint64(room), space)
-		copy(e.cfg.SendRing[off:], b[written:written+int(n)])
+		if dst := e.cfg.SendRing[off:]; !inPlace(dst, b[written:]) {
+			copy(dst, b[written:written+int(n)])
+		}
 		remote, rkey, _ := e.send.Take(uint32(n))
 		if held := e.sq.Held(); held > 0 && (off != e.corkOff+held || remote != e.corkRemote+held || rkey != e.corkRKey) {
 			// Not contiguous with the held bytes (a ring wrapped).

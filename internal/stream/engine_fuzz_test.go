@@ -5,6 +5,7 @@ import (
 	"io"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/wire"
@@ -29,6 +30,8 @@ func FuzzEngine(f *testing.F) {
 	f.Add(byte(0x87), []byte{4, 200, 5, 3, 7, 1, 7, 0x32, 0, 0x83, 0, 0x85, 7, 0})
 	// Rings that grow: data, a Ring offered, a RingAt.
 	f.Add(byte(0x0b), []byte{0, 3, 4, 200, 4, 200, 7, 3, 0, 0x86, 7, 3, 1, 10, 0, 0x87, 3, 200})
+	// Zero-copy: views taken and released while rings grow, a write buffer.
+	f.Add(byte(0x0b), []byte{0, 3, 1, 100, 3, 0x80, 3, 0xa0, 1, 200, 1, 200, 0, 0x86, 3, 0x84, 3, 0x81, 3, 0x82, 3, 0x8b, 1, 50, 3, 0x81})
 	// Receive credit with grants: data both ways, Credits from the peer.
 	f.Add(byte(0x53), []byte{8, 1, 4, 100, 1, 9, 1, 9, 4, 100, 7, 3, 0, 0x8c, 4, 200, 1, 9})
 	f.Fuzz(func(t *testing.T, mode byte, ops []byte) {
@@ -80,6 +83,7 @@ func FuzzEngine(f *testing.F) {
 			t.Fatalf("the accepting side of an iWARP link posted %d requests before the peer spoke", len(r.sent))
 		}
 		buf := make([]byte, 1000)
+		var views [][]byte
 		for i := 0; i+1 < len(ops); i += 2 {
 			op, arg := ops[i]%8, ops[i+1]
 			switch op {
@@ -98,7 +102,11 @@ func FuzzEngine(f *testing.F) {
 			case 2: // a completion for some request
 				e.Handle(&link.Completion{Kind: link.SendDone, ID: uint64(arg)})
 			case 3:
-				if _, err := e.Read(buf[:1+int(arg)%len(buf)]); err != nil && err != ErrWouldBlock && err != io.EOF && e.Err() == nil {
+				if arg&0x80 != 0 {
+					views = fuzzZeroCopy(t, e, arg, views)
+					break
+				}
+				if _, err := e.Read(buf[:1+int(arg)%len(buf)]); err != nil && err != ErrWouldBlock && err != ErrViewsFull && err != io.EOF && e.Err() == nil {
 					t.Fatalf("Read failed with %v but the engine has no error", err)
 				}
 			case 4:
@@ -144,7 +152,8 @@ func FuzzEngine(f *testing.F) {
 			if off, n := e.recv.Readable(); uint64(off)+uint64(n) > uint64(len(e.recv.Mem())) {
 				t.Fatalf("readable [%d,+%d) outside the %d-byte ring", off, n, len(e.recv.Mem()))
 			}
-			if err := e.Err(); err != nil {
+			checkViews(t, e)
+			if err := e.Err(); err != nil && e.reserved == nil {
 				if _, werr := e.Write([]byte("x")); werr != err && !errors.Is(werr, err) {
 					t.Fatalf("after the failure %v, Write = %v", err, werr)
 				}
@@ -161,3 +170,67 @@ type fuzzGranter struct {
 }
 
 func (g fuzzGranter) Grant(held, n int) int { return n * g.quarter / 4 }
+
+// fuzzZeroCopy runs one zero-copy call that arg says: a View, a Release
+// (of a view held, or of a slice that is not one), a Reserve, or a Commit
+// of part of the write buffer. It returns the views held.
+func fuzzZeroCopy(t *testing.T, e *Engine, arg byte, views [][]byte) [][]byte {
+	n := 1 + int(arg>>2&0x1f)*97
+	switch arg % 4 {
+	case 0:
+		if v, err := e.View(n); len(v) > 0 {
+			views = append(views, v)
+		} else if err == nil {
+			t.Fatalf("View(%d) returned nothing and no error", n)
+		}
+	case 1:
+		if len(views) == 0 {
+			if err := e.Release(make([]byte, 3)); err != ErrNotView {
+				t.Fatalf("Release of a slice that is no view: %v", err)
+			}
+			break
+		}
+		i := n % len(views)
+		if err := e.Release(views[i]); err != nil {
+			t.Fatalf("Release of a view held: %v", err)
+		}
+		views = append(views[:i], views[i+1:]...)
+	case 2:
+		e.Reserve(n)
+	case 3:
+		if b := e.Reserved(); b != nil {
+			e.Write(b[:n%(len(b)+1)])
+			e.EndReserve()
+		}
+	}
+	return views
+}
+
+// checkViews fails t if a view held in place is in none of the rings the
+// engine still holds (a ring was given back under it), or if more bytes
+// arrived than the peer could send without overwriting one.
+func checkViews(t *testing.T, e *Engine) {
+	r, ok := e.recv.(*RecvRing)
+	if !ok {
+		return
+	}
+	if r.written-r.freed() > r.peerRoom() && r.peerRetain == 0 {
+		t.Fatalf("%d bytes arrived beyond the %d freed, in a ring of %d", r.written-r.freed(), r.freed(), r.WriteSize())
+	}
+	rings := append([][]byte{r.mem, r.WriteMem()}, r.retired...)
+	for _, v := range e.views {
+		if v.copied || v.released {
+			continue
+		}
+		in := false
+		for _, mem := range rings {
+			if len(mem) > 0 && uintptr(unsafe.Pointer(v.data)) >= uintptr(unsafe.Pointer(&mem[0])) &&
+				uintptr(unsafe.Pointer(v.data))+uintptr(v.n) <= uintptr(unsafe.Pointer(&mem[0]))+uintptr(len(mem)) {
+				in = true
+			}
+		}
+		if !in {
+			t.Fatalf("a view of %d bytes at %d is in no ring the engine holds", v.n, v.at)
+		}
+	}
+}

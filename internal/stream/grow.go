@@ -138,7 +138,7 @@ func (e *Engine) dataArrived() {
 	// at the first ring's worth (both sides writing first would deadlock
 	// there). At once, because no further ring is offered while the full
 	// one is unread.
-	if r, ok := e.recv.(*RecvRing); ok && r.written-r.read >= uint64(size) {
+	if r, ok := e.recv.(*RecvRing); ok && r.written-r.freed() >= uint64(size) {
 		fast, want = true, g.maxRecv
 	}
 	if fast && size < g.maxRecv && g.wantRecv == 0 && !e.recvChanging() {
@@ -204,7 +204,7 @@ func (e *Engine) growthDue() bool {
 		return true
 	}
 	r, ok := e.recv.(*RecvRing)
-	return ok && len(r.retired) > 0
+	return ok && len(r.retired) > 0 && !r.holdsRing()
 }
 
 // applyGrowth makes, replaces and gives back rings on the link (Flush).
@@ -222,7 +222,8 @@ func (e *Engine) applyGrowth(l Poster) {
 		}
 		return
 	}
-	if r, ok := e.recv.(*RecvRing); ok {
+	// A ring a view may be in waits, retired, for its last one (view.go).
+	if r, ok := e.recv.(*RecvRing); ok && !r.holdsRing() {
 		for _, mem := range r.retired {
 			if err := rl.ReleaseRecvRing(mem); err != nil {
 				e.Fail(err)
@@ -234,7 +235,8 @@ func (e *Engine) applyGrowth(l Poster) {
 	}
 	// Not while bytes wait to be sent again after a Resume: they are in
 	// the ring, beyond what the queue counts.
-	if size := g.wantSend; size > 0 && e.sq.Completed() && e.resend == 0 && !e.resuming {
+	// Nor under a write buffer held in it (view.go).
+	if size := g.wantSend; size > 0 && e.sq.Completed() && e.resend == 0 && !e.resuming && !e.reservedInRing {
 		g.wantSend = 0
 		e.replaceSendRing(rl, size)
 	}

@@ -23,9 +23,13 @@ type RecvRing struct {
 	mem           []byte // the ring being read
 	size          uint64
 	written, read uint64 // running totals
-	credited      uint64 // read, as last told to the peer
-	creditEvery   uint64
-	peerRetain    uint64
+	credited      uint64 // freed, as last told to the peer
+	// Views (view.go): bytes read in place and not yet released, oldest
+	// first. The ring's space is given back up to the oldest view still
+	// held (freed), not up to read.
+	views       *[]heldView // the engine's (nil: none are taken)
+	creditEvery uint64
+	peerRetain  uint64
 
 	offered *ringSpan // a ring offered to the peer, which it has not yet switched to
 	next    *ringSpan // the ring the peer switched to, from next.at on
@@ -60,8 +64,22 @@ func (r *RecvRing) setCreditEvery() {
 // Mem is the memory Readable's offsets are in.
 func (r *RecvRing) Mem() []byte { return r.mem }
 
-// Totals are the running totals of bytes that arrived and were read.
-func (r *RecvRing) Totals() (received, consumed uint64) { return r.written, r.read }
+// Totals are the running totals of bytes that arrived and whose space was
+// given back (read, and not held in a view).
+func (r *RecvRing) Totals() (received, consumed uint64) { return r.written, r.freed() }
+
+// freed is the running total of bytes whose space may be written again:
+// read, up to the oldest view still held.
+func (r *RecvRing) freed() uint64 {
+	if r.views != nil {
+		for _, v := range *r.views {
+			if !v.copied && !v.released {
+				return v.at
+			}
+		}
+	}
+	return r.read
+}
 
 // Relinked notes that the peer learns the consumed total from Resume, and
 // withdraws a ring offered that the peer did not switch to (its RingAt
@@ -69,7 +87,7 @@ func (r *RecvRing) Totals() (received, consumed uint64) { return r.written, r.re
 // this side announces on the new link, WriteMem, and the ring offered is
 // given back (retired).
 func (r *RecvRing) Relinked() {
-	r.credited = r.read
+	r.credited = r.freed()
 	if r.offered != nil {
 		r.retired = append(r.retired, r.offered.mem)
 		r.offered = nil
@@ -93,7 +111,7 @@ func (r *RecvRing) Arrived(n uint32) error {
 	if r.next != nil {
 		size = uint64(len(r.next.mem))
 	}
-	if unread := r.written - r.read; unread > size || uint64(n) > size-unread {
+	if unread := r.written - r.freed(); unread > size || uint64(n) > size-unread {
 		return protocolErrorf("peer wrote %d bytes into a ring with %d free", n, size-min(size, unread))
 	}
 	if off := r.written % size; off+uint64(n) > size {
@@ -139,19 +157,27 @@ func (r *RecvRing) Consume(n uint32) (credit wire.Message, send bool) {
 	}
 	r.read += uint64(n)
 	r.advance()
-	if r.read/r.creditEvery == r.credited/r.creditEvery {
+	return r.freedCredit()
+}
+
+// freedCredit returns the Credit to send, if the space given back crossed
+// a multiple of creditEvery since the last one.
+func (r *RecvRing) freedCredit() (credit wire.Message, send bool) {
+	if r.freed()/r.creditEvery == r.credited/r.creditEvery {
 		return wire.Message{}, false
 	}
 	return r.credit()
 }
 
-// credit is the Credit for everything read, if any of it is not credited.
+// credit is the Credit for all the space given back, if any of it is not
+// credited.
 func (r *RecvRing) credit() (wire.Message, bool) {
-	if r.read == r.credited {
+	freed := r.freed()
+	if freed == r.credited {
 		return wire.Message{}, false
 	}
-	r.credited = r.read
-	return wire.Message{Op: wire.OpCredit, ConsumedBytes: r.read}, true
+	r.credited = freed
+	return wire.Message{Op: wire.OpCredit, ConsumedBytes: freed}, true
 }
 
 // WriteSize is the size of the ring the peer writes into: the one it

@@ -66,6 +66,20 @@ func (q *SendQueue) RingSpace() (off uint64, n uint64) {
 	return off, n
 }
 
+// contiguous returns where the next bytes written go in the ring, how
+// many are free there up to the ring's end (a write buffer, view.go), and
+// how many will be once every request in flight completed, without the
+// peer's acknowledgement that a resumable session also waits for.
+func (q *SendQueue) contiguous() (off, free, completing uint64) {
+	off = (q.put + q.held) % q.ring
+	free = min(q.ring-(q.put+q.held-q.released()), q.ring-off)
+	completing = min(q.ring-q.held, q.ring-off)
+	if q.retain {
+		completing = min(q.ring-(q.put+q.held-q.acked), q.ring-off)
+	}
+	return off, free, completing
+}
+
 // Hold records n ring bytes copied at RingSpace's offset and kept back, to
 // be posted later, together with bytes held after them, as one data write
 // (PostHeld): small writes coalesce while a signaled request is in flight.

@@ -1,0 +1,170 @@
+package rdmanet
+
+import (
+	"io"
+	"net"
+	"os"
+
+	"github.com/rdmanet/sdk/internal/stream"
+)
+
+// Zero-copy reading and writing (issue 26; docs/engine.md, "Zero-copy").
+//
+// ReadView and ReleaseView read in place, in the shape of bufio.Reader's
+// Peek and Discard; WriteBuffer and Commit write in place, in the shape
+// of bufio.Writer's AvailableBuffer. They are opt-in: Read and Write are
+// unchanged, and may be mixed with them.
+//
+// Ring memory outlives every view of it and the write buffer: a ring with
+// views is never replaced, shrunk or given back, and a closed
+// connection's rings are freed only once the last view is released and
+// the write buffer committed (or abandoned with Commit(0)). Release them,
+// after Close too.
+
+var (
+	// ErrNotView: ReleaseView of a slice that is not a view held on the
+	// connection (never returned by ReadView, released already, or
+	// resliced).
+	ErrNotView = stream.ErrNotView
+	// ErrViewsFull: the views held fill the receive ring, which is at
+	// its largest, so the bytes a ReadView waits for cannot come until
+	// some are released.
+	ErrViewsFull = stream.ErrViewsFull
+	// ErrTooManyViews: a ReadView while MaxViews views are held.
+	ErrTooManyViews = stream.ErrTooManyViews
+	// ErrBufferHeld: a Write or a WriteBuffer while a write buffer is held.
+	ErrBufferHeld = stream.ErrBufferHeld
+	// ErrNoBuffer: a Commit without a write buffer, or of more bytes than it has.
+	ErrNoBuffer = stream.ErrNoBuffer
+)
+
+// MaxViews is how many views a connection holds at once.
+const MaxViews = stream.MaxViews
+
+// ReadView waits for the next n bytes of the stream and returns them, in
+// place in the receive ring: no copy is made. Reads after it return the
+// bytes after them. The view stays valid, and its bytes unchanged, until
+// ReleaseView; until then its space in the ring is not given back to the
+// peer, so hold views briefly, as a kernel's socket buffer would fill.
+//
+// Where the n bytes are not contiguous in the ring (they wrap at its end,
+// or n exceeds it) and toward a Valkey peer, the view is a copy, released
+// like any other. At the end of the stream it returns the bytes that
+// remain with io.ErrUnexpectedEOF, or io.EOF if none do; the read deadline
+// and Close apply as to Read. ErrViewsFull says that the views held keep
+// the bytes from coming.
+func (c *Conn) ReadView(n int) ([]byte, error) {
+	if !c.fd.RWLock(true) {
+		return nil, c.opError("read", net.ErrClosed)
+	}
+	defer c.fd.RWUnlock(true)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if c.closing {
+			return nil, c.opError("read", net.ErrClosed)
+		}
+		if c.fd.DeadlinePassed(false) {
+			return nil, c.opError("read", os.ErrDeadlineExceeded)
+		}
+		v, err := c.eng.View(n)
+		if err != stream.ErrWouldBlock {
+			c.bytesReceived += uint64(len(v))
+			c.flushLocked()
+			if err == nil || err == io.EOF || err == io.ErrUnexpectedEOF {
+				return v, err
+			}
+			return v, c.opError("read", err)
+		}
+		if c.eng.Queued() {
+			c.flushLocked() // the space given back
+		}
+		if err := c.fd.WaitLocked(false); err != nil {
+			return nil, c.opError("read", err)
+		}
+	}
+}
+
+// ReleaseView gives back a view that ReadView returned, whole: its space in
+// the ring goes back to the peer once the views before it are released
+// too. It may be called from any goroutine, and after Close.
+func (c *Conn) ReleaseView(v []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.eng.Release(v); err != nil {
+		return c.opError("release", err)
+	}
+	c.memoryReturnedLocked()
+	return nil
+}
+
+// WriteBuffer returns n bytes to fill and Commit: free space in the
+// transmit ring, after every byte written, which Commit sends from where
+// it is. It waits, as Write does, until n bytes there are free; where
+// they are not contiguous (the ring wraps, or n exceeds it) the buffer is
+// a copy, which Commit copies as Write would. Writes and WriteBuffer
+// return ErrBufferHeld until the buffer is committed.
+func (c *Conn) WriteBuffer(n int) ([]byte, error) {
+	if !c.fd.RWLock(false) {
+		return nil, c.opError("write", net.ErrClosed)
+	}
+	defer c.fd.RWUnlock(false)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if c.closing {
+			return nil, c.opError("write", net.ErrClosed)
+		}
+		if c.fd.DeadlinePassed(true) {
+			return nil, c.opError("write", os.ErrDeadlineExceeded)
+		}
+		b, err := c.eng.Reserve(n)
+		c.flushLocked()
+		switch {
+		case err == nil:
+			return b, nil
+		case err != stream.ErrWouldBlock:
+			return nil, c.opError("write", err)
+		}
+		if err := c.fd.WaitLocked(true); err != nil {
+			return nil, c.opError("write", err)
+		}
+	}
+}
+
+// Commit sends the first n bytes of the buffer WriteBuffer returned and
+// ends the buffer; Commit(0) abandons it. It returns as Write does: once
+// the bytes are posted, with how many were and an error if not all were.
+// After Close it ends the buffer and returns net.ErrClosed.
+func (c *Conn) Commit(n int) (int, error) {
+	if !c.fd.RWLock(false) {
+		c.mu.Lock()
+		c.eng.EndReserve()
+		c.memoryReturnedLocked()
+		c.mu.Unlock()
+		return 0, c.opError("write", net.ErrClosed)
+	}
+	defer c.fd.RWUnlock(false)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.eng.Reserved()
+	if b == nil || n < 0 || n > len(b) {
+		return 0, c.opError("write", ErrNoBuffer)
+	}
+	defer c.memoryReturnedLocked()
+	defer c.eng.EndReserve()
+	return c.writeLocked(b[:n])
+}
+
+// memoryReturnedLocked lets a closed connection free its rings once the
+// application holds none of their memory (linger); c.mu is held.
+func (c *Conn) memoryReturnedLocked() {
+	if !c.closing {
+		c.flushLocked() // a Credit may be due
+		return
+	}
+	if c.viewsGone != nil && !c.eng.HoldsMemory() {
+		close(c.viewsGone)
+		c.viewsGone = nil
+	}
+}
