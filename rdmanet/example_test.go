@@ -3,6 +3,7 @@ package rdmanet_test
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -105,4 +106,56 @@ func ExampleConfig_noLinkGroups() {
 	if info.Stream == 0 {
 		fmt.Printf("queue pair %d of its own on %s\n", info.QP, info.Device)
 	}
+}
+
+// Reading and writing in place: a view into the receive ring, released
+// once used, and a write buffer in the transmit ring, filled and
+// committed. ZeroCopyOf gives the same calls over a TCP fallback, where
+// they copy (as on this host, which has no RDMA).
+func ExampleZeroCopyOf() {
+	ln, err := rdmanet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		zc := rdmanet.ZeroCopyOf(c)
+		// A 4-byte length, then that many bytes: both read in place.
+		hdr, err := zc.ReadView(4)
+		if err != nil {
+			return
+		}
+		n := int(binary.BigEndian.Uint32(hdr))
+		zc.ReleaseView(hdr)
+		body, err := zc.ReadView(n)
+		if err != nil {
+			return
+		}
+		fmt.Printf("server: %s\n", body)
+		zc.ReleaseView(body) // the ring's space goes back to the peer
+	}()
+
+	c, err := rdmanet.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	zc := rdmanet.ZeroCopyOf(c)
+	msg := "hello, in place"
+	b, err := zc.WriteBuffer(4 + len(msg))
+	if err != nil {
+		log.Fatal(err)
+	}
+	binary.BigEndian.PutUint32(b, uint32(len(msg)))
+	copy(b[4:], msg) // where a storage server would read its block into
+	if _, err := zc.Commit(len(b)); err != nil {
+		log.Fatal(err)
+	}
+	io.Copy(io.Discard, c) // until the server closes
+	// Output: server: hello, in place
 }

@@ -1,6 +1,7 @@
 package rdmanet
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -167,4 +168,69 @@ func (c *Conn) memoryReturnedLocked() {
 		close(c.viewsGone)
 		c.viewsGone = nil
 	}
+}
+
+// ZeroCopier reads and writes in place: a *Conn, or ZeroCopyOf's copying
+// stand-in for any other net.Conn.
+type ZeroCopier interface {
+	ReadView(n int) ([]byte, error)
+	ReleaseView(v []byte) error
+	WriteBuffer(n int) ([]byte, error)
+	Commit(n int) (int, error)
+}
+
+// ZeroCopyOf returns c's zero-copy calls: c itself when it is an RDMA
+// connection (*Conn); for any other net.Conn (a TCP fallback, say), calls
+// of the same meaning that copy: a view is a new slice filled with
+// io.ReadFull, and a write buffer is a slice that Commit writes. Code
+// written against it runs over every connection Dial and Accept return.
+func ZeroCopyOf(c net.Conn) ZeroCopier {
+	if rc, ok := c.(*Conn); ok {
+		return rc
+	}
+	return &copyingZeroCopier{conn: c}
+}
+
+// copyingZeroCopier is ZeroCopier over a net.Conn that has no rings.
+type copyingZeroCopier struct {
+	conn net.Conn
+	buf  []byte // the write buffer held, if any
+	held bool
+}
+
+func (z *copyingZeroCopier) ReadView(n int) ([]byte, error) {
+	if n <= 0 {
+		return nil, errors.New("rdmanet: ReadView of a non-positive length")
+	}
+	b := make([]byte, n)
+	k, err := io.ReadFull(z.conn, b)
+	if k == 0 {
+		return nil, err
+	}
+	return b[:k], err
+}
+
+// ReleaseView has nothing to give back: the view was the caller's copy.
+func (z *copyingZeroCopier) ReleaseView([]byte) error { return nil }
+
+func (z *copyingZeroCopier) WriteBuffer(n int) ([]byte, error) {
+	switch {
+	case n <= 0:
+		return nil, errors.New("rdmanet: WriteBuffer of a non-positive length")
+	case z.held:
+		return nil, ErrBufferHeld
+	}
+	if cap(z.buf) < n {
+		z.buf = make([]byte, n)
+	}
+	z.buf, z.held = z.buf[:n], true
+	return z.buf, nil
+}
+
+func (z *copyingZeroCopier) Commit(n int) (int, error) {
+	if !z.held || n < 0 || n > len(z.buf) {
+		return 0, ErrNoBuffer
+	}
+	z.held = false
+	return z.conn.Write(z.buf[:n])
 }
