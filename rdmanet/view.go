@@ -157,6 +157,15 @@ func (c *Conn) Commit(n int) (int, error) {
 	return c.writeLocked(b[:n])
 }
 
+// Buffered returns how many received bytes can be read now, without
+// waiting: a server that finds none behind a request knows the request
+// came alone, as bufio.Reader.Buffered tells of its buffer.
+func (c *Conn) Buffered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.eng.Buffered()
+}
+
 // memoryReturnedLocked lets a closed connection free its rings once the
 // application holds none of their memory (linger); c.mu is held.
 func (c *Conn) memoryReturnedLocked() {

@@ -326,3 +326,15 @@ func (e *Engine) ViewsHeld() (inPlace, copies int) {
 // Queued reports whether requests wait for Flush: a Read or a View that
 // must wait may have given space back first (recvBlocked).
 func (e *Engine) Queued() bool { return len(e.out) > 0 || e.grow.wrapped }
+
+// Buffered is how many received bytes a Read may take without waiting.
+func (e *Engine) Buffered() int {
+	n := len(e.pending)
+	switch r := e.recv.(type) {
+	case *RecvRing:
+		n += int(r.written - r.read)
+	case *RecvWindow:
+		n += int(r.written - r.read)
+	}
+	return n
+}

@@ -41,6 +41,12 @@ type Client struct {
 	// waits.
 	r    *bufio.Reader
 	role chan struct{}
+
+	// zc: requests are written and replies read in place (an
+	// rdmanet.Conn; see InPlace), or nil: a request is written into the
+	// transmit ring with its data, and a reply's data copied from the
+	// receive ring into the caller's buffer, without bufio's copies.
+	zc InPlace
 }
 
 // call is a request waiting for its reply.
@@ -53,6 +59,9 @@ type call struct {
 type ClientOptions struct {
 	// ExportName is the export to ask for (default "", the default export).
 	ExportName string
+	// NoInPlace turns off writing requests and reading replies in place
+	// over a connection that can (InPlace).
+	NoInPlace bool
 }
 
 // ErrClientClosed is the error of calls on a closed Client.
@@ -78,6 +87,9 @@ func NewClient(ctx context.Context, nc net.Conn, opts ClientOptions) (*Client, e
 	}
 	nc.SetDeadline(time.Time{})
 	c := &Client{nc: nc, info: info, w: w, pending: make(map[uint64]*call), r: r, role: make(chan struct{}, 1)}
+	if zc, ok := nc.(InPlace); ok && !opts.NoInPlace && r.Buffered() == 0 {
+		c.zc = zc
+	}
 	c.role <- struct{}{}
 	return c, nil
 }
@@ -298,10 +310,7 @@ func (c *Client) do(req request, payload, readInto []byte) error {
 	req.handle = c.handle
 	c.pending[req.handle] = cl
 	c.mu.Unlock()
-	encodeRequest(c.hdr[:], req)
-	c.w.Write(c.hdr[:])
-	c.w.Write(payload)
-	err := c.w.Flush()
+	err := c.sendLocked(req, payload)
 	c.wmu.Unlock()
 	if err != nil {
 		c.fail(fmt.Errorf("nbd: sending a request: %w", err))
@@ -326,14 +335,45 @@ func (c *Client) do(req request, payload, readInto []byte) error {
 	}
 }
 
+// sendLocked sends a request and its data; c.wmu is held.
+func (c *Client) sendLocked(req request, payload []byte) error {
+	if c.zc == nil {
+		encodeRequest(c.hdr[:], req)
+		c.w.Write(c.hdr[:])
+		c.w.Write(payload)
+		return c.w.Flush()
+	}
+	b, err := c.zc.WriteBuffer(requestHeaderSize + len(payload))
+	if err != nil {
+		return err
+	}
+	encodeRequest(b, req)
+	copy(b[requestHeaderSize:], payload)
+	_, err = c.zc.Commit(len(b))
+	return err
+}
+
+// readFull reads len(b) bytes of the reply stream into b.
+func (c *Client) readFull(b []byte) error {
+	if c.zc == nil {
+		_, err := io.ReadFull(c.r, b)
+		return err
+	}
+	v, err := c.zc.ReadView(len(b))
+	copy(b, v)
+	if len(v) > 0 {
+		c.zc.ReleaseView(v)
+	}
+	return err
+}
+
 // readReplies reads replies, as the reader, and hands each to its call
 // until mine's came (mine nil: until the connection ends), or the
 // connection fails, which fails every call waiting.
 func (c *Client) readReplies(mine *call) {
-	r := c.r
 	var hb [replyHeaderSize]byte
 	for {
-		if _, err := io.ReadFull(r, hb[:]); err != nil {
+		if err := c.readFull(hb[:]); err != nil {
 			c.fail(fmt.Errorf("nbd: reading a reply: %w", err))
 			return
 		}
@@ -357,7 +397,7 @@ func (c *Client) readReplies(mine *call) {
 		if rep.errno != 0 {
 			replyErr = rep.errno
 		} else if cl.data != nil {
-			if _, err := io.ReadFull(r, cl.data); err != nil {
+			if err := c.readFull(cl.data); err != nil {
 				err = fmt.Errorf("nbd: reading a reply's data: %w", err)
 				cl.reply <- err
 				c.fail(err)
@@ -400,9 +440,7 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 	if !broken {
-		encodeRequest(c.hdr[:], request{cmd: CmdDisc})
-		c.w.Write(c.hdr[:])
-		c.w.Flush()
+		c.sendLocked(request{cmd: CmdDisc}, nil)
 	}
 	c.wmu.Unlock()
 	if !broken {

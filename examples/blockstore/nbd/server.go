@@ -43,6 +43,10 @@ type Options struct {
 	// OnConn, if set, is called with each accepted connection before its
 	// handshake, in the connection's goroutine.
 	OnConn func(net.Conn)
+	// NoInPlace turns off reading requests and writing replies in place
+	// over connections that can (InPlace, an rdmanet.Conn): they go
+	// through buffers of their own, as over TCP.
+	NoInPlace bool
 }
 
 const (

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/rdmanet/sdk/rdmanet"
 )
 
 // A connection in the transmission phase runs three kinds of goroutines:
@@ -33,9 +35,29 @@ import (
 // itself in the lab. A request that comes while others are in flight goes
 // to the workers as before.
 
+// In place: over a connection that reads and writes in place (an
+// rdmanet.Conn: InPlace) and on an Immediate backend, a write's data is
+// a view into the connection's receive ring, written to the backend from
+// there and then released, and a read's reply is a write buffer in the
+// transmit ring that the backend's bytes are read straight into. The
+// bytes are copied once each way, between the ring and the backend,
+// where bufio and a buffer of the job's own made it three times.
+
+// InPlace is a connection that reads and writes in place, as
+// rdmanet.Conn does (rdmanet.ZeroCopier), and says how many bytes it
+// holds unread.
+type InPlace interface {
+	ReadView(n int) ([]byte, error)
+	ReleaseView(v []byte) error
+	WriteBuffer(n int) ([]byte, error)
+	Commit(n int) (int, error)
+	Buffered() int
+}
+
 // job is one request on its way from the reader to the writer.
 type job struct {
 	req   request
+	view  []byte // a write's data in place (InPlace), until written
 	data  []byte // a write's data, then a read's
 	errno Errno
 	cost  int64 // of the connection's budget, given back once answered
@@ -59,6 +81,10 @@ type conn struct {
 	wmu       sync.Mutex
 	w         *bufio.Writer
 	immediate bool // the backend is Immediate: the reader may run a request
+	// zc: requests are read and replies written in place, or nil;
+	// released says that a view was released (capacity 1).
+	zc       InPlace
+	released chan struct{}
 }
 
 // transmit serves requests until the client disconnects (NBD_CMD_DISC or
@@ -77,6 +103,12 @@ func (s *Server) transmit(nc net.Conn, r *bufio.Reader, w *bufio.Writer) {
 	}
 	if b, ok := s.backend.(Immediate); ok {
 		c.immediate = b.Immediate()
+	}
+	// In place only on an Immediate backend, whose reads the writer runs
+	// as it writes the reply (a file's would wait for each other there);
+	// and only from the first byte the handshake's reader left.
+	if zc, ok := nc.(InPlace); ok && c.immediate && !s.opts.NoInPlace && r.Buffered() == 0 && w.Buffered() == 0 {
+		c.zc, c.released = zc, make(chan struct{}, 1)
 	}
 	var workers sync.WaitGroup
 	workers.Add(s.opts.Workers)
@@ -106,12 +138,8 @@ func (s *Server) transmit(nc net.Conn, r *bufio.Reader, w *bufio.Writer) {
 // connection's, io.EOF where the client hung up between requests,
 // io.ErrUnexpectedEOF where it did in the middle of one, or a bad magic.
 func (c *conn) readRequests() error {
-	var hb [requestHeaderSize]byte
 	for {
-		if _, err := io.ReadFull(c.r, hb[:]); err != nil {
-			return err
-		}
-		req, err := decodeRequest(hb[:])
+		req, err := c.readHeader()
 		if err != nil {
 			return err
 		}
@@ -122,7 +150,7 @@ func (c *conn) readRequests() error {
 			// A write's data follows its header whatever the answer: read
 			// past it to the next request.
 			if req.cmd == CmdWrite {
-				if _, err := io.CopyN(io.Discard, c.r, int64(req.length)); err != nil {
+				if _, err := io.CopyN(io.Discard, c.reader(), int64(req.length)); err != nil {
 					return err
 				}
 			}
@@ -135,16 +163,14 @@ func (c *conn) readRequests() error {
 			c.budget.acquire(j.cost)
 		}
 		if req.cmd == CmdWrite {
-			j.data = getBuffer(int(req.length))
-			if _, err := io.ReadFull(c.r, j.data); err != nil {
+			if err := c.readData(j); err != nil {
 				// The client left in the middle of a write: none of it is
 				// written.
-				putBuffer(j.data)
 				c.budget.release(j.cost)
 				return err
 			}
 		}
-		if c.immediate && c.inflight.Load() == 0 && c.r.Buffered() == 0 {
+		if c.immediate && c.inflight.Load() == 0 && c.buffered() == 0 {
 			c.s.inlined.Add(1)
 			c.execute(j)
 			c.reply(j)
@@ -154,6 +180,90 @@ func (c *conn) readRequests() error {
 		c.inflight.Add(1)
 		c.queue <- j
 	}
+}
+
+// readHeader reads the next request's header: through the reader's
+// buffer, or in place.
+func (c *conn) readHeader() (request, error) {
+	if c.zc == nil {
+		var hb [requestHeaderSize]byte
+		if _, err := io.ReadFull(c.r, hb[:]); err != nil {
+			return request{}, err
+		}
+		return decodeRequest(hb[:])
+	}
+	hb, err := c.view(requestHeaderSize)
+	if err != nil {
+		if len(hb) > 0 {
+			c.zc.ReleaseView(hb)
+		}
+		return request{}, err
+	}
+	req, err := decodeRequest(hb)
+	c.zc.ReleaseView(hb)
+	return req, err
+}
+
+// readData reads a write's data: into a buffer of the job's, or as a view
+// in place, which the job holds until the backend has the bytes.
+func (c *conn) readData(j *job) error {
+	if c.zc == nil {
+		j.data = getBuffer(int(j.req.length))
+		if _, err := io.ReadFull(c.r, j.data); err != nil {
+			putBuffer(j.data)
+			j.data = nil
+			return err
+		}
+		return nil
+	}
+	v, err := c.view(int(j.req.length))
+	if err != nil {
+		if len(v) > 0 {
+			c.zc.ReleaseView(v)
+		}
+		return err
+	}
+	j.view = v
+	return nil
+}
+
+// view reads n bytes in place. Views that fill the connection's ring are
+// the queued writes', which release them as they run: the reader waits
+// for a release and tries again.
+func (c *conn) view(n int) ([]byte, error) {
+	for {
+		v, err := c.zc.ReadView(n)
+		if !errors.Is(err, rdmanet.ErrViewsFull) || c.inflight.Load() == 0 {
+			return v, err
+		}
+		<-c.released
+	}
+}
+
+// releaseView gives a write's data back to the connection.
+func (c *conn) releaseView(j *job) {
+	c.zc.ReleaseView(j.view)
+	j.view = nil
+	select {
+	case c.released <- struct{}{}:
+	default:
+	}
+}
+
+// reader is where plain reads of the request stream come from.
+func (c *conn) reader() io.Reader {
+	if c.zc != nil {
+		return c.nc
+	}
+	return c.r
+}
+
+// buffered is how many bytes of requests were received and not yet read.
+func (c *conn) buffered() int {
+	if c.zc != nil {
+		return c.zc.Buffered()
+	}
+	return c.r.Buffered()
 }
 
 // check returns the error a request gets without reaching the backend, or 0.
@@ -225,6 +335,9 @@ func (c *conn) execute(j *job) {
 	var err error
 	switch j.req.cmd {
 	case CmdRead:
+		if c.zc != nil {
+			return // read into the reply's buffer (writeReplyLocked)
+		}
 		j.data = getBuffer(int(length))
 		var n int
 		n, err = b.ReadAt(j.data, off)
@@ -234,9 +347,14 @@ func (c *conn) execute(j *job) {
 			err = io.ErrUnexpectedEOF
 		}
 	case CmdWrite:
-		_, err = b.WriteAt(j.data, off)
-		putBuffer(j.data)
-		j.data = nil
+		if j.view != nil {
+			_, err = b.WriteAt(j.view, off)
+			c.releaseView(j)
+		} else {
+			_, err = b.WriteAt(j.data, off)
+			putBuffer(j.data)
+			j.data = nil
+		}
 		if err == nil && fua {
 			err = b.Sync()
 		}
@@ -291,7 +409,7 @@ func (c *conn) writeReplies() {
 			c.inflight.Add(-1)
 		}
 	}
-	if !broken {
+	if !broken && c.zc == nil {
 		c.wmu.Lock()
 		c.w.Flush()
 		c.wmu.Unlock()
@@ -312,6 +430,9 @@ func (c *conn) reply(j *job) {
 
 // writeReplyLocked writes j's reply, and flushes if flush says.
 func (c *conn) writeReplyLocked(j *job, flush bool) error {
+	if c.zc != nil {
+		return c.writeReplyInPlaceLocked(j)
+	}
 	var hb [replyHeaderSize]byte
 	encodeSimpleReply(hb[:], j.errno, j.req.handle)
 	_, err := c.w.Write(hb[:])
@@ -324,8 +445,56 @@ func (c *conn) writeReplyLocked(j *job, flush bool) error {
 	return err
 }
 
+// writeReplyInPlaceLocked writes j's reply in place: its header, and a
+// read's bytes read from the backend straight into the transmit ring.
+// The connection sends it at once, coalescing it with the replies that
+// follow while one is in flight, as a flushed bufio.Writer would.
+func (c *conn) writeReplyInPlaceLocked(j *job) error {
+	n := replyHeaderSize
+	read := j.req.cmd == CmdRead && j.errno == 0
+	if read {
+		n += int(j.req.length)
+	}
+	b, err := c.zc.WriteBuffer(n)
+	if err != nil {
+		return err
+	}
+	if read {
+		c.readInto(j, b[replyHeaderSize:])
+		if j.errno != 0 {
+			n = replyHeaderSize
+		}
+	}
+	encodeSimpleReply(b[:replyHeaderSize], j.errno, j.req.handle)
+	_, err = c.zc.Commit(n)
+	return err
+}
+
+// readInto runs a read on the backend into b, setting j's error if it
+// fails (or panics).
+func (c *conn) readInto(j *job, b []byte) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.s.log.Error("nbd: panic serving a request; answered EIO", "remote", c.nc.RemoteAddr(), "cmd", j.req.cmd, "panic", v, "stack", string(debug.Stack()))
+			j.errno = EIO
+		}
+	}()
+	n, err := c.s.backend.ReadAt(b, int64(j.req.offset))
+	if n == len(b) {
+		return // io.ReaderAt may say io.EOF with the last bytes
+	}
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	j.errno = errnoOf(err)
+	c.s.log.Warn("nbd: request failed", "remote", c.nc.RemoteAddr(), "cmd", j.req.cmd, "offset", j.req.offset, "length", j.req.length, "err", err, "errno", uint32(j.errno))
+}
+
 // done gives back what an answered request held.
 func (c *conn) done(j *job) {
+	if j.view != nil {
+		c.releaseView(j)
+	}
 	if j.data != nil {
 		putBuffer(j.data)
 		j.data = nil
