@@ -144,6 +144,49 @@ func Stream(w io.Writer, r io.Reader, size int, total int64) (StreamResult, erro
 	return StreamResult{Bytes: got, Elapsed: elapsed}, nil
 }
 
+// StreamZeroCopy is Stream with rdmanet's zero-copy calls: each write is
+// a write buffer committed whole, and the reader takes views of up to
+// readBuffer bytes and releases them. Neither side touches the bytes, as
+// ib_write_bw does not: it measures the transport alone.
+func StreamZeroCopy(w, r *rdmanet.Conn, size int, total int64) (StreamResult, error) {
+	if size <= 0 || total <= 0 {
+		return StreamResult{}, fmt.Errorf("benchkit: stream of %d bytes in writes of %d", total, size)
+	}
+	wrote := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		for sent := int64(0); sent < total; {
+			n := int(min(int64(size), total-sent))
+			if _, err := w.WriteBuffer(n); err != nil {
+				wrote <- fmt.Errorf("write buffer after %d bytes: %w", sent, err)
+				return
+			}
+			if _, err := w.Commit(n); err != nil {
+				wrote <- fmt.Errorf("commit after %d bytes: %w", sent, err)
+				return
+			}
+			sent += int64(n)
+		}
+		wrote <- nil
+	}()
+	var got int64
+	for got < total {
+		v, err := r.ReadView(int(min(int64(size), total-got)))
+		got += int64(len(v))
+		if len(v) > 0 {
+			r.ReleaseView(v)
+		}
+		if err != nil && got < total {
+			return StreamResult{Bytes: got}, fmt.Errorf("view after %d of %d bytes: %w", got, total, err)
+		}
+	}
+	elapsed := time.Since(start)
+	if err := <-wrote; err != nil {
+		return StreamResult{Bytes: got}, err
+	}
+	return StreamResult{Bytes: got, Elapsed: elapsed}, nil
+}
+
 // warmUp is how many round trips PingPong makes before it measures.
 const warmUp = 20
 

@@ -282,6 +282,20 @@ func newBench(env labenv.Env, o options, log io.Writer) *bench {
 			},
 		})
 	}
+	// Issue 26: the default mode's stream through the zero-copy calls.
+	zeroCopy := ownQueuePair(benchkit.Modes[1])
+	b.impls = append(b.impls, impl{
+		id: zeroCopyID, label: "rdmanet (zero-copy: WriteBuffer, ReadView)", role: roleRDMANet,
+		stream: func(ctx context.Context, size int, total int64) figure {
+			return b.inProcess(ctx, rdmaDial(b.env, zeroCopy), func(client, server net.Conn) (figure, error) {
+				r, err := benchkit.StreamZeroCopy(client.(*rdmanet.Conn), server.(*rdmanet.Conn), size, total)
+				if err != nil {
+					return figure{}, err
+				}
+				return figure{mbps: r.MBps()}, nil
+			})
+		},
+	})
 	b.impls = append(b.impls,
 		impl{id: "tcp", label: "Go net, TCP", role: roleBaseline,
 			stream: func(ctx context.Context, size int, total int64) figure {
@@ -503,6 +517,9 @@ func ownQueuePair(m benchkit.Mode) benchkit.Mode {
 }
 
 // ownQueuePairModes are benchkit.Modes, each with ownQueuePair.
+// zeroCopyID is the zero-copy stream's implementation (issue 26).
+const zeroCopyID = "rdmanet/zero-copy"
+
 func ownQueuePairModes() []benchkit.Mode {
 	var modes []benchkit.Mode
 	for _, m := range benchkit.Modes {
