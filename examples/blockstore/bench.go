@@ -31,6 +31,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	policyFlag := fs.String("policy", "auto", "transports: auto (RDMA, else TCP), rdma or tcp")
 	localFlag := fs.String("local", "", "dial from this local `address` (which picks the RDMA device on a host with several)")
 	jsonOut := fs.Bool("json", false, "print the result as one JSON object instead of text")
+	noInPlace := fs.Bool("no-in-place", false, "write requests and read replies through buffers of the client's own, not in place in the connection's rings")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -83,7 +84,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	transport, why := rdmanet.TransportOf(nc)
 	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	c, err := nbd.NewClient(hctx, nc, nbd.ClientOptions{ExportName: *name})
+	c, err := nbd.NewClient(hctx, nc, nbd.ClientOptions{ExportName: *name, NoInPlace: *noInPlace})
 	cancel()
 	if err != nil {
 		fmt.Fprintln(stderr, "blockstore bench:", err)

@@ -29,9 +29,9 @@ func main() {
 }
 
 const usage = `usage:
-  blockstore serve [-addr host:port] (-file PATH [-size SIZE] | -mem SIZE) [-name EXPORT] [-workers N] [-policy auto|rdma|tcp]
+  blockstore serve [-addr host:port] (-file PATH [-size SIZE] | -mem SIZE) [-name EXPORT] [-workers N] [-policy auto|rdma|tcp] [-no-in-place]
   blockstore bench [-addr host:port] [-name EXPORT] [-rw read|write|randread|randwrite] [-bs SIZE] [-qd N]
-                   [-duration D] [-bytes SIZE] [-policy auto|rdma|tcp] [-local ADDR] [-json]
+                   [-duration D] [-bytes SIZE] [-policy auto|rdma|tcp] [-local ADDR] [-json] [-no-in-place]
   blockstore bridge -to host:port [-listen host:port | -listen unix:PATH] [-policy auto|rdma|tcp] [-local ADDR]
 
 SIZE is a number of bytes with an optional K, M, G or T (powers of 1024).

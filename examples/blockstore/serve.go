@@ -26,6 +26,7 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	mem := fs.String("mem", "", "export `size` bytes of memory, zeroed, gone when the server stops")
 	name := fs.String("name", "", "the export's `name` (default empty: the default export, nbd://host:port)")
 	workers := fs.Int("workers", 0, "requests served at once per connection (default 8)")
+	noInPlace := fs.Bool("no-in-place", false, "read requests and write replies through buffers of the server's own, not in place in the connection's rings")
 	policyFlag := fs.String("policy", "auto", "transports: auto (RDMA and TCP), rdma or tcp")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -69,6 +70,7 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		ExportName:  *name,
 		Description: "blockstore: " + what,
 		Workers:     *workers,
+		NoInPlace:   *noInPlace,
 		Logger:      log,
 		OnConn: func(c net.Conn) {
 			transport, _ := rdmanet.TransportOf(c)
