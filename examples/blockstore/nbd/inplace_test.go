@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/rdmanet/sdk/rdmanet"
 )
 
 // inPlaceConn is an InPlace connection over TCP, for the server's in-place
@@ -26,6 +28,7 @@ type inPlaceConn struct {
 	held       map[*byte]int // views not yet released, by their first byte
 	views      int
 	badRelease int
+	full       int // ReadViews refused for the views held
 	buf        []byte
 	committed  int
 }
@@ -33,7 +36,19 @@ type inPlaceConn struct {
 func (c *inPlaceConn) Read(b []byte) (int, error) { return c.br.Read(b) }
 func (c *inPlaceConn) Buffered() int              { return c.br.Buffered() }
 
+// viewsLimit: an inPlaceConn holding this many views says its ring is
+// full of them (rdmanet.ErrViewsFull), as an rdmanet.Conn does at its
+// ring's size, so that the server must wait for its workers' releases.
+const viewsLimit = 6
+
 func (c *inPlaceConn) ReadView(n int) ([]byte, error) {
+	c.mu.Lock()
+	if len(c.held) >= viewsLimit {
+		c.full++
+		c.mu.Unlock()
+		return nil, rdmanet.ErrViewsFull
+	}
+	c.mu.Unlock()
 	b := make([]byte, n)
 	k, err := io.ReadFull(c.br, b)
 	if k == 0 {
@@ -152,7 +167,7 @@ func TestServerInPlace(t *testing.T) {
 					pc := ln.conns[0]
 					pc.mu.Lock()
 					defer pc.mu.Unlock()
-					t.Logf("views %d, commits %d", pc.views, pc.committed)
+					t.Logf("views %d (%d refused: ring full), commits %d", pc.views, pc.full, pc.committed)
 					switch {
 					case pc.badRelease > 0:
 						t.Errorf("%d releases of what was not a view held", pc.badRelease)

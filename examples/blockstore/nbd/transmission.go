@@ -229,12 +229,21 @@ func (c *conn) readData(j *job) error {
 
 // view reads n bytes in place. Views that fill the connection's ring are
 // the queued writes', which release them as they run: the reader waits
-// for a release and tries again.
+// for a release and tries again. A release may come between the failure
+// and the wait (the job may even be answered by then): its token says so.
 func (c *conn) view(n int) ([]byte, error) {
 	for {
 		v, err := c.zc.ReadView(n)
-		if !errors.Is(err, rdmanet.ErrViewsFull) || c.inflight.Load() == 0 {
+		if !errors.Is(err, rdmanet.ErrViewsFull) {
 			return v, err
+		}
+		select {
+		case <-c.released:
+			continue
+		default:
+		}
+		if c.inflight.Load() == 0 {
+			return v, err // no job holds a view: none will be released
 		}
 		<-c.released
 	}
