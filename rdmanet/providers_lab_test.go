@@ -55,20 +55,29 @@ func dataPaths(env labenv.Env) []struct {
 	}
 }
 
+// plainAndSession is a data path's Config (from cfg), plain and as a
+// resumable session, with the subtests' names.
+func plainAndSession(name string, cfg func(rdmanet.Config) rdmanet.Config) []struct {
+	name string
+	cfg  rdmanet.Config
+} {
+	return []struct {
+		name string
+		cfg  rdmanet.Config
+	}{
+		{name, cfg(rdmanet.Config{})},
+		{name + "/session", cfg(rdmanet.Config{ResumeTimeout: 30 * time.Second})},
+	}
+}
+
 // TestLabDataPaths: nettest's whole net.Conn suite and a stream each way
 // at once, on every data path, plain and as a session; both ends say
 // which data path they run.
 func TestLabDataPaths(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	for _, dp := range dataPaths(env) {
-		for _, session := range []bool{false, true} {
-			name := dp.name
-			cfg := rdmanet.Config{}
-			if session {
-				name += "/session"
-				cfg.ResumeTimeout = 30 * time.Second
-			}
-			cfg = dp.cfg(cfg)
+		for _, ps := range plainAndSession(dp.name, dp.cfg) {
+			name, cfg := ps.name, ps.cfg
 			t.Run(name, func(t *testing.T) {
 				leakcheck.Check(t)
 				nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {

@@ -23,15 +23,9 @@ import (
 func TestLabZeroCopy(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	for _, dp := range dataPaths(env) {
-		for _, session := range []bool{false, true} {
-			name := dp.name
-			cfg := rdmanet.Config{}
-			if session {
-				name += "/session"
-				cfg.ResumeTimeout = 30 * time.Second
-			}
-			cfg = dp.cfg(cfg)
-			t.Run(name, func(t *testing.T) {
+		for _, ps := range plainAndSession(dp.name, dp.cfg) {
+			cfg := ps.cfg
+			t.Run(ps.name, func(t *testing.T) {
 				leakcheck.Check(t)
 				c1, c2, stop := pipe(t, dp.env, cfg)
 				defer stop()

@@ -126,6 +126,14 @@ func readZeroCopy(t testing.TB, c *Conn, most, hold int, seed uint64) (total uin
 		held = append(held[:i], held[i+1:]...)
 		return true
 	}
+	releaseAll := func() bool {
+		for len(held) > 0 {
+			if !release(0) {
+				return false
+			}
+		}
+		return true
+	}
 	buf := make([]byte, most)
 	for {
 		if len(held) > 0 && (len(held) >= hold || rng.IntN(3) == 0) {
@@ -146,10 +154,8 @@ func readZeroCopy(t testing.TB, c *Conn, most, hold int, seed uint64) (total uin
 			}
 			if errors.Is(err, ErrViewsFull) {
 				n.full++
-				for len(held) > 0 {
-					if !release(0) {
-						return total, n
-					}
+				if !releaseAll() {
+					return total, n
 				}
 				continue
 			}
@@ -165,10 +171,8 @@ func readZeroCopy(t testing.TB, c *Conn, most, hold int, seed uint64) (total uin
 		v, err := c.ReadView(1 + rng.IntN(most))
 		if errors.Is(err, ErrViewsFull) {
 			n.full++
-			for len(held) > 0 {
-				if !release(0) {
-					return total, n
-				}
+			if !releaseAll() {
+				return total, n
 			}
 			continue
 		}
