@@ -42,10 +42,13 @@ type Client struct {
 	r    *bufio.Reader
 	role chan struct{}
 
-	// zc: requests are written and replies read in place (an
-	// rdmanet.Conn; see InPlace), or nil: a request is written into the
-	// transmit ring with its data, and a reply's data copied from the
-	// receive ring into the caller's buffer, without bufio's copies.
+	// zc: requests are written in place (an rdmanet.Conn; see InPlace),
+	// or nil: a request goes into the transmit ring with its data,
+	// without bufio's copy. Replies are read through r: a read's data
+	// goes from the receive ring straight into the caller's buffer once
+	// the reader's buffer is empty (bufio reads a large read directly),
+	// which is what a view would do, and a header costs one call, where
+	// a view and its release are two.
 	zc InPlace
 }
 
@@ -59,8 +62,8 @@ type call struct {
 type ClientOptions struct {
 	// ExportName is the export to ask for (default "", the default export).
 	ExportName string
-	// NoInPlace turns off writing requests and reading replies in place
-	// over a connection that can (InPlace).
+	// NoInPlace turns off writing requests in place over a connection
+	// that can (InPlace).
 	NoInPlace bool
 }
 
@@ -353,27 +356,13 @@ func (c *Client) sendLocked(req request, payload []byte) error {
 	return err
 }
 
-// readFull reads len(b) bytes of the reply stream into b.
-func (c *Client) readFull(b []byte) error {
-	if c.zc == nil {
-		_, err := io.ReadFull(c.r, b)
-		return err
-	}
-	v, err := c.zc.ReadView(len(b))
-	copy(b, v)
-	if len(v) > 0 {
-		c.zc.ReleaseView(v)
-	}
-	return err
-}
-
 // readReplies reads replies, as the reader, and hands each to its call
 // until mine's came (mine nil: until the connection ends), or the
 // connection fails, which fails every call waiting.
 func (c *Client) readReplies(mine *call) {
 	var hb [replyHeaderSize]byte
 	for {
-		if err := c.readFull(hb[:]); err != nil {
+		if _, err := io.ReadFull(c.r, hb[:]); err != nil {
 			c.fail(fmt.Errorf("nbd: reading a reply: %w", err))
 			return
 		}
@@ -397,7 +386,7 @@ func (c *Client) readReplies(mine *call) {
 		if rep.errno != 0 {
 			replyErr = rep.errno
 		} else if cl.data != nil {
-			if err := c.readFull(cl.data); err != nil {
+			if _, err := io.ReadFull(c.r, cl.data); err != nil {
 				err = fmt.Errorf("nbd: reading a reply's data: %w", err)
 				cl.reply <- err
 				c.fail(err)

@@ -104,9 +104,10 @@ func (l *inPlaceListener) Accept() (net.Conn, error) {
 }
 
 // TestServerInPlace: over a connection that reads and writes in place,
-// requests' data are views released once written to the backend, and
-// replies are write buffers, at queue depths 1 and 32, with every byte
-// checked; with NoInPlace, none are.
+// writes' data are views released once written to the backend, replies
+// are write buffers (several replies to one when they wait together),
+// and the client's requests are write buffers, at queue depths 1 and 32,
+// with every byte checked; with NoInPlace, none are.
 func TestServerInPlace(t *testing.T) {
 	const size = 4 << 20
 	for _, block := range []int{4096, 128 << 10} {
@@ -155,7 +156,7 @@ func TestServerInPlace(t *testing.T) {
 					}
 					<-served
 					cc.mu.Lock()
-					if !off && (cc.committed < 2*size/block || cc.views < 2*size/block || len(cc.held) > 0 || cc.badRelease > 0) {
+					if !off && (cc.committed < 2*size/block || len(cc.held) > 0 || cc.badRelease > 0) {
 						t.Errorf("client: %d write buffers, %d views, %d held, %d bad releases", cc.committed, cc.views, len(cc.held), cc.badRelease)
 					}
 					cc.mu.Unlock()
@@ -175,7 +176,8 @@ func TestServerInPlace(t *testing.T) {
 						t.Errorf("%d views never released", len(pc.held))
 					case off && pc.views+pc.committed > 0:
 						t.Errorf("NoInPlace: %d views and %d write buffers", pc.views, pc.committed)
-					case !off && (pc.views < 2*size/block || pc.committed < 2*size/block):
+					case !off && (pc.views < size/block || pc.committed == 0):
+						// Replies waiting go out together: fewer buffers than replies.
 						t.Errorf("%d views and %d write buffers for %d writes and %d reads", pc.views, pc.committed, size/block, size/block)
 					}
 				})

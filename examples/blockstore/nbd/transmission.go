@@ -183,25 +183,32 @@ func (c *conn) readRequests() error {
 }
 
 // readHeader reads the next request's header: through the reader's
-// buffer, or in place.
+// buffer, or, in place, with the connection's Read into the header's own
+// 28 bytes (one call, where a view and its release are two).
 func (c *conn) readHeader() (request, error) {
+	var hb [requestHeaderSize]byte
 	if c.zc == nil {
-		var hb [requestHeaderSize]byte
 		if _, err := io.ReadFull(c.r, hb[:]); err != nil {
 			return request{}, err
 		}
 		return decodeRequest(hb[:])
 	}
-	hb, err := c.view(requestHeaderSize)
-	if err != nil {
-		if len(hb) > 0 {
-			c.zc.ReleaseView(hb)
+	for got := 0; got < len(hb); {
+		n, err := c.nc.Read(hb[got:])
+		got += n
+		switch {
+		case err == nil:
+		case errors.Is(err, rdmanet.ErrViewsFull):
+			if !c.waitRelease() {
+				return request{}, err
+			}
+		case err == io.EOF && got > 0:
+			return request{}, io.ErrUnexpectedEOF
+		default:
+			return request{}, err
 		}
-		return request{}, err
 	}
-	req, err := decodeRequest(hb)
-	c.zc.ReleaseView(hb)
-	return req, err
+	return decodeRequest(hb[:])
 }
 
 // readData reads a write's data: into a buffer of the job's, or as a view
@@ -227,26 +234,33 @@ func (c *conn) readData(j *job) error {
 	return nil
 }
 
-// view reads n bytes in place. Views that fill the connection's ring are
-// the queued writes', which release them as they run: the reader waits
-// for a release and tries again. A release may come between the failure
-// and the wait (the job may even be answered by then): its token says so.
+// view reads n bytes in place, waiting for releases while the views held
+// fill the ring (waitRelease).
 func (c *conn) view(n int) ([]byte, error) {
 	for {
 		v, err := c.zc.ReadView(n)
-		if !errors.Is(err, rdmanet.ErrViewsFull) {
+		if !errors.Is(err, rdmanet.ErrViewsFull) || !c.waitRelease() {
 			return v, err
 		}
-		select {
-		case <-c.released:
-			continue
-		default:
-		}
-		if c.inflight.Load() == 0 {
-			return v, err // no job holds a view: none will be released
-		}
-		<-c.released
 	}
+}
+
+// waitRelease waits for a view to be released, after the connection said
+// that the views held fill its ring: they are the queued writes', which
+// release them as they run. A release may come between the error and the
+// wait (the job may even be answered by then): its token says so. It
+// reports false if no job holds a view, so that none will be released.
+func (c *conn) waitRelease() bool {
+	select {
+	case <-c.released:
+		return true
+	default:
+	}
+	if c.inflight.Load() == 0 {
+		return false
+	}
+	<-c.released
+	return true
 }
 
 // releaseView gives a write's data back to the connection.
@@ -403,19 +417,33 @@ func errnoOf(err error) Errno {
 // that no worker waits for it.
 func (c *conn) writeReplies() {
 	broken := false
+	var batch []*job
 	for j := range c.replies {
+		// Replies waiting go out together, in place as through bufio: one
+		// write buffer for them all (replyBatch), one Commit.
+		batch = append(batch[:0], j)
+		if c.zc != nil {
+			batch = c.moreReplies(batch)
+		}
 		if !broken {
 			c.wmu.Lock()
-			err := c.writeReplyLocked(j, len(c.replies) == 0)
+			var err error
+			if c.zc != nil {
+				err = c.writeRepliesInPlaceLocked(batch)
+			} else {
+				err = c.writeReplyLocked(j, len(c.replies) == 0)
+			}
 			c.wmu.Unlock()
 			if err != nil {
 				broken = true
 				c.nc.Close()
 			}
 		}
-		c.done(j)
-		if j.queued {
-			c.inflight.Add(-1)
+		for _, j := range batch {
+			c.done(j)
+			if j.queued {
+				c.inflight.Add(-1)
+			}
 		}
 	}
 	if !broken && c.zc == nil {
@@ -423,6 +451,36 @@ func (c *conn) writeReplies() {
 		c.w.Flush()
 		c.wmu.Unlock()
 	}
+}
+
+// replyBatch bounds the replies written in place together: as much as
+// bufio's buffer held.
+const replyBatch = connBufferSize
+
+// moreReplies adds to batch the replies waiting, up to replyBatch bytes.
+func (c *conn) moreReplies(batch []*job) []*job {
+	size := replySize(batch[0])
+	for size < replyBatch {
+		select {
+		case j, ok := <-c.replies:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, j)
+			size += replySize(j)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// replySize is the size of j's reply on the wire.
+func replySize(j *job) int {
+	if j.req.cmd == CmdRead && j.errno == 0 {
+		return replyHeaderSize + int(j.req.length)
+	}
+	return replyHeaderSize
 }
 
 // reply is the reader answering a request it ran itself. A failed write
@@ -454,28 +512,34 @@ func (c *conn) writeReplyLocked(j *job, flush bool) error {
 	return err
 }
 
-// writeReplyInPlaceLocked writes j's reply in place: its header, and a
-// read's bytes read from the backend straight into the transmit ring.
-// The connection sends it at once, coalescing it with the replies that
-// follow while one is in flight, as a flushed bufio.Writer would.
+// writeReplyInPlaceLocked writes j's reply in place (see
+// writeRepliesInPlaceLocked).
 func (c *conn) writeReplyInPlaceLocked(j *job) error {
-	n := replyHeaderSize
-	read := j.req.cmd == CmdRead && j.errno == 0
-	if read {
-		n += int(j.req.length)
+	return c.writeRepliesInPlaceLocked([]*job{j})
+}
+
+// writeRepliesInPlaceLocked writes the replies of batch in place, in one
+// write buffer: each header, and each read's bytes read from the backend
+// straight into the transmit ring. A read that fails is answered with its
+// error and no data, and the bytes after it close up behind it.
+func (c *conn) writeRepliesInPlaceLocked(batch []*job) error {
+	n := 0
+	for _, j := range batch {
+		n += replySize(j)
 	}
 	b, err := c.zc.WriteBuffer(n)
 	if err != nil {
 		return err
 	}
-	if read {
-		c.readInto(j, b[replyHeaderSize:])
-		if j.errno != 0 {
-			n = replyHeaderSize
+	at := 0
+	for _, j := range batch {
+		if j.req.cmd == CmdRead && j.errno == 0 {
+			c.readInto(j, b[at+replyHeaderSize:at+replyHeaderSize+int(j.req.length)])
 		}
+		encodeSimpleReply(b[at:at+replyHeaderSize], j.errno, j.req.handle)
+		at += replySize(j) // a failed read's is the header's alone now
 	}
-	encodeSimpleReply(b[:replyHeaderSize], j.errno, j.req.handle)
-	_, err = c.zc.Commit(n)
+	_, err = c.zc.Commit(at)
 	return err
 }
 
