@@ -211,6 +211,7 @@ type Engine struct {
 	reserveWant    int
 	reserved       []byte
 	reservedInRing bool
+	spare          []byte // a copy's memory, given back, for the next (view.go)
 
 	err      error // why the stream failed, if it did
 	peerGone bool  // the peer disconnected

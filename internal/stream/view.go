@@ -173,7 +173,7 @@ func (e *Engine) viewsBlock() bool {
 // Bytes read before n arrived wait in pending, which the next Read or View
 // takes first.
 func (e *Engine) viewCopy(n int) ([]byte, error) {
-	b := make([]byte, n)
+	b := e.spareOf(n)
 	k := copy(b, e.pending)
 	e.pending = e.pending[k:]
 	for k < n {
@@ -218,6 +218,9 @@ func (e *Engine) Release(b []byte) error {
 		return ErrNotView
 	}
 	e.views[i].released = true
+	if e.views[i].copied {
+		e.keepSpare(b)
+	}
 	k := 0
 	for k < len(e.views) && e.views[k].released {
 		k++
@@ -272,7 +275,7 @@ func (e *Engine) Reserve(n int) ([]byte, error) {
 		// Not contiguous; or, in a session, free only once the peer
 		// acknowledges bytes it may hold views of: Commit copies, a
 		// little at a time if need be.
-		e.reserved, e.reservedInRing = make([]byte, n), false
+		e.reserved, e.reservedInRing = e.spareOf(n), false
 		return e.reserved, nil
 	}
 	if free < uint64(n) {
@@ -290,7 +293,32 @@ func (e *Engine) Reserve(n int) ([]byte, error) {
 func (e *Engine) Reserved() []byte { return e.reserved }
 
 // EndReserve ends the write buffer: Commit wrote what it would of it.
-func (e *Engine) EndReserve() { e.reserved, e.reservedInRing = nil, false }
+func (e *Engine) EndReserve() {
+	if !e.reservedInRing {
+		e.keepSpare(e.reserved)
+	}
+	e.reserved, e.reservedInRing = nil, false
+}
+
+// spareOf returns n bytes for a copy: the spare slice if it is large
+// enough (a copy released, or a copying write buffer committed, leaves it
+// for the next), or a new one. A stream of views or buffers larger than
+// the ring copies into the same memory each time, not into new memory.
+func (e *Engine) spareOf(n int) []byte {
+	if cap(e.spare) >= n {
+		b := e.spare[:n:n]
+		e.spare = nil
+		return b
+	}
+	return make([]byte, n)
+}
+
+// keepSpare keeps b, given back, as the spare if it is the largest yet.
+func (e *Engine) keepSpare(b []byte) {
+	if cap(b) > cap(e.spare) {
+		e.spare = b[:0]
+	}
+}
 
 // ownsReserved reports whether b is the write buffer's, from its start
 // or beyond: Write takes it as a commit.
