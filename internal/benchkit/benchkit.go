@@ -145,9 +145,11 @@ func Stream(w io.Writer, r io.Reader, size int, total int64) (StreamResult, erro
 }
 
 // StreamZeroCopy is Stream with rdmanet's zero-copy calls: each write is
-// a write buffer committed whole, and the reader takes views of up to
-// readBuffer bytes and releases them. Neither side touches the bytes, as
-// ib_write_bw does not: it measures the transport alone.
+// a write buffer committed whole, and the reader takes a view of what
+// arrived (Buffered, up to readBuffer bytes; a write's worth when nothing
+// did) and releases it, as a streaming consumer of views would. Neither
+// side touches the bytes, as ib_write_bw does not: it measures the
+// transport alone.
 func StreamZeroCopy(w, r *rdmanet.Conn, size int, total int64) (StreamResult, error) {
 	if size <= 0 || total <= 0 {
 		return StreamResult{}, fmt.Errorf("benchkit: stream of %d bytes in writes of %d", total, size)
@@ -171,7 +173,11 @@ func StreamZeroCopy(w, r *rdmanet.Conn, size int, total int64) (StreamResult, er
 	}()
 	var got int64
 	for got < total {
-		v, err := r.ReadView(int(min(int64(size), total-got)))
+		n := min(int64(size), total-got)
+		if b := int64(r.Buffered()); b > 0 {
+			n = min(b, readBuffer, total-got)
+		}
+		v, err := r.ReadView(int(n))
 		got += int64(len(v))
 		if len(v) > 0 {
 			r.ReleaseView(v)
