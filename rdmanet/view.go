@@ -16,11 +16,12 @@ import (
 // of bufio.Writer's AvailableBuffer. They are opt-in: Read and Write are
 // unchanged, and may be mixed with them.
 //
-// Ring memory outlives every view of it and the write buffer: a ring with
-// views is never replaced, shrunk or given back, and a closed
-// connection's rings are freed only once the last view is released and
-// the write buffer committed (or abandoned with Commit(0)). Release them,
-// after Close too.
+// Ring memory outlives every view of it and the write buffer: a ring
+// with views is never given back or unmapped (one that growth or
+// shrinking replaced waits for its last view), the transmit ring is not
+// replaced under a write buffer, and a closed connection's rings are
+// freed only once the last view is released and the write buffer
+// committed (or abandoned with Commit(0)). Release them, after Close too.
 
 var (
 	// ErrNotView: ReleaseView of a slice that is not a view held on the
