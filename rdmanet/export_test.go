@@ -12,6 +12,9 @@ import (
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
+// AcceptTimeout bounds an accepted connection's handshake.
+const AcceptTimeout = acceptTimeout
+
 // EndLateWatches ends the watches of connection requests that dials gave
 // up on, and waits until they released their cm IDs, so that a test can
 // count what is left open.
