@@ -543,29 +543,26 @@ func (e *Engine) Write(b []byte) (int, error) {
 	e.reserveWant = 0
 	// A committed write buffer in the ring is posted from where it is,
 	// and the ring is not replaced under it (view.go).
-	commit := e.reservedInRing && e.ownsReserved(b)
-	if e.reserved != nil && !e.ownsReserved(b) && len(b) > 0 {
+	owns := e.ownsReserved(b)
+	if e.reserved != nil && !owns && len(b) > 0 {
 		return 0, ErrBufferHeld
 	}
+	commit := owns && e.reservedInRing
 	if !commit {
 		e.sendLarge(len(b))
 	}
 	for {
+		if err := e.sendErr(); err != nil {
+			return written, err
+		}
 		switch {
-		case e.err != nil:
-			return written, e.err
-		case e.peerGone || e.peerClosed:
-			return written, ErrPeerClosed
-		case e.wrDone:
-			return written, ErrWriteShutdown
 		case written == len(b):
 			return written, nil
 		case e.suspended():
 			return written, ErrWouldBlock
 		case e.grow.wantSend > 0 && !commit:
 			// The transmit ring is replaced once what it holds completed.
-			e.postHeld(true)
-			e.signalTail()
+			e.postSignaled()
 			return written, ErrWouldBlock
 		}
 		room := e.send.Room()
@@ -599,6 +596,28 @@ func (e *Engine) Write(b []byte) (int, error) {
 		stream := small && !e.sq.SignaledPending() && !e.sq.Idle() && !e.arrived
 		e.postHeld(stream)
 	}
+}
+
+// sendErr is the error of a Write now, if the stream can take no more
+// bytes: its failure, the peer gone or closed, or this side's CloseWrite.
+func (e *Engine) sendErr() error {
+	switch {
+	case e.err != nil:
+		return e.err
+	case e.peerGone || e.peerClosed:
+		return ErrPeerClosed
+	case e.wrDone:
+		return ErrWriteShutdown
+	}
+	return nil
+}
+
+// postSignaled posts what is held, and a signaled marker after requests
+// posted unsignaled: a completion comes for everything in flight, which a
+// writer (or a drain) waits for.
+func (e *Engine) postSignaled() {
+	e.postHeld(true)
+	e.signalTail()
 }
 
 // postHeld queues the held bytes as one data request, signaled if signal
@@ -1098,8 +1117,7 @@ func (e *Engine) Drain() {
 	if e.err != nil || e.lost != nil || e.peerGone {
 		return
 	}
-	e.postHeld(true)
-	e.signalTail()
+	e.postSignaled()
 	if e.cfg.Features&wire.FeatureClose != 0 {
 		e.ctl.want |= wantClose
 		e.flushControl()

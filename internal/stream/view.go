@@ -58,18 +58,9 @@ type heldView struct {
 	released bool   // released, behind a view still held
 }
 
-// holdsRing reports whether any view in the ring is held.
-func (r *RecvRing) holdsRing() bool {
-	if r.views == nil {
-		return false
-	}
-	for _, v := range *r.views {
-		if !v.copied && !v.released {
-			return true
-		}
-	}
-	return false
-}
+// holdsRing reports whether any view in the ring is held: one holds the
+// bytes from its position, before the read position (freed).
+func (r *RecvRing) holdsRing() bool { return r.freed() < r.read }
 
 // View returns the next n received bytes, in place when they are
 // contiguous in the receive ring. It returns ErrWouldBlock until n bytes
@@ -254,20 +245,17 @@ func (e *Engine) Reserve(n int) ([]byte, error) {
 		return nil, errors.New("rdmanet: WriteBuffer of a non-positive length")
 	case e.reserved != nil:
 		return nil, ErrBufferHeld
-	case e.err != nil:
-		return nil, e.err
-	case e.peerGone || e.peerClosed:
-		return nil, ErrPeerClosed
-	case e.wrDone:
-		return nil, ErrWriteShutdown
-	case e.suspended():
+	}
+	if err := e.sendErr(); err != nil {
+		return nil, err
+	}
+	if e.suspended() {
 		return nil, ErrWouldBlock
 	}
 	e.sendLarge(n)
 	if e.grow.wantSend > 0 {
 		// The ring is replaced once what it holds completed.
-		e.postHeld(true)
-		e.signalTail()
+		e.postSignaled()
 		return nil, ErrWouldBlock
 	}
 	off, free, completing := e.sq.contiguous()
@@ -280,8 +268,7 @@ func (e *Engine) Reserve(n int) ([]byte, error) {
 	}
 	if free < uint64(n) {
 		// The bytes in flight must complete, and say so.
-		e.postHeld(true)
-		e.signalTail()
+		e.postSignaled()
 		e.reserveWant = n
 		return nil, ErrWouldBlock
 	}
