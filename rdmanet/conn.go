@@ -159,6 +159,13 @@ func (c *Conn) opError(op string, err error) error {
 // Read reads received bytes into b. It returns io.EOF once the peer has closed
 // and everything it sent has been read.
 func (c *Conn) Read(b []byte) (int, error) {
+	return c.read(func() (int, error) { return c.eng.Read(b) })
+}
+
+// read runs take, an engine's read (Read's, or ReadView's), under the read
+// lock and c.mu until it does not block: the connection closing, the read
+// deadline and the waits between are every reader's.
+func (c *Conn) read(take func() (int, error)) (int, error) {
 	if !c.fd.RWLock(true) {
 		return 0, c.opError("read", net.ErrClosed)
 	}
@@ -172,12 +179,12 @@ func (c *Conn) Read(b []byte) (int, error) {
 		if c.fd.DeadlinePassed(false) {
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		}
-		n, err := c.eng.Read(b)
+		n, err := take()
 		c.bytesReceived += uint64(n)
 		if err != stream.ErrWouldBlock {
 			c.flushLocked() // a credit or an announcement may be due; more may be readable
-			if err == nil || err == io.EOF {
-				return n, err
+			if err == nil || err == io.EOF || err == io.ErrUnexpectedEOF {
+				return n, err // (only a view ends with io.ErrUnexpectedEOF)
 			}
 			return n, c.opError("read", err)
 		}

@@ -56,35 +56,13 @@ const MaxViews = stream.MaxViews
 // and Close apply as to Read. ErrViewsFull says that the views held keep
 // the bytes from coming.
 func (c *Conn) ReadView(n int) ([]byte, error) {
-	if !c.fd.RWLock(true) {
-		return nil, c.opError("read", net.ErrClosed)
-	}
-	defer c.fd.RWUnlock(true)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for {
-		if c.closing {
-			return nil, c.opError("read", net.ErrClosed)
-		}
-		if c.fd.DeadlinePassed(false) {
-			return nil, c.opError("read", os.ErrDeadlineExceeded)
-		}
-		v, err := c.eng.View(n)
-		if err != stream.ErrWouldBlock {
-			c.bytesReceived += uint64(len(v))
-			c.flushLocked()
-			if err == nil || err == io.EOF || err == io.ErrUnexpectedEOF {
-				return v, err
-			}
-			return v, c.opError("read", err)
-		}
-		if c.eng.Queued() {
-			c.flushLocked() // the space given back
-		}
-		if err := c.fd.WaitLocked(false); err != nil {
-			return nil, c.opError("read", err)
-		}
-	}
+	var v []byte
+	_, err := c.read(func() (int, error) {
+		var err error
+		v, err = c.eng.View(n)
+		return len(v), err
+	})
+	return v, err
 }
 
 // ReleaseView gives back a view that ReadView returned, whole: its space in
