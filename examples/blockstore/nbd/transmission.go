@@ -343,15 +343,12 @@ func (c *conn) work() {
 // execute runs one checked request on the backend and sets its reply.
 func (c *conn) execute(j *job) {
 	defer func() {
-		if v := recover(); v != nil {
-			c.s.log.Error("nbd: panic serving a request; answered EIO", "remote", c.nc.RemoteAddr(), "cmd", j.req.cmd, "panic", v, "stack", string(debug.Stack()))
-			j.errno = EIO
-		}
 		if j.errno != 0 && j.data != nil {
 			putBuffer(j.data)
 			j.data = nil
 		}
 	}()
+	defer c.recoverEIO(j) // first, so that the buffer above goes back
 	b := c.s.backend
 	off, length := int64(j.req.offset), int64(j.req.length)
 	fua := j.req.flags&FlagFUA != 0
@@ -362,13 +359,7 @@ func (c *conn) execute(j *job) {
 			return // read into the reply's buffer (writeReplyLocked)
 		}
 		j.data = getBuffer(int(length))
-		var n int
-		n, err = b.ReadAt(j.data, off)
-		if n == len(j.data) {
-			err = nil // io.ReaderAt may say io.EOF with the last bytes
-		} else if err == nil {
-			err = io.ErrUnexpectedEOF
-		}
+		err = c.readAt(j.data, off)
 	case CmdWrite:
 		if j.view != nil {
 			_, err = b.WriteAt(j.view, off)
@@ -395,9 +386,36 @@ func (c *conn) execute(j *job) {
 		}
 	}
 	if err != nil {
-		j.errno = errnoOf(err)
-		c.s.log.Warn("nbd: request failed", "remote", c.nc.RemoteAddr(), "cmd", j.req.cmd, "offset", off, "length", length, "err", err, "errno", uint32(j.errno))
+		c.failed(j, err)
 	}
+}
+
+// recoverEIO, deferred, answers a request whose backend call panicked
+// with EIO, and logs the panic.
+func (c *conn) recoverEIO(j *job) {
+	if v := recover(); v != nil {
+		c.s.log.Error("nbd: panic serving a request; answered EIO", "remote", c.nc.RemoteAddr(), "cmd", j.req.cmd, "panic", v, "stack", string(debug.Stack()))
+		j.errno = EIO
+	}
+}
+
+// readAt reads len(b) bytes at off from the backend: a short read is an
+// error, and io.EOF with the last bytes is not (io.ReaderAt may say it).
+func (c *conn) readAt(b []byte, off int64) error {
+	n, err := c.s.backend.ReadAt(b, off)
+	if n == len(b) {
+		return nil
+	}
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// failed answers j with the protocol's errno for err, and logs it.
+func (c *conn) failed(j *job, err error) {
+	j.errno = errnoOf(err)
+	c.s.log.Warn("nbd: request failed", "remote", c.nc.RemoteAddr(), "cmd", j.req.cmd, "offset", int64(j.req.offset), "length", int64(j.req.length), "err", err, "errno", uint32(j.errno))
 }
 
 // errnoOf maps a backend's error to the protocol's few, as it asks: a full
@@ -498,7 +516,7 @@ func (c *conn) reply(j *job) {
 // writeReplyLocked writes j's reply, and flushes if flush says.
 func (c *conn) writeReplyLocked(j *job, flush bool) error {
 	if c.zc != nil {
-		return c.writeReplyInPlaceLocked(j)
+		return c.writeRepliesInPlaceLocked([]*job{j})
 	}
 	var hb [replyHeaderSize]byte
 	encodeSimpleReply(hb[:], j.errno, j.req.handle)
@@ -510,12 +528,6 @@ func (c *conn) writeReplyLocked(j *job, flush bool) error {
 		err = c.w.Flush()
 	}
 	return err
-}
-
-// writeReplyInPlaceLocked writes j's reply in place (see
-// writeRepliesInPlaceLocked).
-func (c *conn) writeReplyInPlaceLocked(j *job) error {
-	return c.writeRepliesInPlaceLocked([]*job{j})
 }
 
 // writeRepliesInPlaceLocked writes the replies of batch in place, in one
@@ -546,21 +558,10 @@ func (c *conn) writeRepliesInPlaceLocked(batch []*job) error {
 // readInto runs a read on the backend into b, setting j's error if it
 // fails (or panics).
 func (c *conn) readInto(j *job, b []byte) {
-	defer func() {
-		if v := recover(); v != nil {
-			c.s.log.Error("nbd: panic serving a request; answered EIO", "remote", c.nc.RemoteAddr(), "cmd", j.req.cmd, "panic", v, "stack", string(debug.Stack()))
-			j.errno = EIO
-		}
-	}()
-	n, err := c.s.backend.ReadAt(b, int64(j.req.offset))
-	if n == len(b) {
-		return // io.ReaderAt may say io.EOF with the last bytes
+	defer c.recoverEIO(j)
+	if err := c.readAt(b, int64(j.req.offset)); err != nil {
+		c.failed(j, err)
 	}
-	if err == nil {
-		err = io.ErrUnexpectedEOF
-	}
-	j.errno = errnoOf(err)
-	c.s.log.Warn("nbd: request failed", "remote", c.nc.RemoteAddr(), "cmd", j.req.cmd, "offset", j.req.offset, "length", j.req.length, "err", err, "errno", uint32(j.errno))
 }
 
 // done gives back what an answered request held.
