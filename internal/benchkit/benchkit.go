@@ -113,12 +113,21 @@ func Stream(w io.Writer, r io.Reader, size int, total int64) (StreamResult, erro
 		msg[i] = byte(i)
 	}
 	buf := make([]byte, readBuffer)
+	return stream(size, total,
+		func(n int) error { _, err := w.Write(msg[:n]); return err },
+		func(left int64) (int, error) { return r.Read(buf[:min(int64(len(buf)), left)]) })
+}
+
+// stream times total bytes written in writes of up to size bytes (write,
+// from a goroutine) and read (read, which may take up to left bytes),
+// from the first write to the last byte read: Stream and StreamZeroCopy.
+func stream(size int, total int64, write func(n int) error, read func(left int64) (int, error)) (StreamResult, error) {
 	wrote := make(chan error, 1)
 	start := time.Now()
 	go func() {
 		for sent := int64(0); sent < total; {
 			n := int(min(int64(size), total-sent))
-			if _, err := w.Write(msg[:n]); err != nil {
+			if err := write(n); err != nil {
 				wrote <- fmt.Errorf("write after %d bytes: %w", sent, err)
 				return
 			}
@@ -128,7 +137,7 @@ func Stream(w io.Writer, r io.Reader, size int, total int64) (StreamResult, erro
 	}()
 	var got int64
 	for got < total {
-		n, err := r.Read(buf[:min(int64(len(buf)), total-got)])
+		n, err := read(total - got)
 		got += int64(n)
 		if err != nil && got < total {
 			if errors.Is(err, io.EOF) {
@@ -154,43 +163,25 @@ func StreamZeroCopy(w, r *rdmanet.Conn, size int, total int64) (StreamResult, er
 	if size <= 0 || total <= 0 {
 		return StreamResult{}, fmt.Errorf("benchkit: stream of %d bytes in writes of %d", total, size)
 	}
-	wrote := make(chan error, 1)
-	start := time.Now()
-	go func() {
-		for sent := int64(0); sent < total; {
-			n := int(min(int64(size), total-sent))
+	return stream(size, total,
+		func(n int) error {
 			if _, err := w.WriteBuffer(n); err != nil {
-				wrote <- fmt.Errorf("write buffer after %d bytes: %w", sent, err)
-				return
+				return fmt.Errorf("write buffer: %w", err)
 			}
-			if _, err := w.Commit(n); err != nil {
-				wrote <- fmt.Errorf("commit after %d bytes: %w", sent, err)
-				return
+			_, err := w.Commit(n)
+			return err
+		},
+		func(left int64) (int, error) {
+			n := min(int64(size), left)
+			if b := int64(r.Buffered()); b > 0 {
+				n = min(b, readBuffer, left)
 			}
-			sent += int64(n)
-		}
-		wrote <- nil
-	}()
-	var got int64
-	for got < total {
-		n := min(int64(size), total-got)
-		if b := int64(r.Buffered()); b > 0 {
-			n = min(b, readBuffer, total-got)
-		}
-		v, err := r.ReadView(int(n))
-		got += int64(len(v))
-		if len(v) > 0 {
-			r.ReleaseView(v)
-		}
-		if err != nil && got < total {
-			return StreamResult{Bytes: got}, fmt.Errorf("view after %d of %d bytes: %w", got, total, err)
-		}
-	}
-	elapsed := time.Since(start)
-	if err := <-wrote; err != nil {
-		return StreamResult{Bytes: got}, err
-	}
-	return StreamResult{Bytes: got, Elapsed: elapsed}, nil
+			v, err := r.ReadView(int(n))
+			if len(v) > 0 {
+				r.ReleaseView(v)
+			}
+			return len(v), err
+		})
 }
 
 // warmUp is how many round trips PingPong makes before it measures.

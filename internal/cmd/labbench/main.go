@@ -288,11 +288,7 @@ func newBench(env labenv.Env, o options, log io.Writer) *bench {
 		id: zeroCopyID, label: "rdmanet (zero-copy: WriteBuffer, ReadView)", role: roleRDMANet,
 		stream: func(ctx context.Context, size int, total int64) figure {
 			return b.inProcess(ctx, rdmaDial(b.env, zeroCopy), func(client, server net.Conn) (figure, error) {
-				r, err := benchkit.StreamZeroCopy(client.(*rdmanet.Conn), server.(*rdmanet.Conn), size, total)
-				if err != nil {
-					return figure{}, err
-				}
-				return figure{mbps: r.MBps()}, nil
+				return streamFigure(benchkit.StreamZeroCopy(client.(*rdmanet.Conn), server.(*rdmanet.Conn), size, total))
 			})
 		},
 	})
@@ -677,12 +673,16 @@ func goroutines() string {
 
 func (b *bench) goStream(ctx context.Context, d dialer, size int, total int64) figure {
 	return b.inProcess(ctx, d, func(client, server net.Conn) (figure, error) {
-		r, err := benchkit.Stream(client, server, size, total)
-		if err != nil {
-			return figure{}, err
-		}
-		return figure{mbps: r.MBps()}, nil
+		return streamFigure(benchkit.Stream(client, server, size, total))
 	})
+}
+
+// streamFigure is a stream's result as a figure.
+func streamFigure(r benchkit.StreamResult, err error) (figure, error) {
+	if err != nil {
+		return figure{}, err
+	}
+	return figure{mbps: r.MBps()}, nil
 }
 
 func (b *bench) goPingPong(ctx context.Context, d dialer, size, n int) figure {
