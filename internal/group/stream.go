@@ -342,6 +342,22 @@ func (s *Stream) misuse(format string, args ...any) error {
 	return fmt.Errorf("group: stream %#x: %s: %w", uint32(s.tag), fmt.Sprintf(format, args...), link.ErrMisuse)
 }
 
+// RegisterMem registers m with the base link the stream is on now
+// (link.MemSender). A stream that moves later sends from m on its new
+// link, which registers it at its first request if it must.
+func (s *Stream) RegisterMem(mem *link.Mem) error {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.closed || s.l == nil {
+		return s.closedError("RegisterMem")
+	}
+	if b, ok := s.l.base.(link.MemSender); ok {
+		return b.RegisterMem(mem)
+	}
+	return s.misuse("RegisterMem: link %s cannot send from registered memory", s.l.bc.Name)
+}
+
 // PostSend queues the requests in the mux, which posts them in turn with
 // the other streams'. All or none: a misuse posts nothing.
 func (s *Stream) PostSend(wrs []link.SendWR) error {
@@ -356,7 +372,12 @@ func (s *Stream) PostSend(wrs []link.SendWR) error {
 		wr := &wrs[i]
 		switch wr.Kind {
 		case link.SendData:
-			if uint64(wr.Off)+uint64(wr.N) > uint64(len(s.send.mem)) {
+			if wr.Mem != nil {
+				if uint64(wr.Off)+uint64(wr.N) > uint64(len(wr.Mem.Bytes())) {
+					return s.misuse("PostSend: request %d: data [%d, %d) outside the %d bytes of registered memory",
+						i, wr.Off, uint64(wr.Off)+uint64(wr.N), len(wr.Mem.Bytes()))
+				}
+			} else if uint64(wr.Off)+uint64(wr.N) > uint64(len(s.send.mem)) {
 				return s.misuse("PostSend: request %d: data [%d, %d) outside the %d-byte send ring",
 					i, wr.Off, uint64(wr.Off)+uint64(wr.N), len(s.send.mem))
 			}

@@ -288,8 +288,11 @@ type SendWR struct {
 	// completes silently with the next signaled one.
 	Signaled bool
 	ID       uint64
-	// Off and N: SendData's range of SendRing.
+	// Off and N: SendData's range of SendRing; with Mem set, of
+	// Mem.Bytes(), which the link sends from where it is (a MemSender
+	// registered it: RegisterMem).
 	Off, N uint32
+	Mem    *Mem
 	// Remote and RKey: where SendData and SendMarker write in the peer's ring.
 	Remote uint64
 	RKey   uint32

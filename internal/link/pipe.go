@@ -49,6 +49,8 @@ type Pipe struct {
 	timerDue time.Time
 	delay    time.Duration
 	failNext error // set by FailNext, taken by the next request posted
+	// failRegisterMem: RegisterMem fails (FailRegisterMem).
+	failRegisterMem bool
 
 	// Outstanding requests: seq numbers every counted request; retired is the
 	// seq of the last signaled request whose SendDone Poll took (it retires
@@ -309,9 +311,14 @@ func (e *Pipe) PostSend(wrs []SendWR) error {
 		wr := &wrs[i]
 		switch wr.Kind {
 		case SendData:
-			src, ok := e.sendRing(wr.Ring)
+			src, ok := e.dataSrc(wr)
 			if !ok {
 				return misuse("PostSend: request %d: no stream ring %d", i, wr.Ring)
+			}
+			if wr.Mem != nil {
+				if err := e.registerLocked(wr.Mem); err != nil {
+					return fmt.Errorf("link: memory: PostSend: request %d: %w", i, err)
+				}
 			}
 			if uint64(wr.Off)+uint64(wr.N) > uint64(len(src)) {
 				return misuse("PostSend: request %d: data [%d, %d) outside the %d-byte send ring",
@@ -355,7 +362,7 @@ func (e *Pipe) PostSend(wrs []SendWR) error {
 		}
 		if e.cfg.EarlyCompletion {
 			if wr.Kind == SendData {
-				src, _ := e.sendRing(wr.Ring)
+				src, _ := e.dataSrc(&wr)
 				r.data = append([]byte(nil), src[wr.Off:wr.Off+wr.N]...)
 			}
 			if wr.Signaled {
@@ -615,7 +622,7 @@ func (e *Pipe) land(now bool) {
 			if r.data != nil {
 				copy(dst, r.data)
 			} else {
-				src, _ := e.sendRing(r.wr.Ring)
+				src, _ := e.dataSrc(&r.wr)
 				copy(dst, src[r.wr.Off:r.wr.Off+r.wr.N])
 			}
 			t.push(Completion{Kind: DataArrived, N: r.wr.N, Tag: r.wr.Tag}, 0)

@@ -112,3 +112,12 @@ func (e *Pipe) FailNext(err error) {
 	defer e.pair.mu.Unlock()
 	e.failNext = err
 }
+
+// FailRegisterMem makes this end's RegisterMem fail with ErrRingsExhausted
+// from now on, as registration fails on a device past the pinned-memory
+// limit.
+func (e *Pipe) FailRegisterMem() {
+	e.pair.mu.Lock()
+	defer e.pair.mu.Unlock()
+	e.failRegisterMem = true
+}

@@ -93,7 +93,7 @@ func (e *Pipe) ReplaceSendRing(size int) ([]byte, error) {
 		return nil, misuse("ReplaceSendRing: %d bytes", size)
 	}
 	for _, r := range e.flight {
-		if r.wr.Kind == SendData && r.data == nil {
+		if r.wr.Kind == SendData && r.wr.Mem == nil && r.data == nil {
 			return nil, misuse("ReplaceSendRing with a data request in flight")
 		}
 	}
@@ -145,6 +145,35 @@ func poison(b []byte) {
 }
 
 // sendRing is the transmit ring a request names: SendRing, or a stream's.
+// dataSrc is where a SendData request's bytes are: a transmit ring, or
+// registered memory.
+func (e *Pipe) dataSrc(wr *SendWR) ([]byte, bool) {
+	if wr.Mem != nil {
+		return wr.Mem.Bytes(), true
+	}
+	return e.sendRing(wr.Ring)
+}
+
+// registerLocked registers m with this end, unless it is already: a
+// device's link registers memory at its first request from it.
+func (e *Pipe) registerLocked(m *Mem) error {
+	if e.failRegisterMem {
+		return ErrRingsExhausted
+	}
+	return m.Register(e, func() (func(), error) { return func() {}, nil })
+}
+
+// RegisterMem registers m with this end (MemSender); it fails with
+// ErrRingsExhausted once FailRegisterMem was set.
+func (e *Pipe) RegisterMem(m *Mem) error {
+	e.pair.mu.Lock()
+	defer e.pair.mu.Unlock()
+	if e.closed {
+		return closedError("RegisterMem")
+	}
+	return e.registerLocked(m)
+}
+
 func (e *Pipe) sendRing(key uint32) ([]byte, bool) {
 	if key == 0 {
 		return e.send, true
@@ -188,7 +217,7 @@ func (e *Pipe) ReleaseSendRing(key uint32) error {
 		return misuse("ReleaseSendRing: no transmit ring %d", key)
 	}
 	for _, r := range e.flight {
-		if r.wr.Kind == SendData && r.wr.Ring == key && r.data == nil {
+		if r.wr.Kind == SendData && r.wr.Ring == key && r.wr.Mem == nil && r.data == nil {
 			return misuse("ReleaseSendRing with a data request from the ring in flight")
 		}
 	}

@@ -71,6 +71,9 @@ func (l *Link) ReleaseSendRing(key uint32) error {
 // sendLocal is the memory a data request sends from: the link's transmit
 // ring, or a stream's.
 func (l *Link) sendLocal(wr *link.SendWR) (verbs.SGE, error) {
+	if wr.Mem != nil {
+		return l.memLocal(wr)
+	}
 	reg := l.res.tx
 	if wr.Ring != 0 {
 		var ok bool

@@ -33,6 +33,7 @@ type peerGroup struct {
 	// shared are the group's shared receive queues (sharedrecv.go).
 	smu    sync.Mutex
 	shared []*sharedRecv
+	mems   memRegs // application memory registered here (mem.go)
 	// sent and heard are when a send last completed and a message last
 	// arrived on any of the group's links (Link.PathProgress), as
 	// nanoseconds since pathEpoch.
@@ -213,6 +214,7 @@ func (g *peerGroup) release() error {
 		errs = append(errs, s.close())
 	}
 	g.shared = nil
+	g.dropMems()
 	if err := errors.Join(append(errs, g.remote.Close(), g.local.Close())...); err != nil {
 		return err
 	}

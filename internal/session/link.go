@@ -120,6 +120,7 @@ var (
 	errResumedElsewhere = fmt.Errorf("rdmanet: the peer resumed the session on another link: %w", link.ErrDown)
 	errNoPath           = errors.New("rdmanet: the session has no link")
 	errClosed           = errors.New("rdmanet: the session is closed")
+	errNoMemSend        = errors.New("rdmanet: the session's path cannot send from registered memory")
 )
 
 // MoveReason classifies why a session left a path.
@@ -251,6 +252,19 @@ func (l *Link) RecvRingKey() (uint64, uint32) {
 func (l *Link) PostSend(wrs []link.SendWR) error {
 	if p := l.Path(); p != nil {
 		return p.PostSend(wrs)
+	}
+	return errNoPath
+}
+
+// RegisterMem registers m with the path the session is on now
+// (link.MemSender); a path that cannot send from it refuses, and the
+// caller copies.
+func (l *Link) RegisterMem(m *link.Mem) error {
+	if p := l.Path(); p != nil {
+		if s, ok := p.(link.MemSender); ok {
+			return s.RegisterMem(m)
+		}
+		return errNoMemSend
 	}
 	return errNoPath
 }

@@ -212,6 +212,10 @@ type Engine struct {
 	reserved       []byte
 	reservedInRing bool
 	spare          []byte // a copy's memory, given back, for the next (view.go)
+	// Registered memory sent from and still in use, oldest first, and
+	// whether a writer waits for it (mem.go).
+	mems    []memSeg
+	memWant bool
 
 	err      error // why the stream failed, if it did
 	peerGone bool  // the peer disconnected
@@ -398,6 +402,8 @@ func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
 	ring := e.recv.(*RecvRing)
 	e.cfg.Caps, e.cfg.RecvAddr, e.cfg.RecvKey = caps, recvAddr, recvKey
 	e.rc, e.creditShort, e.muted = rc, time.Time{}, caps.SpeakSecond
+	// Bytes sent from registered memory are sent again from the ring.
+	e.placeMems()
 	// Bytes still to be sent again from an earlier Relink go with this one.
 	e.postedBefore += e.sq.posted
 	e.sq = e.sq.Relink(min(caps.SendDepth, int(e.cfg.Peer.RecvDepth)), e.resend)
@@ -456,6 +462,9 @@ func (e *Engine) Readable() bool {
 func (e *Engine) Writable() bool {
 	if e.err != nil || e.peerGone || e.peerClosed || e.wrDone {
 		return true
+	}
+	if e.memWant {
+		return !e.MemHeld()
 	}
 	if e.suspended() || e.grow.wantSend > 0 {
 		return false
@@ -540,7 +549,7 @@ func (e *Engine) queueReply(m wire.Message) {
 // requested asks for one, so that the Writes after it can wait for it.
 func (e *Engine) Write(b []byte) (int, error) {
 	written := 0
-	e.reserveWant = 0
+	e.reserveWant, e.memWant = 0, false
 	// A committed write buffer in the ring is posted from where it is,
 	// and the ring is not replaced under it (view.go).
 	owns := e.ownsReserved(b)
@@ -835,9 +844,14 @@ func (e *Engine) heard() {
 // signaled request completed go out, and control messages waiting for a
 // slot take the ones that came free.
 func (e *Engine) AfterCompletions() {
+	if e.err != nil || e.peerGone {
+		// The link's requests were flushed: none reads the memory.
+		e.DropMems()
+	}
 	if e.err != nil || e.lost != nil {
 		return
 	}
+	e.releaseMems()
 	e.resendData()
 	if e.sq.Held() > 0 && !e.sq.SignaledPending() {
 		// What the held bytes waited for completed: send them, signaled,

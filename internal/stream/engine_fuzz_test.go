@@ -83,6 +83,7 @@ func FuzzEngine(f *testing.F) {
 			t.Fatalf("the accepting side of an iWARP link posted %d requests before the peer spoke", len(r.sent))
 		}
 		buf := make([]byte, 1000)
+		mem := link.NewMem(make([]byte, 1500), nil)
 		var views [][]byte
 		for i := 0; i+1 < len(ops); i += 2 {
 			op, arg := ops[i]%8, ops[i+1]
@@ -110,6 +111,15 @@ func FuzzEngine(f *testing.F) {
 					t.Fatalf("Read failed with %v but the engine has no error", err)
 				}
 			case 4:
+				if arg&0x80 != 0 {
+					// From registered memory; MemHeld waits for it.
+					k := int(arg&0x7f) * 13
+					e.WriteMem(mem, mem.Bytes()[k%len(mem.Bytes()):][:min(k, len(mem.Bytes())-k%len(mem.Bytes()))])
+					if arg&0x40 != 0 {
+						e.WaitMem()
+					}
+					break
+				}
 				e.Write(buf[:int(arg)%len(buf)])
 			case 5:
 				if arg%4 == 3 {
@@ -136,7 +146,14 @@ func FuzzEngine(f *testing.F) {
 			}
 			e.AfterCompletions()
 			e.Flush(poster)
+			checkMems(t, e, mem)
 			for _, wr := range r.sent {
+				if wr.Kind == link.SendData && wr.Mem != nil {
+					if uint64(wr.Off)+uint64(wr.N) > uint64(len(wr.Mem.Bytes())) {
+						t.Fatalf("data request [%d,+%d) outside the %d bytes of registered memory", wr.Off, wr.N, len(wr.Mem.Bytes()))
+					}
+					continue
+				}
 				if wr.Kind == link.SendData && uint64(wr.Off)+uint64(wr.N) > uint64(len(e.cfg.SendRing)) {
 					t.Fatalf("data request [%d,+%d) outside the %d-byte ring", wr.Off, wr.N, len(e.cfg.SendRing))
 				}
@@ -232,5 +249,24 @@ func checkViews(t *testing.T, e *Engine) {
 		if !in {
 			t.Fatalf("a view of %d bytes at %d is in no ring the engine holds", v.n, v.at)
 		}
+	}
+}
+
+// checkMems fails t if the ranges sent from registered memory and still
+// held are not in order within what the ring holds, if the memory's count
+// of requests that read it is not theirs, or if a failed stream holds any.
+func checkMems(t *testing.T, e *Engine, m *link.Mem) {
+	prev := e.sq.released()
+	for _, s := range e.mems {
+		if s.start < prev && s.end <= prev || s.start >= s.end || s.end > e.sq.put {
+			t.Fatalf("registered memory held for [%d, %d), after %d, with %d put", s.start, s.end, prev, e.sq.put)
+		}
+		prev = s.end
+	}
+	if m.Busy() != len(e.mems) {
+		t.Fatalf("registered memory busy %d with %d ranges held", m.Busy(), len(e.mems))
+	}
+	if (e.err != nil || e.peerGone) && len(e.mems) > 0 {
+		t.Fatalf("a stream that ended (%v) holds %d ranges of registered memory", e.err, len(e.mems))
 	}
 }

@@ -291,6 +291,7 @@ func (e *Engine) applyGrowth(l Poster) {
 // hold them is not made: shrinking is only thrift, and the next idle
 // moment tries again.
 func (e *Engine) replaceSendRing(rl link.Rings, size int) {
+	e.placeMems() // nothing in flight reads them: they are kept in the ring
 	from, n := e.sq.Kept()
 	if n > uint64(size) {
 		return

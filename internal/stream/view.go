@@ -239,7 +239,7 @@ func (e *Engine) HoldsMemory() bool {
 // every byte written (a copy where n free bytes are not contiguous there).
 // It returns ErrWouldBlock until they are free, and the errors of Write.
 func (e *Engine) Reserve(n int) ([]byte, error) {
-	e.reserveWant = 0
+	e.reserveWant, e.memWant = 0, false
 	switch {
 	case n <= 0:
 		return nil, errors.New("rdmanet: WriteBuffer of a non-positive length")

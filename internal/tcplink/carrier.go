@@ -198,7 +198,7 @@ func (l *Link) ReleaseSendRing(key uint32) error {
 		// bytes, so the writer is done with those: it may still be
 		// writing the rest of their batch, but from other rings.
 		for s := l.acked + 1; s <= l.seq; s++ {
-			if wr := &l.reqs[s%uint64(len(l.reqs))]; wr.Kind == link.SendData && wr.Ring == key {
+			if wr := &l.reqs[s%uint64(len(l.reqs))]; wr.Kind == link.SendData && wr.Ring == key && wr.Mem == nil {
 				return l.misuse("ReleaseSendRing: data request ID %d from transmit ring %d is outstanding", wr.ID, key)
 			}
 		}
@@ -225,12 +225,26 @@ func (l *Link) ReleaseSendRing(key uint32) error {
 // key. l.mu is held.
 func (l *Link) batchReads(key uint32) bool {
 	for i := range l.batch {
-		if wr := &l.batch[i]; wr.Kind == link.SendData && wr.Ring == key {
+		if wr := &l.batch[i]; wr.Kind == link.SendData && wr.Ring == key && wr.Mem == nil {
 			return true
 		}
 	}
 	return false
 }
+
+// dataSrcLocked is where a data request's bytes are: the application's
+// registered memory (link.Mem), or the transmit ring it names. l.mu is
+// held.
+func (l *Link) dataSrcLocked(wr *link.SendWR) ([]byte, bool) {
+	if wr.Mem != nil {
+		return wr.Mem.Bytes(), true
+	}
+	return l.sendRingLocked(wr.Ring)
+}
+
+// RegisterMem is link.MemSender's: the writer sends from any memory, so
+// there is nothing to register.
+func (l *Link) RegisterMem(m *link.Mem) error { return nil }
 
 // sendRingLocked is the transmit ring a request names: SendRing (key 0),
 // or a stream's. l.mu is held.

@@ -459,9 +459,9 @@ func (l *Link) nextBatch() (last, ok bool) {
 				// The ring is registered: ReleaseSendRing refuses a ring
 				// an unacknowledged request sends from while the link is
 				// up, and nothing is taken once it is down.
-				src, _ := l.sendRingLocked(wr.Ring)
+				src, _ := l.dataSrcLocked(wr)
 				l.batchSrcs[len(l.batch)] = src[uint64(wr.Off) : uint64(wr.Off)+uint64(wr.N)]
-				l.writing = l.writing || wr.Ring != 0
+				l.writing = l.writing || (wr.Ring != 0 && wr.Mem == nil)
 			}
 			l.batch = append(l.batch, *wr)
 		}

@@ -281,7 +281,7 @@ func (l *Link) PostSend(wrs []link.SendWR) error {
 		wr := &wrs[i]
 		switch wr.Kind {
 		case link.SendData:
-			src, ok := l.sendRingLocked(wr.Ring)
+			src, ok := l.dataSrcLocked(wr)
 			if !ok {
 				return l.misuse("PostSend: request %d: no transmit ring with key %d", i, wr.Ring)
 			}
