@@ -159,3 +159,41 @@ func ExampleZeroCopyOf() {
 	io.Copy(io.Discard, c) // until the server closes
 	// Output: server: hello, in place
 }
+
+// WriteFrom sends bytes of memory registered once (a block cache, a file's
+// pages read into it) from where they are. It returns once the memory may
+// be reused; over a TCP fallback (ZeroCopyOf) it copies, as Write does.
+func ExampleConn_WriteFrom() {
+	mem, err := rdmanet.NewMemory(1 << 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mem.Close(context.Background())
+
+	ln, err := rdmanet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		b := mem.Bytes()[:64<<10]
+		for i := range b {
+			b[i] = byte(i)
+		}
+		rdmanet.ZeroCopyOf(c).WriteFrom(mem, b) // b may change again now
+	}()
+
+	c, err := rdmanet.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	n, _ := io.Copy(io.Discard, c)
+	fmt.Println("received", n, "bytes")
+	// Output: received 65536 bytes
+}

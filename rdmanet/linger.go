@@ -35,5 +35,8 @@ func (c *Conn) linger() {
 		<-gone
 	}
 	c.link.Close()
+	c.mu.Lock()
+	c.eng.DropMems() // the link that read registered memory is gone
+	c.mu.Unlock()
 	c.mem.close()
 }

@@ -227,31 +227,36 @@ func TestSessionSurvivesFaultsMidStream(t *testing.T) {
 	}
 }
 
+// faultsDuring injects up to n faults, 2-21 ms apart, each after the
+// last one's resumption, until done is closed; it counts them by kind.
+func (p *sessionPair) faultsDuring(done <-chan struct{}, n int, src rand.Source) map[string]int {
+	rng := rand.New(src)
+	faults := map[string]int{}
+	for i := int32(1); i <= int32(n); i++ {
+		select {
+		case <-done:
+			return faults
+		case <-time.After(time.Duration(2+rng.IntN(20)) * time.Millisecond):
+		}
+		faults[p.fault(rng)]++
+		// The next fault waits for this one's resumption.
+		for p.resumed.Load() < i {
+			select {
+			case <-done:
+				return faults
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	return faults
+}
+
 func sessionSurvivesFaults(t *testing.T, cfg Config) {
 	goroutineCheck(t)
 	p := newSessionPair(t, cfg)
 	const size = 32 << 20
 	done := streamBothWays(t, p.client, p.server, size)
-	rng := rand.New(rand.NewPCG(1, 2))
-	faults := map[string]int{}
-	for n := 0; n < 12; n++ {
-		select {
-		case <-done:
-		case <-time.After(time.Duration(2+rng.IntN(20)) * time.Millisecond):
-			faults[p.fault(rng)]++
-			// The next fault waits for this one's resumption.
-			for want := int32(n + 1); p.resumed.Load() < want; {
-				select {
-				case <-done:
-					want = 0
-				case <-time.After(time.Millisecond):
-				}
-				if want == 0 {
-					break
-				}
-			}
-		}
-	}
+	faults := p.faultsDuring(done, 12, rand.NewPCG(1, 2))
 	<-done
 	t.Logf("faults %v, resumptions %d", faults, p.resumed.Load())
 	if p.resumed.Load() < 3 {

@@ -165,6 +165,7 @@ type ZeroCopier interface {
 	ReleaseView(v []byte) error
 	WriteBuffer(n int) ([]byte, error)
 	Commit(n int) (int, error)
+	WriteFrom(m *Memory, b []byte) (int, error)
 }
 
 // ZeroCopyOf returns c's zero-copy calls: c itself when it is an RDMA
@@ -221,4 +222,14 @@ func (z *copyingZeroCopier) Commit(n int) (int, error) {
 	}
 	z.held = false
 	return z.conn.Write(z.buf[:n])
+}
+
+// WriteFrom writes b, a copy as any Write over the connection is.
+func (z *copyingZeroCopier) WriteFrom(m *Memory, b []byte) (int, error) {
+	if _, ok := m.mem.OffsetOf(b); !ok {
+		return 0, ErrNotInMemory
+	}
+	n, err := z.conn.Write(b)
+	m.copied.Add(uint64(n))
+	return n, err
 }

@@ -3,6 +3,7 @@
 package rdmanet_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"hash/crc32"
@@ -17,8 +18,8 @@ import (
 	"github.com/rdmanet/sdk/rdmanet"
 )
 
-// TestLabZeroCopy: 2 MiB through write buffers committed in pieces and
-// views of random sizes, up to 8 held at once and released out of order,
+// TestLabZeroCopy: 2 MiB through write buffers committed in pieces,
+// WriteFroms of registered memory and views of random sizes, up to 8 held at once and released out of order,
 // on every data path (rxe, siw, rxe with iWARP's) and in a session, with
 // SHA-256 at both ends. The host's tests check the ring accounting over
 // link.Pipe; this one, that real RDMA writes land where the views are.
@@ -35,6 +36,17 @@ func TestLabZeroCopy(t *testing.T) {
 				w.SetDeadline(time.Now().Add(2 * time.Minute))
 				r.SetDeadline(time.Now().Add(2 * time.Minute))
 				const size = 2 << 20 // 39.6 s for six at 8 MiB in the race pass of a make test; rings of 256 KiB wrap 8 times in 2
+				mem, err := rdmanet.NewMemory(96 << 10)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					if err := mem.Close(ctx); err != nil {
+						t.Errorf("Memory.Close: %v", err)
+					}
+				}()
 				var sent [32]byte
 				var wg sync.WaitGroup
 				wg.Add(1)
@@ -44,6 +56,25 @@ func TestLabZeroCopy(t *testing.T) {
 					h := sha256.New()
 					for pos := 0; pos < size; {
 						n := min(1+rng.IntN(96<<10), size-pos)
+						if rng.IntN(2) == 0 {
+							// From registered memory, poisoned once WriteFrom
+							// returns: a request still reading it would send
+							// the poison.
+							b := mem.Bytes()[:n]
+							for i := range b {
+								b[i] = byte(rng.Uint32())
+							}
+							h.Write(b)
+							if _, err := w.WriteFrom(mem, b); err != nil {
+								t.Errorf("WriteFrom(%d) at %d: %v", n, pos, err)
+								return
+							}
+							for i := range b {
+								b[i] = 0xa5
+							}
+							pos += n
+							continue
+						}
 						b, err := w.WriteBuffer(n)
 						if err != nil {
 							t.Errorf("WriteBuffer(%d) at %d: %v", n, pos, err)
@@ -100,6 +131,11 @@ func TestLabZeroCopy(t *testing.T) {
 					got += len(v)
 				}
 				wg.Wait()
+				if st := mem.Stats(); st.Sent == 0 || st.Copied != 0 {
+					t.Errorf("registered memory %+v: want every WriteFrom's bytes sent from it", st)
+				} else {
+					t.Logf("registered memory %+v", st)
+				}
 				var recvd [32]byte
 				if h.Sum(recvd[:0]); recvd != sent {
 					t.Fatal("SHA-256 differs between the write buffers and the views")

@@ -444,24 +444,7 @@ func TestViewsAcrossResumes(t *testing.T) {
 		defer close(done)
 		wn, rn = viewStream(t, p.client, p.server, 16<<20, 3)
 	}()
-	rng := rand.New(rand.NewPCG(5, 6))
-	for n := int32(1); n <= 6; n++ {
-		select {
-		case <-done:
-		case <-time.After(time.Duration(2+rng.IntN(20)) * time.Millisecond):
-			p.fault(rng)
-			for p.resumed.Load() < n {
-				select {
-				case <-done:
-					n = 100
-				case <-time.After(time.Millisecond):
-				}
-				if n == 100 {
-					break
-				}
-			}
-		}
-	}
+	p.faultsDuring(done, 6, rand.NewPCG(5, 6))
 	<-done
 	t.Logf("resumptions %d; writer %+v, reader %+v", p.resumed.Load(), wn, rn)
 	if p.resumed.Load() < 2 {

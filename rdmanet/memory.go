@@ -1,0 +1,181 @@
+package rdmanet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/stream"
+	"github.com/rdmanet/sdk/verbs"
+)
+
+// Memory is memory registered once for large writes (issue 26's "large
+// transfers"; docs/engine.md, "Zero-copy"): WriteFrom sends bytes of it
+// straight into the peer's receive ring, from where they are, with no
+// copy into the connection's transmit ring. The wire does not change, so
+// it works toward Valkey peers and over every path a connection takes.
+//
+// The memory is mapped by NewMemory, whole pages, outside Go's heap, and
+// registered with each RDMA device (and each peer's protection domain)
+// the first time a connection there sends from it; the registration stays
+// until Close. Registration pins the memory: it counts against
+// RLIMIT_MEMLOCK. Where it cannot be registered (the limit, a TCP path, a
+// platform without RDMA), WriteFrom copies as Write does, and Stats says
+// how many bytes went which way.
+type Memory struct {
+	buf *verbs.Buffer // nil where mmap is not supported: Go memory, always copied
+	mem *link.Mem
+
+	sent, copied atomic.Uint64
+	closeOnce    sync.Once
+	closeErr     error
+}
+
+// MemoryStats says how WriteFrom sent a Memory's bytes.
+type MemoryStats struct {
+	// Sent: bytes sent from the memory where it is.
+	Sent uint64
+	// Copied: bytes WriteFrom copied into a transmit ring, where the
+	// memory could not be registered or the connection's path cannot
+	// send from it.
+	Copied uint64
+	// Kept: bytes of Sent that a session copied into its transmit ring
+	// after they were sent, to send them again from there if its path
+	// fails: those the peer had not yet acknowledged when their requests
+	// completed (WriteFrom), or when the path failed or the ring grew.
+	Kept uint64
+}
+
+// ErrNotInMemory is WriteFrom's error for bytes that do not lie in the
+// Memory named.
+var ErrNotInMemory = stream.ErrNotInMemory
+
+// MaxMemory is the largest Memory.
+const MaxMemory = 1<<32 - 1<<16
+
+// NewMemory maps size bytes, rounded up to whole pages, for WriteFrom.
+func NewMemory(size int) (*Memory, error) {
+	if size <= 0 || size > MaxMemory {
+		return nil, fmt.Errorf("rdmanet: NewMemory of %d bytes (at most %d)", size, MaxMemory)
+	}
+	buf, err := verbs.NewBuffer(size)
+	switch {
+	case errors.Is(err, verbs.ErrNotSupported):
+		return &Memory{mem: link.NewMem(make([]byte, size), nil)}, nil
+	case err != nil:
+		return nil, fmt.Errorf("rdmanet: NewMemory: %w", err)
+	}
+	return &Memory{buf: buf, mem: link.NewMem(buf.Bytes()[:size:size], buf)}, nil
+}
+
+// Bytes is the memory, to fill before WriteFrom.
+func (m *Memory) Bytes() []byte { return m.mem.Bytes() }
+
+// Stats says how WriteFrom sent the memory's bytes so far.
+func (m *Memory) Stats() MemoryStats {
+	return MemoryStats{Sent: m.sent.Load(), Copied: m.copied.Load(), Kept: m.mem.KeptBytes()}
+}
+
+// Idle returns a channel closed once no connection's request reads the
+// memory. WriteFrom waits for that before it returns without an error;
+// after an error (a deadline, Close, a failed connection) some of its
+// bytes may still be in flight, until the connection's requests complete
+// or its link closes (Close's linger bounds that).
+func (m *Memory) Idle() <-chan struct{} { return m.mem.Idle() }
+
+// Close waits until the memory is idle or ctx is done, then deregisters
+// it from every device and unmaps it; Bytes must not be used after.
+func (m *Memory) Close(ctx context.Context) error {
+	select {
+	case <-m.mem.Idle():
+	case <-ctx.Done():
+		return fmt.Errorf("rdmanet: Memory.Close: %d requests still read it: %w", m.mem.Busy(), ctx.Err())
+	}
+	m.closeOnce.Do(func() {
+		m.mem.Close()
+		if m.buf != nil {
+			m.closeErr = m.buf.Close()
+		}
+	})
+	return m.closeErr
+}
+
+// WriteFrom writes b, which lies in m, sending it from where it is: no
+// copy is made into the transmit ring. It returns once b may be changed
+// again, as io.Writer's contract asks: every request that reads it
+// completed and, in a resumable session, the peer acknowledged its bytes
+// (until then a failover would send them again). A session's peer
+// acknowledges as its reader frees a quarter of its ring, so the bytes it
+// has not acknowledged once every request completed are copied into the
+// transmit ring (m.Stats' Kept), as are those in flight when the path
+// fails. At most a transmit ring of b is in flight at a time: WriteFrom
+// suits large writes, which it spares a copy each.
+//
+// Where m cannot be registered with the connection's device, or its path
+// cannot send from memory (a session on TCP), WriteFrom copies as Write
+// does (m.Stats counts both). It fails with ErrNotInMemory for bytes
+// outside m and ErrBufferHeld while a write buffer is held. After an
+// error, bytes posted before it may still be in flight: m.Idle says when
+// they are not.
+func (c *Conn) WriteFrom(m *Memory, b []byte) (int, error) {
+	if _, ok := m.mem.OffsetOf(b); !ok {
+		return 0, c.opError("write", ErrNotInMemory)
+	}
+	if !c.fd.RWLock(false) {
+		return 0, c.opError("write", net.ErrClosed)
+	}
+	defer c.fd.RWUnlock(false)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	written := 0
+	var err error
+	for err == nil && written < len(b) {
+		switch {
+		case c.closing:
+			err = net.ErrClosed
+			continue
+		case c.fd.DeadlinePassed(true):
+			err = os.ErrDeadlineExceeded
+			continue
+		}
+		if s, ok := c.link.(link.MemSender); !ok || s.RegisterMem(m.mem) != nil {
+			// Copy the rest, as Write would.
+			n, werr := c.writeLocked(b[written:])
+			written += n
+			m.copied.Add(uint64(n))
+			if werr != nil {
+				return written, werr
+			}
+			break
+		}
+		n, werr := c.eng.WriteMem(m.mem, b[written:])
+		written += n
+		c.bytesSent += uint64(n)
+		m.sent.Add(uint64(n))
+		c.flushLocked()
+		if werr == nil {
+			werr = c.eng.Err() // posting what was taken may have failed
+		}
+		switch {
+		case werr == stream.ErrWouldBlock:
+			err = c.fd.WaitLocked(true)
+		case werr != nil:
+			err = werr
+		}
+	}
+	// Every byte is posted (or an error stopped them): wait until none is
+	// read any more.
+	for err == nil && c.eng.MemHeld() {
+		c.eng.WaitMem()
+		err = c.fd.WaitLocked(true)
+	}
+	if err != nil {
+		return written, c.opError("write", err)
+	}
+	return written, nil
+}
