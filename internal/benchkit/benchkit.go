@@ -184,6 +184,27 @@ func StreamZeroCopy(w, r *rdmanet.Conn, size int, total int64) (StreamResult, er
 		})
 }
 
+// StreamFromMemory is Stream with each write sent from memory registered
+// once (rdmanet.Memory, Conn.WriteFrom), read with Read.
+func StreamFromMemory(w *rdmanet.Conn, r io.Reader, size int, total int64) (StreamResult, error) {
+	if size <= 0 || total <= 0 {
+		return StreamResult{}, fmt.Errorf("benchkit: stream of %d bytes in writes of %d", total, size)
+	}
+	m, err := rdmanet.NewMemory(size)
+	if err != nil {
+		return StreamResult{}, err
+	}
+	defer m.Close(context.Background())
+	msg := m.Bytes()[:size]
+	for i := range msg {
+		msg[i] = byte(i)
+	}
+	buf := make([]byte, readBuffer)
+	return stream(size, total,
+		func(n int) error { _, err := w.WriteFrom(m, msg[:n]); return err },
+		func(left int64) (int, error) { return r.Read(buf[:min(int64(len(buf)), left)]) })
+}
+
 // warmUp is how many round trips PingPong makes before it measures.
 const warmUp = 20
 

@@ -292,6 +292,15 @@ func newBench(env labenv.Env, o options, log io.Writer) *bench {
 			})
 		},
 	})
+	// Issue 26's large transfers: writes sent from registered memory.
+	b.impls = append(b.impls, impl{
+		id: writeFromID, label: "rdmanet (WriteFrom registered memory, Read)", role: roleRDMANet,
+		stream: func(ctx context.Context, size int, total int64) figure {
+			return b.inProcess(ctx, rdmaDial(b.env, zeroCopy), func(client, server net.Conn) (figure, error) {
+				return streamFigure(benchkit.StreamFromMemory(client.(*rdmanet.Conn), server, size, total))
+			})
+		},
+	})
 	b.impls = append(b.impls,
 		impl{id: "tcp", label: "Go net, TCP", role: roleBaseline,
 			stream: func(ctx context.Context, size int, total int64) figure {
@@ -515,6 +524,9 @@ func ownQueuePair(m benchkit.Mode) benchkit.Mode {
 // ownQueuePairModes are benchkit.Modes, each with ownQueuePair.
 // zeroCopyID is the zero-copy stream's implementation (issue 26).
 const zeroCopyID = "rdmanet/zero-copy"
+
+// writeFromID is the stream written from registered memory (issue 26).
+const writeFromID = "rdmanet/write-from"
 
 func ownQueuePairModes() []benchkit.Mode {
 	var modes []benchkit.Mode
