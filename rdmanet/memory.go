@@ -82,10 +82,11 @@ func (m *Memory) Stats() MemoryStats {
 }
 
 // Idle returns a channel closed once no connection's request reads the
-// memory. WriteFrom waits for that before it returns without an error;
-// after an error (a deadline, Close, a failed connection) some of its
-// bytes may still be in flight, until the connection's requests complete
-// or its link closes (Close's linger bounds that).
+// memory: the completion of PostFrom's requests. WriteFrom waits for its
+// own before it returns without an error; after an error (a deadline,
+// Close, a failed connection) some of its bytes may still be in flight,
+// until the connection's requests complete or its link closes (Close's
+// linger bounds that).
 func (m *Memory) Idle() <-chan struct{} { return m.mem.Idle() }
 
 // Close waits until the memory is idle or ctx is done, then deregisters
@@ -108,13 +109,15 @@ func (m *Memory) Close(ctx context.Context) error {
 // WriteFrom writes b, which lies in m, sending it from where it is: no
 // copy is made into the transmit ring. It returns once b may be changed
 // again, as io.Writer's contract asks: every request that reads it
-// completed and, in a resumable session, the peer acknowledged its bytes
-// (until then a failover would send them again). A session's peer
-// acknowledges as its reader frees a quarter of its ring, so the bytes it
-// has not acknowledged once every request completed are copied into the
-// transmit ring (m.Stats' Kept), as are those in flight when the path
-// fails. At most a transmit ring of b is in flight at a time: WriteFrom
-// suits large writes, which it spares a copy each.
+// completed. In a resumable stream (a session, a link group's stream,
+// the default between rdmanet peers) the ring keeps what the peer has not
+// acknowledged, to send it again after a failover; the peer acknowledges
+// as its reader frees a quarter of its ring, so bytes not yet
+// acknowledged when their requests complete are copied into the ring then
+// (m.Stats' Kept), as are those in flight when a path fails. At most a
+// transmit ring of b is in flight at a time, and each WriteFrom waits for
+// its last request: it suits large writes, which it spares a copy each
+// (PostFrom overlaps them).
 //
 // Where m cannot be registered with the connection's device, or its path
 // cannot send from memory (a session on TCP), WriteFrom copies as Write
@@ -123,6 +126,19 @@ func (m *Memory) Close(ctx context.Context) error {
 // error, bytes posted before it may still be in flight: m.Idle says when
 // they are not.
 func (c *Conn) WriteFrom(m *Memory, b []byte) (int, error) {
+	return c.writeFrom(m, b, true)
+}
+
+// PostFrom is WriteFrom that returns once b is posted, as Write does, not
+// once it may change: m.Idle says when no request reads m any more. A
+// writer that streams from several Memories in turn, waiting for each
+// one's Idle before it refills it, keeps the ring full.
+func (c *Conn) PostFrom(m *Memory, b []byte) (int, error) {
+	return c.writeFrom(m, b, false)
+}
+
+// writeFrom is WriteFrom, and PostFrom without wait.
+func (c *Conn) writeFrom(m *Memory, b []byte, wait bool) (int, error) {
 	if _, ok := m.mem.OffsetOf(b); !ok {
 		return 0, c.opError("write", ErrNotInMemory)
 	}
@@ -170,7 +186,7 @@ func (c *Conn) WriteFrom(m *Memory, b []byte) (int, error) {
 	}
 	// Every byte is posted (or an error stopped them): wait until none is
 	// read any more.
-	for err == nil && c.eng.MemHeld() {
+	for wait && err == nil && c.eng.MemHeld() {
 		c.eng.WaitMem()
 		err = c.fd.WaitLocked(true)
 	}

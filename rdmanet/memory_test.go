@@ -223,3 +223,60 @@ func TestWriteFromMisuse(t *testing.T) {
 	}
 	closeAndWait(t, b)
 }
+
+// TestPostFromStreams: PostFrom from four Memories in turn, each refilled
+// once Idle says no request reads it, and poisoned at once before that:
+// with nothing else in flight on the writer's side, its completions still
+// come (Idle is the completion).
+func TestPostFromStreams(t *testing.T) {
+	for _, mode := range hostModes[:1] {
+		t.Run(mode.name, func(t *testing.T) {
+			goroutineCheck(t)
+			cfg := Config{RecvBuffer: 64 << 10, SendBuffer: 64 << 10, RecvDepth: 8}
+			a, b, pa, _ := memPair(t, cfg, mode.features)
+			pa.SetDelay(20 * time.Microsecond)
+			var mems [4]*Memory
+			for i := range mems {
+				mems[i] = newTestMemory(t, 16<<10)
+			}
+			const size = 4 << 20
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for pos, i := 0, 0; pos < size; i++ {
+					m := mems[i%len(mems)]
+					select {
+					case <-m.Idle():
+					case <-time.After(10 * time.Second):
+						t.Errorf("memory %d still in use after 10 s", i%len(mems))
+						return
+					}
+					k := min(len(m.Bytes()), size-pos)
+					bs := m.Bytes()[:k]
+					fillPattern(bs, uint64(pos))
+					if _, err := a.PostFrom(m, bs); err != nil {
+						t.Errorf("PostFrom at %d: %v", pos, err)
+						return
+					}
+					pos += k
+				}
+				for _, m := range mems {
+					<-m.Idle()
+					for i := range m.Bytes() {
+						m.Bytes()[i] = memPoison
+					}
+				}
+			}()
+			readPattern(t, b, size)
+			wg.Wait()
+			for i, m := range mems {
+				if st := m.Stats(); st.Sent == 0 || st.Copied != 0 {
+					t.Errorf("memory %d: %+v, want every byte sent from it", i, st)
+				}
+			}
+			closeAndWait(t, a)
+			closeAndWait(t, b)
+		})
+	}
+}

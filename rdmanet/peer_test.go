@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	if args := os.Getenv(memlockPairsEnv); args != "" {
 		os.Exit(runMemlockPairs(args))
 	}
+	if args := os.Getenv(memlockMemoryEnv); args != "" {
+		os.Exit(runMemlockMemory(args))
+	}
 	if os.Getenv(spinEnv) != "" {
 		spin()
 	}

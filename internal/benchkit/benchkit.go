@@ -185,25 +185,40 @@ func StreamZeroCopy(w, r *rdmanet.Conn, size int, total int64) (StreamResult, er
 }
 
 // StreamFromMemory is Stream with each write sent from memory registered
-// once (rdmanet.Memory, Conn.WriteFrom), read with Read.
+// once (rdmanet.Memory), read with Read: PostFrom from fromMemories
+// Memories in turn, each reused once Idle, as a streaming writer would
+// (WriteFrom waits for each write's completion).
 func StreamFromMemory(w *rdmanet.Conn, r io.Reader, size int, total int64) (StreamResult, error) {
 	if size <= 0 || total <= 0 {
 		return StreamResult{}, fmt.Errorf("benchkit: stream of %d bytes in writes of %d", total, size)
 	}
-	m, err := rdmanet.NewMemory(size)
-	if err != nil {
-		return StreamResult{}, err
+	var mems [fromMemories]*rdmanet.Memory
+	for i := range mems {
+		m, err := rdmanet.NewMemory(size)
+		if err != nil {
+			return StreamResult{}, err
+		}
+		defer m.Close(context.Background())
+		for j := range m.Bytes() {
+			m.Bytes()[j] = byte(j)
+		}
+		mems[i] = m
 	}
-	defer m.Close(context.Background())
-	msg := m.Bytes()[:size]
-	for i := range msg {
-		msg[i] = byte(i)
-	}
+	next := 0
 	buf := make([]byte, readBuffer)
 	return stream(size, total,
-		func(n int) error { _, err := w.WriteFrom(m, msg[:n]); return err },
+		func(n int) error {
+			m := mems[next%fromMemories]
+			next++
+			<-m.Idle()
+			_, err := w.PostFrom(m, m.Bytes()[:n])
+			return err
+		},
 		func(left int64) (int, error) { return r.Read(buf[:min(int64(len(buf)), left)]) })
 }
+
+// fromMemories is how many Memories StreamFromMemory writes from in turn.
+const fromMemories = 4
 
 // warmUp is how many round trips PingPong makes before it measures.
 const warmUp = 20

@@ -17,11 +17,11 @@ import (
 // memory at those positions is left unused. So the send queue, the
 // signalling policy, the peer's window and a session's acknowledgements
 // work unchanged, and the memory in flight is bounded by the ring. The
-// memory is held (memSeg) until what holds ring bytes would free them:
-// the request's completion and, in a session, the peer's acknowledgement.
-// Where the ring itself must hold them (a new link sends them again from
-// it, or a grown ring keeps them) they are copied there first
-// (placeMems), and the memory is free at once.
+// memory is held (memSeg) until the request's completion; in a resumable
+// stream, whose ring keeps bytes until the peer acknowledges them, those
+// not yet acknowledged are copied into the ring then (releaseMems). Where
+// the ring must hold them earlier (a new link sends them again from it,
+// or a grown ring keeps them) they are copied there first (placeMems).
 
 // ErrNotInMemory is WriteMem's error for bytes that do not lie in the
 // registered memory named.
@@ -115,38 +115,47 @@ func (e *Engine) WaitMem() {
 }
 
 // releaseMems gives back the memory of every range the ring would have
-// freed now. In a session, bytes whose requests completed wait for the
-// peer's acknowledgement, which comes as its reader frees a quarter of
-// its ring: a writer that waits for its memory may wait for a reader who
-// waits for it. So once every request completed, the bytes not yet
-// acknowledged are copied into the ring, which sends them again if it
-// must, and the memory is free.
+// freed now. In a resumable stream, bytes whose requests completed also
+// wait for the peer's acknowledgement, which comes as its reader frees a
+// quarter of its ring: a writer that waited for it could wait for a
+// reader who waits for the writer. So once a range's requests completed,
+// its bytes not yet acknowledged are copied into the ring, which sends
+// them again if it must, and the memory is free.
 func (e *Engine) releaseMems() {
 	r := e.sq.released()
 	i := 0
 	for ; i < len(e.mems) && e.mems[i].end <= r; i++ {
 		e.mems[i].m.Done()
 	}
+	for ; i < len(e.mems) && e.mems[i].end <= e.sq.freed; i++ {
+		e.keepMem(e.mems[i])
+		e.mems[i].m.Done()
+	}
 	if i > 0 {
 		e.mems = e.mems[:copy(e.mems, e.mems[i:])]
 	}
-	if k := len(e.mems); k > 0 && e.memWant && e.mems[k-1].end <= e.sq.freed {
-		e.placeMems()
-	}
 }
 
-// placeMems copies into the transmit ring, at their positions, the bytes
-// sent from registered memory that the ring may have to send again (a new
-// link) or keep (a grown ring), and gives the memory back: no request
-// that reads it is in flight any more.
+// keepMem copies into the transmit ring, at their positions, the bytes
+// of s the ring has not freed, so that the ring holds them as it holds
+// bytes Write copied.
+func (e *Engine) keepMem(s memSeg) {
+	from := max(s.start, e.sq.released())
+	if from >= s.end {
+		return
+	}
+	src := s.m.Bytes()[s.off+int(from-s.start) : s.off+int(s.end-s.start)]
+	copyRing(e.cfg.SendRing, src, 0, from, uint64(len(src)))
+	s.m.Kept(len(src))
+}
+
+// placeMems copies every range held into the transmit ring (keepMem) and
+// gives the memory back: no request that reads it is in flight any more,
+// and the ring must hold the bytes (a new link sends them again from it,
+// or a grown ring keeps them).
 func (e *Engine) placeMems() {
 	for _, s := range e.mems {
-		from := max(s.start, e.sq.released())
-		if from < s.end {
-			src := s.m.Bytes()[s.off+int(from-s.start) : s.off+int(s.end-s.start)]
-			copyRing(e.cfg.SendRing, src, 0, from, uint64(len(src)))
-			s.m.Kept(len(src))
-		}
+		e.keepMem(s)
 	}
 	e.DropMems()
 }

@@ -294,7 +294,7 @@ func newBench(env labenv.Env, o options, log io.Writer) *bench {
 	})
 	// Issue 26's large transfers: writes sent from registered memory.
 	b.impls = append(b.impls, impl{
-		id: writeFromID, label: "rdmanet (WriteFrom registered memory, Read)", role: roleRDMANet,
+		id: writeFromID, label: "rdmanet (PostFrom registered memory, Read)", role: roleRDMANet,
 		stream: func(ctx context.Context, size int, total int64) figure {
 			return b.inProcess(ctx, rdmaDial(b.env, zeroCopy), func(client, server net.Conn) (figure, error) {
 				return streamFigure(benchkit.StreamFromMemory(client.(*rdmanet.Conn), server, size, total))
