@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"time"
 
 	"github.com/rdmanet/sdk/examples/blockstore/nbd"
 	"github.com/rdmanet/sdk/fallback"
@@ -26,7 +27,7 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	mem := fs.String("mem", "", "export `size` bytes of memory, zeroed, gone when the server stops")
 	name := fs.String("name", "", "the export's `name` (default empty: the default export, nbd://host:port)")
 	workers := fs.Int("workers", 0, "requests served at once per connection (default 8)")
-	noInPlace := fs.Bool("no-in-place", false, "read requests and write replies through buffers of the server's own, not in place in the connection's rings")
+	noInPlace := fs.Bool("no-in-place", false, "read requests and write replies through buffers of the server's own, not in place in the connection's rings, and keep -mem's memory unregistered")
 	policyFlag := fs.String("policy", "auto", "transports: auto (RDMA and TCP), rdma or tcp")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -48,7 +49,21 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			fmt.Fprintln(stderr, "blockstore serve: -mem:", err)
 			return 2
 		}
-		backend, what = nbd.NewMemory(size), "memory"
+		m := nbd.NewMemory(size)
+		if !*noInPlace {
+			// Registered once: large reads are sent from it. Where it cannot
+			// be pinned (RLIMIT_MEMLOCK), replies copy, as in place does.
+			if m, err = nbd.NewRegisteredMemory(size); err != nil {
+				fmt.Fprintln(stderr, "blockstore serve: -mem:", err)
+				return 1
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				m.Close(ctx)
+			}()
+		}
+		backend, what = m, "memory"
 	} else {
 		f, err := openExportFile(*file, *sizeFlag)
 		if err != nil {

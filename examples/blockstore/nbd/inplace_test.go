@@ -31,6 +31,7 @@ type inPlaceConn struct {
 	full       int // ReadViews refused for the views held
 	buf        []byte
 	committed  int
+	posted     int // PostFroms
 }
 
 func (c *inPlaceConn) Read(b []byte) (int, error) { return c.br.Read(b) }
@@ -77,6 +78,14 @@ func (c *inPlaceConn) WriteBuffer(n int) ([]byte, error) {
 	return c.buf, nil
 }
 
+// PostFrom writes b, a copy here, and counts it.
+func (c *inPlaceConn) PostFrom(m *rdmanet.Memory, b []byte) (int, error) {
+	c.mu.Lock()
+	c.posted++
+	c.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
 func (c *inPlaceConn) Commit(n int) (int, error) {
 	c.mu.Lock()
 	c.committed++
@@ -107,19 +116,32 @@ func (l *inPlaceListener) Accept() (net.Conn, error) {
 // writes' data are views released once written to the backend, replies
 // are write buffers (several replies to one when they wait together),
 // and the client's requests are write buffers, at queue depths 1 and 32,
-// with every byte checked; with NoInPlace, none are.
+// with every byte checked; with NoInPlace, none are. With a registered
+// Memory backend, every large read's data is sent from it (PostFrom).
 func TestServerInPlace(t *testing.T) {
 	const size = 4 << 20
 	for _, block := range []int{4096, 128 << 10} {
 		for _, depth := range []int{1, 32} {
-			for _, off := range []bool{false, true} {
-				t.Run(fmt.Sprintf("%d/qd%d/noinplace=%v", block, depth, off), func(t *testing.T) {
+			for _, mode := range []string{"inplace", "registered", "noinplace"} {
+				off, registered := mode == "noinplace", mode == "registered"
+				t.Run(fmt.Sprintf("%d/qd%d/%s", block, depth, mode), func(t *testing.T) {
 					tl, err := net.Listen("tcp", "127.0.0.1:0")
 					if err != nil {
 						t.Fatal(err)
 					}
 					ln := &inPlaceListener{Listener: tl}
-					s := NewServer(NewMemory(size), Options{NoInPlace: off})
+					backend := NewMemory(size)
+					if registered {
+						if backend, err = NewRegisteredMemory(size); err != nil {
+							t.Fatal(err)
+						}
+						defer func() {
+							if err := backend.Close(context.Background()); err != nil {
+								t.Errorf("backend Close: %v", err)
+							}
+						}()
+					}
+					s := NewServer(backend, Options{NoInPlace: off})
 					served := make(chan error, 1)
 					go func() { served <- s.Serve(ln) }()
 					// The client in place too, unless NoInPlace.
@@ -168,7 +190,10 @@ func TestServerInPlace(t *testing.T) {
 					pc := ln.conns[0]
 					pc.mu.Lock()
 					defer pc.mu.Unlock()
-					t.Logf("views %d (%d refused: ring full), commits %d", pc.views, pc.full, pc.committed)
+					t.Logf("views %d (%d refused: ring full), commits %d, sent from memory %d", pc.views, pc.full, pc.committed, pc.posted)
+					if fromMem := registered && block >= fromMemoryMin; (pc.posted == size/block) != fromMem || !fromMem && pc.posted != 0 {
+						t.Errorf("%d reads of %d sent from the backend's memory; registered %v", pc.posted, size/block, registered)
+					}
 					switch {
 					case pc.badRelease > 0:
 						t.Errorf("%d releases of what was not a view held", pc.badRelease)

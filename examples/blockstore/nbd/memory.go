@@ -1,9 +1,12 @@
 package nbd
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/rdmanet/sdk/rdmanet"
 )
 
 // Memory is a Backend in memory: a volatile disk for tests and benchmarks,
@@ -14,11 +17,48 @@ type Memory struct {
 	// write holds it only for a copy in memory.
 	mu   sync.RWMutex
 	data []byte
+	// reg is the memory data is, registered for RDMA sends
+	// (NewRegisteredMemory), or nil.
+	reg *rdmanet.Memory
 }
 
 // NewMemory returns a Memory of size bytes, all zero.
 func NewMemory(size int64) *Memory {
 	return &Memory{data: make([]byte, size)}
+}
+
+// NewRegisteredMemory returns a Memory of size bytes, all zero, in memory
+// registered once for RDMA sends (rdmanet.Memory): over an rdmanet
+// connection the server sends a large read's data from it, where it is,
+// into the client's ring (Conn.PostFrom), with no copy. Close gives it
+// back.
+func NewRegisteredMemory(size int64) (*Memory, error) {
+	if size > rdmanet.MaxMemory {
+		return nil, fmt.Errorf("nbd: a registered memory backend of %d bytes (at most %d)", size, int64(rdmanet.MaxMemory))
+	}
+	reg, err := rdmanet.NewMemory(int(size))
+	if err != nil {
+		return nil, err
+	}
+	return &Memory{data: reg.Bytes()[:size], reg: reg}, nil
+}
+
+// Close gives back a registered Memory's memory once no reply is sent
+// from it any more (or ctx is done); the Memory is unusable after.
+func (m *Memory) Close(ctx context.Context) error {
+	if m.reg == nil {
+		return nil
+	}
+	return m.reg.Close(ctx)
+}
+
+// sendable returns the registered memory and the bytes of [off, +n) in
+// it, or nil where m is not registered or the range is not in it.
+func (m *Memory) sendable(off, n int64) (*rdmanet.Memory, []byte) {
+	if m.reg == nil || m.check(off, n) != nil {
+		return nil, nil
+	}
+	return m.reg, m.data[off : off+n]
 }
 
 func (m *Memory) Size() int64 { return int64(len(m.data)) }

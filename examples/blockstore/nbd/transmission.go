@@ -54,6 +54,17 @@ type InPlace interface {
 	Buffered() int
 }
 
+// memorySender is a connection that sends registered memory from where
+// it is (rdmanet.Conn's PostFrom).
+type memorySender interface {
+	PostFrom(m *rdmanet.Memory, b []byte) (int, error)
+}
+
+// fromMemoryMin is the smallest read whose data the server sends from a
+// registered Memory backend: a smaller one is one more request to post,
+// for a copy that costs little.
+const fromMemoryMin = 32 << 10
+
 // job is one request on its way from the reader to the writer.
 type job struct {
 	req   request
@@ -85,6 +96,10 @@ type conn struct {
 	// released says that a view was released (capacity 1).
 	zc       InPlace
 	released chan struct{}
+	// from and mem: a large read's data is sent from the backend's
+	// registered memory (NewRegisteredMemory), or from is nil.
+	from memorySender
+	mem  *Memory
 }
 
 // transmit serves requests until the client disconnects (NBD_CMD_DISC or
@@ -109,6 +124,11 @@ func (s *Server) transmit(nc net.Conn, r *bufio.Reader, w *bufio.Writer) {
 	// and only from the first byte the handshake's reader left.
 	if zc, ok := nc.(InPlace); ok && c.immediate && !s.opts.NoInPlace && r.Buffered() == 0 && w.Buffered() == 0 {
 		c.zc, c.released = zc, make(chan struct{}, 1)
+		if m, ok := s.backend.(*Memory); ok && m.reg != nil {
+			if from, ok := nc.(memorySender); ok {
+				c.from, c.mem = from, m
+			}
+		}
 	}
 	var workers sync.WaitGroup
 	workers.Add(s.opts.Workers)
@@ -533,18 +553,61 @@ func (c *conn) writeReplyLocked(j *job, flush bool) error {
 // writeRepliesInPlaceLocked writes the replies of batch in place, in one
 // write buffer: each header, and each read's bytes read from the backend
 // straight into the transmit ring. A read that fails is answered with its
-// error and no data, and the bytes after it close up behind it.
+// error and no data, and the bytes after it close up behind it. A large
+// read from a registered Memory ends the buffer with its header, and its
+// data follows from the backend's memory, where it is (PostFrom).
 func (c *conn) writeRepliesInPlaceLocked(batch []*job) error {
+	for len(batch) > 0 {
+		k, reg, data := len(batch), (*rdmanet.Memory)(nil), []byte(nil)
+		for i, j := range batch {
+			if reg, data = c.sendable(j); reg != nil {
+				k = i + 1
+				break
+			}
+		}
+		if err := c.writeRunInPlaceLocked(batch[:k], reg != nil); err != nil {
+			return err
+		}
+		if reg != nil {
+			if _, err := c.from.PostFrom(reg, data); err != nil {
+				return err
+			}
+		}
+		batch = batch[k:]
+	}
+	return nil
+}
+
+// sendable returns where j's data is in the backend's registered memory,
+// if j is a read large enough to send from there.
+func (c *conn) sendable(j *job) (*rdmanet.Memory, []byte) {
+	if c.from == nil || j.req.cmd != CmdRead || j.errno != 0 || j.req.length < fromMemoryMin {
+		return nil, nil
+	}
+	return c.mem.sendable(int64(j.req.offset), int64(j.req.length))
+}
+
+// writeRunInPlaceLocked writes replies in one write buffer; with
+// headerLast, the last is a read's header alone, its data to follow.
+func (c *conn) writeRunInPlaceLocked(run []*job, headerLast bool) error {
 	n := 0
-	for _, j := range batch {
+	for _, j := range run {
 		n += replySize(j)
+	}
+	if headerLast {
+		n -= int(run[len(run)-1].req.length)
 	}
 	b, err := c.zc.WriteBuffer(n)
 	if err != nil {
 		return err
 	}
 	at := 0
-	for _, j := range batch {
+	for i, j := range run {
+		if headerLast && i == len(run)-1 {
+			encodeSimpleReply(b[at:at+replyHeaderSize], j.errno, j.req.handle)
+			at += replyHeaderSize
+			break
+		}
 		if j.req.cmd == CmdRead && j.errno == 0 {
 			c.readInto(j, b[at+replyHeaderSize:at+replyHeaderSize+int(j.req.length)])
 		}
