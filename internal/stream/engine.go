@@ -561,18 +561,8 @@ func (e *Engine) Write(b []byte) (int, error) {
 		e.sendLarge(len(b))
 	}
 	for {
-		if err := e.sendErr(); err != nil {
+		if stop, err := e.writeStops(written, len(b), !commit); stop {
 			return written, err
-		}
-		switch {
-		case written == len(b):
-			return written, nil
-		case e.suspended():
-			return written, ErrWouldBlock
-		case e.grow.wantSend > 0 && !commit:
-			// The transmit ring is replaced once what it holds completed.
-			e.postSignaled()
-			return written, ErrWouldBlock
 		}
 		room := e.send.Room()
 		off, space := e.sq.RingSpace()
@@ -605,6 +595,28 @@ func (e *Engine) Write(b []byte) (int, error) {
 		stream := small && !e.sq.SignaledPending() && !e.sq.Idle() && !e.arrived
 		e.postHeld(stream)
 	}
+}
+
+// writeStops says whether a write of n bytes, written of them taken,
+// returns now: with nil once all are, with its error, or with
+// ErrWouldBlock while the stream is suspended or, where the write puts
+// bytes in the transmit ring's accounting (grows), the ring waits to be
+// replaced.
+func (e *Engine) writeStops(written, n int, grows bool) (bool, error) {
+	if err := e.sendErr(); err != nil {
+		return true, err
+	}
+	switch {
+	case written == n:
+		return true, nil
+	case e.suspended():
+		return true, ErrWouldBlock
+	case e.grow.wantSend > 0 && grows:
+		// The transmit ring is replaced once what it holds completed.
+		e.postSignaled()
+		return true, ErrWouldBlock
+	}
+	return false, nil
 }
 
 // sendErr is the error of a Write now, if the stream can take no more

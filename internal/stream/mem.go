@@ -51,17 +51,8 @@ func (e *Engine) WriteMem(m *link.Mem, b []byte) (int, error) {
 	e.sendLarge(len(b))
 	written := 0
 	for {
-		if err := e.sendErr(); err != nil {
+		if stop, err := e.writeStops(written, len(b), true); stop {
 			return written, err
-		}
-		switch {
-		case written == len(b):
-			return written, nil
-		case e.suspended():
-			return written, ErrWouldBlock
-		case e.grow.wantSend > 0:
-			e.postSignaled()
-			return written, ErrWouldBlock
 		}
 		// Bytes held from Writes go first, in a request of their own.
 		e.postHeld(false)
