@@ -65,6 +65,21 @@ func (c *Conn) ReadView(n int) ([]byte, error) {
 	return v, err
 }
 
+// ReadViewUpTo waits for received bytes and returns those contiguous in
+// the receive ring, up to most, in place: as ReadView, but for as many as
+// can be had without a copy (at least one), as a streaming reader wants
+// (bufio.Reader.Peek of what is Buffered). Toward a Valkey peer it is a
+// copy of what arrived. Release it as any view.
+func (c *Conn) ReadViewUpTo(most int) ([]byte, error) {
+	var v []byte
+	_, err := c.read(func() (int, error) {
+		var err error
+		v, err = c.eng.ViewUpTo(most)
+		return len(v), err
+	})
+	return v, err
+}
+
 // ReleaseView gives back a view that ReadView returned, whole: its space in
 // the ring goes back to the peer once the views before it are released
 // too. It may be called from any goroutine, and after Close.
@@ -162,6 +177,7 @@ func (c *Conn) memoryReturnedLocked() {
 // stand-in for any other net.Conn.
 type ZeroCopier interface {
 	ReadView(n int) ([]byte, error)
+	ReadViewUpTo(most int) ([]byte, error)
 	ReleaseView(v []byte) error
 	WriteBuffer(n int) ([]byte, error)
 	Commit(n int) (int, error)
@@ -193,6 +209,20 @@ func (z *copyingZeroCopier) ReadView(n int) ([]byte, error) {
 	}
 	b := make([]byte, n)
 	k, err := io.ReadFull(z.conn, b)
+	if k == 0 {
+		return nil, err
+	}
+	return b[:k], err
+}
+
+// ReadViewUpTo reads what one Read gives, up to most bytes, into a new
+// slice.
+func (z *copyingZeroCopier) ReadViewUpTo(most int) ([]byte, error) {
+	if most <= 0 {
+		return nil, errors.New("rdmanet: ReadViewUpTo of a non-positive length")
+	}
+	b := make([]byte, most)
+	k, err := z.conn.Read(b)
 	if k == 0 {
 		return nil, err
 	}

@@ -453,3 +453,58 @@ func TestViewsAcrossResumes(t *testing.T) {
 	closeAndWait(t, p.client)
 	closeAndWait(t, p.server)
 }
+
+// TestReadViewUpToInPlace: a streaming reader's views of what arrived,
+// up to a size, are in place in the ring wherever the protocol has one,
+// even where ReadView of that size would wrap at the ring's end and copy.
+func TestReadViewUpToInPlace(t *testing.T) {
+	for _, m := range hostModes {
+		t.Run(m.name, func(t *testing.T) {
+			goroutineCheck(t)
+			cfg := Config{RecvBuffer: 64 << 10, SendBuffer: 32 << 10, RecvDepth: 8}
+			a, b, _, _ := memPair(t, cfg, m.features)
+			const size = 4 << 20
+			go func() {
+				rng := rand.New(rand.NewPCG(9, 1))
+				buf := make([]byte, 20000)
+				for pos := 0; pos < size; {
+					k := min(1+rng.IntN(len(buf)), size-pos)
+					fillPattern(buf[:k], uint64(pos))
+					if _, err := a.Write(buf[:k]); err != nil {
+						return
+					}
+					pos += k
+				}
+			}()
+			rng := rand.New(rand.NewPCG(9, 2))
+			b.SetReadDeadline(time.Now().Add(time.Minute))
+			copies := 0
+			for pos := 0; pos < size; {
+				most := 1 + rng.IntN(48<<10)
+				v, err := b.ReadViewUpTo(most)
+				if err != nil {
+					t.Fatalf("ReadViewUpTo(%d) at %d: %v", most, pos, err)
+				}
+				if len(v) == 0 || len(v) > most {
+					t.Fatalf("ReadViewUpTo(%d) gave %d bytes", most, len(v))
+				}
+				b.mu.Lock()
+				_, c := b.eng.ViewsHeld()
+				b.mu.Unlock()
+				copies += c
+				if at := checkPattern(v, uint64(pos)); at >= 0 {
+					t.Fatalf("view at %d: byte %d wrong", pos, at)
+				}
+				if err := b.ReleaseView(v); err != nil {
+					t.Fatal(err)
+				}
+				pos += len(v)
+			}
+			if m.features != 0 && copies > 0 {
+				t.Errorf("%d of the views were copies", copies)
+			}
+			closeAndWait(t, a)
+			closeAndWait(t, b)
+		})
+	}
+}

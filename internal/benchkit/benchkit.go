@@ -155,8 +155,8 @@ func stream(size int, total int64, write func(n int) error, read func(left int64
 
 // StreamZeroCopy is Stream with rdmanet's zero-copy calls: each write is
 // a write buffer committed whole, and the reader takes a view of what
-// arrived (Buffered, up to readBuffer bytes; a write's worth when nothing
-// did) and releases it, as a streaming consumer of views would. Neither
+// arrived, in place (ReadViewUpTo, up to readBuffer bytes), and releases
+// it, as a streaming consumer of views would. Neither
 // side touches the bytes, as ib_write_bw does not: it measures the
 // transport alone.
 func StreamZeroCopy(w, r *rdmanet.Conn, size int, total int64) (StreamResult, error) {
@@ -172,11 +172,7 @@ func StreamZeroCopy(w, r *rdmanet.Conn, size int, total int64) (StreamResult, er
 			return err
 		},
 		func(left int64) (int, error) {
-			n := min(int64(size), left)
-			if b := int64(r.Buffered()); b > 0 {
-				n = min(b, readBuffer, left)
-			}
-			v, err := r.ReadView(int(n))
+			v, err := r.ReadViewUpTo(int(min(readBuffer, left)))
 			if len(v) > 0 {
 				r.ReleaseView(v)
 			}

@@ -195,7 +195,14 @@ func fuzzZeroCopy(t *testing.T, e *Engine, arg byte, views [][]byte) [][]byte {
 	n := 1 + int(arg>>2&0x1f)*97
 	switch arg % 4 {
 	case 0:
-		if v, err := e.View(n); len(v) > 0 {
+		view := e.View
+		if n%2 == 0 {
+			view = e.ViewUpTo
+		}
+		if v, err := view(n); len(v) > 0 {
+			if len(v) > n {
+				t.Fatalf("a view of %d bytes for %d", len(v), n)
+			}
 			views = append(views, v)
 		} else if err == nil {
 			t.Fatalf("View(%d) returned nothing and no error", n)

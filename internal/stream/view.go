@@ -93,6 +93,32 @@ func (e *Engine) View(n int) ([]byte, error) {
 	return e.viewCopy(n)
 }
 
+// ViewUpTo returns the received bytes that are contiguous now, up to
+// most, in place in the receive ring: as View, but for as many bytes as
+// can be had without a copy (at least one). Bytes a copying View left
+// pending, and a peer without rings (Valkey), give a copy of what is
+// buffered. It returns ErrWouldBlock until a byte arrived.
+func (e *Engine) ViewUpTo(most int) ([]byte, error) {
+	e.viewWant = 0
+	if most <= 0 {
+		return nil, errors.New("rdmanet: ReadViewUpTo of a non-positive length")
+	}
+	if len(e.pending) > 0 {
+		return e.View(min(most, len(e.pending)))
+	}
+	if _, k := e.recv.Readable(); k > 0 {
+		if _, ring := e.recv.(*RecvRing); ring {
+			return e.View(min(most, int(k)))
+		}
+		return e.View(min(most, e.Buffered()))
+	}
+	if e.ended() {
+		return e.View(most) // the end of the stream, or its error
+	}
+	e.viewWant, e.viewInPlace = 1, false
+	return nil, e.recvBlocked(true)
+}
+
 // inPlaceLater reports whether the n bytes from the read position will be
 // contiguous in the ring being read: within its end, and before any switch
 // to another ring.
