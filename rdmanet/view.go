@@ -56,10 +56,15 @@ const MaxViews = stream.MaxViews
 // and Close apply as to Read. ErrViewsFull says that the views held keep
 // the bytes from coming.
 func (c *Conn) ReadView(n int) ([]byte, error) {
+	return c.readView(func() ([]byte, error) { return c.eng.View(n) })
+}
+
+// readView runs take, an engine's view, in the read loop (Conn.read).
+func (c *Conn) readView(take func() ([]byte, error)) ([]byte, error) {
 	var v []byte
 	_, err := c.read(func() (int, error) {
 		var err error
-		v, err = c.eng.View(n)
+		v, err = take()
 		return len(v), err
 	})
 	return v, err
@@ -71,13 +76,7 @@ func (c *Conn) ReadView(n int) ([]byte, error) {
 // (bufio.Reader.Peek of what is Buffered). Toward a Valkey peer it is a
 // copy of what arrived. Release it as any view.
 func (c *Conn) ReadViewUpTo(most int) ([]byte, error) {
-	var v []byte
-	_, err := c.read(func() (int, error) {
-		var err error
-		v, err = c.eng.ViewUpTo(most)
-		return len(v), err
-	})
-	return v, err
+	return c.readView(func() ([]byte, error) { return c.eng.ViewUpTo(most) })
 }
 
 // ReleaseView gives back a view that ReadView returned, whole: its space in
