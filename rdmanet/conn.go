@@ -214,6 +214,14 @@ func (c *Conn) Write(b []byte) (int, error) {
 // writeLocked is Write under the write lock and c.mu: a Write's bytes, or
 // a committed write buffer's (view.go).
 func (c *Conn) writeLocked(b []byte) (int, error) {
+	return c.writeLoopLocked(func(written int) (int, error) { return c.eng.Write(b[written:]) })
+}
+
+// writeLoopLocked runs take, an engine's write of the bytes from written
+// on (Write's, or WriteFrom's), under the write lock and c.mu until it
+// took them all: the connection closing, the write deadline, a failed
+// post and the waits between are every writer's.
+func (c *Conn) writeLoopLocked(take func(written int) (int, error)) (int, error) {
 	written := 0
 	for {
 		if c.closing {
@@ -222,7 +230,7 @@ func (c *Conn) writeLocked(b []byte) (int, error) {
 		if c.fd.DeadlinePassed(true) {
 			return written, c.opError("write", os.ErrDeadlineExceeded)
 		}
-		n, err := c.eng.Write(b[written:])
+		n, err := take(written)
 		written += n
 		c.bytesSent += uint64(n)
 		c.flushLocked()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 
@@ -44,10 +43,11 @@ type MemoryStats struct {
 	// memory could not be registered or the connection's path cannot
 	// send from it.
 	Copied uint64
-	// Kept: bytes of Sent that a session copied into its transmit ring
-	// after they were sent, to send them again from there if its path
-	// fails: those the peer had not yet acknowledged when their requests
-	// completed (WriteFrom), or when the path failed or the ring grew.
+	// Kept: bytes of Sent that a resumable stream (a session, a link
+	// group's stream) copied into its transmit ring after they were sent,
+	// to send them again from there if its path fails: those the peer had
+	// not yet acknowledged when their requests completed, or when the
+	// path failed or the ring grew.
 	Kept uint64
 }
 
@@ -148,50 +148,24 @@ func (c *Conn) writeFrom(m *Memory, b []byte, wait bool) (int, error) {
 	defer c.fd.RWUnlock(false)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	written := 0
-	var err error
-	for err == nil && written < len(b) {
-		switch {
-		case c.closing:
-			err = net.ErrClosed
-			continue
-		case c.fd.DeadlinePassed(true):
-			err = os.ErrDeadlineExceeded
-			continue
-		}
+	written, err := c.writeLoopLocked(func(written int) (int, error) {
 		if s, ok := c.link.(link.MemSender); !ok || s.RegisterMem(m.mem) != nil {
-			// Copy the rest, as Write would.
-			n, werr := c.writeLocked(b[written:])
-			written += n
+			// Copied, as Write would.
+			n, err := c.eng.Write(b[written:])
 			m.copied.Add(uint64(n))
-			if werr != nil {
-				return written, werr
-			}
-			break
+			return n, err
 		}
-		n, werr := c.eng.WriteMem(m.mem, b[written:])
-		written += n
-		c.bytesSent += uint64(n)
+		n, err := c.eng.WriteMem(m.mem, b[written:])
 		m.sent.Add(uint64(n))
-		c.flushLocked()
-		if werr == nil {
-			werr = c.eng.Err() // posting what was taken may have failed
-		}
-		switch {
-		case werr == stream.ErrWouldBlock:
-			err = c.fd.WaitLocked(true)
-		case werr != nil:
-			err = werr
-		}
-	}
+		return n, err
+	})
 	// Every byte is posted (or an error stopped them): wait until none is
 	// read any more.
 	for wait && err == nil && c.eng.MemHeld() {
 		c.eng.WaitMem()
-		err = c.fd.WaitLocked(true)
+		if werr := c.fd.WaitLocked(true); werr != nil {
+			return written, c.opError("write", werr)
+		}
 	}
-	if err != nil {
-		return written, c.opError("write", err)
-	}
-	return written, nil
+	return written, err
 }
