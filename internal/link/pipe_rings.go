@@ -144,7 +144,6 @@ func poison(b []byte) {
 	}
 }
 
-// sendRing is the transmit ring a request names: SendRing, or a stream's.
 // dataSrc is where a SendData request's bytes are: a transmit ring, or
 // registered memory.
 func (e *Pipe) dataSrc(wr *SendWR) ([]byte, bool) {
@@ -174,6 +173,7 @@ func (e *Pipe) RegisterMem(m *Mem) error {
 	return e.registerLocked(m)
 }
 
+// sendRing is the transmit ring a request names: SendRing, or a stream's.
 func (e *Pipe) sendRing(key uint32) ([]byte, bool) {
 	if key == 0 {
 		return e.send, true

@@ -28,7 +28,7 @@ import (
 var ErrNotInMemory = errors.New("rdmanet: bytes not in the registered memory")
 
 // memSeg is a range of the stream sent from registered memory, held until
-// the ring would have freed it.
+// its requests complete (releaseMems).
 type memSeg struct {
 	start, end uint64 // stream positions
 	m          *link.Mem
@@ -69,7 +69,7 @@ func (e *Engine) WriteMem(m *link.Mem, b []byte) (int, error) {
 		e.rc.spend()
 		start := e.sq.put
 		// The last request of b is signaled: its completion frees the
-		// memory (with a session's acknowledgement).
+		// memory.
 		id, signaled := e.sq.postData(n, written+int(n) == len(b))
 		e.out = append(e.out, link.SendWR{
 			Kind: link.SendData, Signaled: signaled, ID: id,
@@ -95,15 +95,12 @@ func (e *Engine) holdMem(m *link.Mem, start, end uint64, off int) {
 }
 
 // MemHeld reports whether bytes sent from registered memory are still in
-// use: a request that reads them has not completed, or, in a session, the
-// peer has not acknowledged them.
+// use: a request that reads them has not completed.
 func (e *Engine) MemHeld() bool { return len(e.mems) > 0 }
 
-// WaitMem makes Writable wait for MemHeld to turn false.
-func (e *Engine) WaitMem() {
-	e.memWant = true
-	e.releaseMems()
-}
+// WaitMem makes Writable wait for MemHeld to turn false. The ranges the
+// completions taken so far free are given back already (AfterCompletions).
+func (e *Engine) WaitMem() { e.memWant = true }
 
 // releaseMems gives back the memory of every range the ring would have
 // freed now. In a resumable stream, bytes whose requests completed also
