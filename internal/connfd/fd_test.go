@@ -28,6 +28,9 @@ type fakeLink struct {
 func newFakeLink() *fakeLink { return &fakeLink{ev: make(chan struct{}, 1)} }
 
 // deliver is the device completing work: reads and writes more completions.
+// An armed link's event also ends the next Wait, as rdmalink's does
+// (arrived): a poller between its Arm and its Wait, whose Kick does
+// nothing, must not sleep through it.
 func (l *fakeLink) deliver(reads, writes int) {
 	l.mu.Lock()
 	l.reads += reads
@@ -37,6 +40,7 @@ func (l *fakeLink) deliver(reads, writes int) {
 	case l.waiting > 0:
 		notify(l.ev)
 	case l.armed:
+		notify(l.ev)
 		l.armed, f = false, l.notifyFn
 	}
 	l.mu.Unlock()
