@@ -280,7 +280,7 @@ func dialStream(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []
 			slog.Debug("rdmanet: no link group; a connection of its own", "addr", dst, "err", dg.err)
 			return nil, false, nil
 		}
-		s, err := dg.mux.Open(ctx, dst.Port())
+		s, err := openStream(ctx, dg.mux, dst.Port())
 		var refused *group.RefusedError
 		switch {
 		case err == nil:
@@ -297,12 +297,49 @@ func dialStream(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []
 		case errors.As(err, &refused) && refused.Reason == wire.ReasonNoListener:
 			return nil, true, fmt.Errorf("rdmanet: %w", err)
 		case errors.Is(err, group.ErrLimit) || errors.As(err, &refused):
+			slog.Debug("rdmanet: the link group took no stream; a connection of its own", "addr", dst, "err", err)
 			return nil, false, nil // full: a connection of its own
 		default:
 			return nil, true, err
 		}
 	}
 	return nil, false, nil
+}
+
+// openStream opens a stream to port in mux. A stream the listener refused
+// because its accept queue was full is asked for again after each of
+// backlogBackoff's waits, as a TCP dialer sends its SYN again when a
+// listener's queue is full: the listener accepts slower than streams
+// come, and a connection of its own would wait in a queue too, with a
+// queue pair at both ends. Past them the refusal is the error.
+func openStream(ctx context.Context, mux *group.Mux, port uint16) (*group.Stream, error) {
+	for i := 0; ; i++ {
+		s, err := mux.Open(ctx, port)
+		var refused *group.RefusedError
+		if err == nil || !errors.As(err, &refused) || refused.Reason != wire.ReasonBacklog || i == len(backlogBackoff) {
+			return s, err
+		}
+		if !sleepCtx(ctx, backlogBackoff[i]) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// backlogBackoff: 1.55 s in all, about as long as a TCP dialer waits
+// before its first SYN is sent again.
+var backlogBackoff = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
+
+// sleepCtx sleeps for d, or until ctx ends; it reports whether it slept
+// the whole d.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // errListenerGone ends a dialer's group whose links all ended and whose

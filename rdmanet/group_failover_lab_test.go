@@ -219,17 +219,25 @@ func openGroupLab(t *testing.T, env labenv.Env, n int, twoPaths bool) *groupLab 
 		t.FailNow()
 	}
 	t.Logf("%d streams open in %v", n, time.Since(dialed).Round(time.Millisecond))
-	// Accepts come in any order: pair each client with its server.
+	// Accepts come in any order: pair each client with its server. The
+	// pairs are found before gl.servers is reordered, so that the cleanup
+	// closes every server end whatever the checks below find.
 	byPeer := map[string]net.Conn{}
 	for _, c := range gl.servers {
 		byPeer[c.RemoteAddr().String()] = c
 	}
+	paired := make([]net.Conn, n)
 	for i, c := range gl.clients {
-		if gl.servers[i] = byPeer[c.LocalAddr().String()]; gl.servers[i] == nil {
+		if paired[i] = byPeer[c.LocalAddr().String()]; paired[i] == nil {
 			t.Fatalf("no server end for %v", c.LocalAddr())
 		}
-		if !rdmanet.GroupStream(c.(*rdmanet.Conn)) || !rdmanet.GroupStream(gl.servers[i].(*rdmanet.Conn)) {
-			t.Fatalf("connection %d is not a group's stream", i)
+	}
+	gl.servers = paired
+	for i, c := range gl.clients {
+		for _, end := range []*rdmanet.Conn{c.(*rdmanet.Conn), gl.servers[i].(*rdmanet.Conn)} {
+			if !rdmanet.GroupStream(end) {
+				t.Fatalf("connection %d is not a group's stream: %+v", i, end.Info())
+			}
 		}
 	}
 	return gl

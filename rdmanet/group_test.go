@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http/httptest"
@@ -346,5 +347,55 @@ func TestGroupsView(t *testing.T) {
 	a.Close()
 	if _, ok := find(); ok {
 		t.Error("a closed group is still listed")
+	}
+}
+
+// TestGroupOpenWaitsForBacklog: a stream the listener's full accept queue
+// refuses is asked for again, and opens once Accept made room; with no
+// Accept, the refusal is the error once the waits are spent, and a dial
+// whose context ends while it waits ends with the context's error.
+func TestGroupOpenWaitsForBacklog(t *testing.T) {
+	cfg, _ := Config{}.withDefaults()
+	gc := groupStreamConfig(cfg)
+	gc.Backlog = 1
+	a, b := groupMuxes(t, gc, groupBase(4))
+	ctx, cancel := context.WithTimeout(context.Background(), linktest.HangGuard)
+	defer cancel()
+	first, err := openStream(ctx, a, 7) // fills the queue
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	saved := backlogBackoff
+	t.Cleanup(func() { backlogBackoff = saved })
+	backlogBackoff = []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}
+
+	var refused *group.RefusedError
+	if _, err := openStream(ctx, a, 7); !errors.As(err, &refused) || refused.Reason != wire.ReasonBacklog {
+		t.Fatalf("open with the queue full and nobody accepting: %v, want refused for the backlog", err)
+	}
+	refusedBefore := b.Stats().Refused
+	if refusedBefore < uint64(len(backlogBackoff)+1) {
+		t.Errorf("the listener refused %d opens, want one and each asked again (%d)", refusedBefore, len(backlogBackoff)+1)
+	}
+
+	go func() {
+		time.Sleep(25 * time.Millisecond)
+		if s, err := b.Accept(ctx); err != nil {
+			t.Error(err)
+		} else {
+			defer s.Close()
+		}
+	}()
+	second, err := openStream(ctx, a, 7)
+	if err != nil {
+		t.Fatalf("open once Accept made room: %v", err)
+	}
+	defer second.Close()
+
+	short, cancelShort := context.WithTimeout(ctx, 15*time.Millisecond)
+	defer cancelShort()
+	if _, err := openStream(short, a, 7); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("open whose context ends while it waits: %v, want the context's error", err)
 	}
 }

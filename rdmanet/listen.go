@@ -23,7 +23,11 @@ type ListenConfig struct {
 	// (default 128); beyond it, as many again wait in the listening cm
 	// ID's queue, and a request that finds that full is refused at once
 	// with a resources reason (cm.ErrBacklogFull), which the dialer falls
-	// back for and does not remember.
+	// back for and does not remember. A link group's streams wait for
+	// Accept in a queue of Backlog of their own; a stream that finds it
+	// full is refused, and its dialer asks again for up to 1.55 s (as a
+	// TCP dialer sends its SYN again) before it makes a connection with a
+	// queue pair of its own.
 	Backlog int
 	// Config sizes each accepted RDMA connection's buffers and queues.
 	Config Config

@@ -2,6 +2,9 @@
 package leakcheck
 
 import (
+	"bytes"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +20,9 @@ const Settle = 15 * time.Second
 
 // Check registers a cleanup that fails t if any verbs object or cm ID is
 // still open Settle after t ends (after t's other cleanups, registered
-// later, ran).
+// later, ran). A failure logs the goroutines of the SDK that are still
+// alive: a connection that never freed its link is one of them (its
+// linger, a Close, a dial's late answer), and names the path that leaked.
 func Check(t testing.TB) {
 	t.Cleanup(func() {
 		r, ids := Released(Settle)
@@ -26,6 +31,9 @@ func Check(t testing.TB) {
 		}
 		if ids != 0 {
 			t.Errorf("%d cm IDs left open after %v", ids, Settle)
+		}
+		if r != (verbs.ResourceCounts{}) || ids != 0 {
+			t.Logf("the SDK's goroutines still alive:\n%s", SDKGoroutines())
 		}
 	})
 }
@@ -39,4 +47,42 @@ func Released(within time.Duration) (verbs.ResourceCounts, int64) {
 			return r, ids
 		}
 	}
+}
+
+// sdkModule prefixes the SDK's functions in a stack.
+const sdkModule = "github.com/rdmanet/sdk/"
+
+// SDKGoroutines is the stacks of the goroutines that run the SDK's code,
+// but for tests' own and this one, separated by blank lines.
+func SDKGoroutines() string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var out strings.Builder
+	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
+		s := string(g)
+		if strings.Contains(s, "leakcheck.SDKGoroutines") || !runsSDK(s) {
+			continue
+		}
+		out.WriteString(s)
+		out.WriteString("\n\n")
+	}
+	return out.String()
+}
+
+// runsSDK reports whether a goroutine's stack has a function of the SDK's
+// packages, not of their tests'.
+func runsSDK(stack string) bool {
+	for line := range strings.SplitSeq(stack, "\n") {
+		if strings.HasPrefix(line, sdkModule) && !strings.Contains(line, "_test.") {
+			return true
+		}
+	}
+	return false
 }
