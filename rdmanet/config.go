@@ -290,7 +290,9 @@ type Footprint struct {
 	// rings and its receive and control slots. They are chunks of pools
 	// registered once per device and peer (with the defaults 16 and 4 KiB
 	// of rings, 8 KiB of receive slots, 4 KiB of control slots: 32 KiB);
-	// a pool pins up to 15 chunks of each size beyond those in use. A
+	// a pool pins up to 15 chunks of each size beyond those in use, and
+	// keeps up to 256 KiB of slabs with none in use for the next
+	// connections. A
 	// session's rings are registered on their own, whole. The queues' own
 	// memory is apart, in Queues.
 	RegisteredBytes int

@@ -84,6 +84,18 @@ const poolSlab = 1 << 20
 // dial registers a slab at most once in 16 past the first few.
 const poolSlabChunks = 16
 
+// poolKeepSlabs and poolKeepBytes: a pool keeps up to 4 empty slabs a
+// class, up to 256 KiB in all, for the next connections: dials that
+// follow closes (a connection a request, a health check), whose rings
+// are given back some time after the close, register nothing
+// (registering and deregistering their rings' slabs was the largest
+// cost of a stream's open in the lab). A group's two pools keep at most
+// 512 KiB, given back when the group ends or its bound needs the room.
+const (
+	poolKeepSlabs = 4
+	poolKeepBytes = 256 << 10
+)
+
 // acquireGroup is the group of ctx's connections to peer bounded to
 // bound bytes (0: DefaultPeerBound; negative: no bound), made if none.
 func acquireGroup(ctx *verbs.Context, peer netip.Addr, bound int64) (*peerGroup, error) {
@@ -112,7 +124,8 @@ func acquireGroup(ctx *verbs.Context, peer netip.Addr, bound int64) (*peerGroup,
 				return nil, err
 			}
 			return &registeredSlab{b: b, mr: mr}, nil
-		}, ringpool.Config{Classes: poolClasses, SlabSize: poolSlab, MaxChunks: poolSlabChunks, Budget: g.budget})
+		}, ringpool.Config{Classes: poolClasses, SlabSize: poolSlab, MaxChunks: poolSlabChunks, Budget: g.budget,
+			KeepEmpty: poolKeepSlabs, KeepBytes: poolKeepBytes})
 	}
 	g.remote = pool(verbs.AccessLocalWrite | verbs.AccessRemoteWrite)
 	g.local = pool(verbs.AccessLocalWrite)

@@ -45,8 +45,14 @@ type Config struct {
 	// Budget, if set, bounds the bytes of the slabs of every pool that
 	// shares it (a peer group's pools: admission).
 	Budget *Budget
-	// KeepEmpty is how many slabs with no chunk in use a class keeps.
+	// KeepEmpty is how many slabs with no chunk in use a class keeps, so
+	// that connections opened and closed one after another do not
+	// register and deregister a slab each; KeepBytes, if set, bounds the
+	// bytes of the empty slabs the pool keeps in all. A kept slab still
+	// counts against the Budget, which takes it back when a Get needs the
+	// room.
 	KeepEmpty int
+	KeepBytes int
 }
 
 // Pool is one peer group's rings.
@@ -57,6 +63,7 @@ type Pool struct {
 	mu      sync.Mutex
 	classes []class
 	held    int64 // bytes of slabs
+	kept    int64 // bytes of slabs with no chunk in use
 	inUse   int64 // bytes of chunks handed out
 	closed  bool
 }
@@ -93,6 +100,7 @@ var ErrClosed = errors.New("ringpool: closed")
 type Budget struct {
 	mu          sync.Mutex
 	bound, held int64
+	pools       []*Pool // sharing it: their kept slabs are taken back when it is short
 }
 
 // NewBudget returns a budget of bound bytes.
@@ -126,13 +134,66 @@ func (e *BoundError) Error() string {
 	return fmt.Sprintf("ringpool: %d more bytes would pass the bound of %d bytes, of which %d are held", e.Asked, e.Bound, e.Held)
 }
 
+// reclaim deregisters the empty slabs every pool of the budget but
+// except keeps, and reports whether it freed any. A pool whose lock is
+// held (by its own Get or Put) is passed over: its caller may hold
+// except's lock, and two Gets that reclaimed from each other would wait
+// for each other.
+func (b *Budget) reclaim(except *Pool) bool {
+	b.mu.Lock()
+	pools := slices.Clone(b.pools)
+	b.mu.Unlock()
+	freed := false
+	for _, q := range pools {
+		if q == except || !q.mu.TryLock() {
+			continue
+		}
+		drop := q.dropEmptyLocked()
+		q.mu.Unlock()
+		for _, s := range drop {
+			s.Close()
+			freed = true
+		}
+	}
+	return freed
+}
+
 // New makes a pool whose slabs reg makes.
 func New(reg Registrar, cfg Config) *Pool {
 	p := &Pool{reg: reg, cfg: cfg}
 	for _, size := range cfg.Classes {
 		p.classes = append(p.classes, class{size: size, next: 1})
 	}
+	if b := cfg.Budget; b != nil {
+		b.mu.Lock()
+		b.pools = append(b.pools, p)
+		b.mu.Unlock()
+	}
 	return p
+}
+
+// dropEmptyLocked takes the slabs with no chunk in use out of the pool
+// and gives their bytes back to the budget; the caller closes them.
+func (p *Pool) dropEmptyLocked() []Slab {
+	var drop []Slab
+	for ci := range p.classes {
+		c := &p.classes[ci]
+		c.slabs = slices.DeleteFunc(c.slabs, func(s *slab) bool {
+			if s.used > 0 {
+				return false
+			}
+			drop = append(drop, s.Slab)
+			p.held -= int64(len(s.Bytes()))
+			p.give(int64(len(s.Bytes())))
+			return true
+		})
+		c.empty = 0
+		if len(c.slabs) == 0 {
+			c.next = 1
+		}
+	}
+	p.kept = 0
+	return drop
 }
 
 // Get hands out a chunk of at least size bytes (the smallest class that
@@ -142,6 +203,12 @@ func (p *Pool) Get(size int) (*Chunk, error) {
 	if ci < 0 {
 		return nil, fmt.Errorf("ringpool: no class holds %d bytes (the largest is %d)", size, p.cfg.Classes[len(p.cfg.Classes)-1])
 	}
+	var drop []Slab // kept slabs taken back for room, closed unlocked
+	defer func() {
+		for _, s := range drop {
+			s.Close()
+		}
+	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -159,10 +226,20 @@ func (p *Pool) Get(size int) (*Chunk, error) {
 		if b := p.cfg.Budget; b != nil {
 			// Near the bound, a smaller slab, down to one chunk: the bound
 			// is on bytes, and a chunk that fits is given.
+			reclaimed := false
 			for {
 				err := b.Take(int64(slabSize))
 				if err == nil {
 					break
+				}
+				if !reclaimed {
+					// The pools' kept slabs first: they hold nothing.
+					reclaimed = true
+					kept := p.dropEmptyLocked()
+					drop = append(drop, kept...)
+					if b.reclaim(p) || len(kept) > 0 {
+						continue
+					}
 				}
 				if slabSize == c.size {
 					return nil, err
@@ -182,11 +259,13 @@ func (p *Pool) Get(size int) (*Chunk, error) {
 		}
 		c.slabs = append(c.slabs, s)
 		c.empty++
+		p.kept += int64(slabSize)
 		c.next = min(2*c.next, max(p.slabCap(c.size)/c.size, 1))
 		p.held += int64(slabSize)
 	}
 	if s.used == 0 {
 		c.empty--
+		p.kept -= int64(len(s.Bytes()))
 	}
 	i := s.free[len(s.free)-1]
 	s.free = s.free[:len(s.free)-1]
@@ -239,16 +318,18 @@ func (c *Chunk) Put() error {
 	var drop Slab
 	if s.used == 0 {
 		cl := &p.classes[s.class]
-		cl.empty++
-		if cl.empty > p.cfg.KeepEmpty || p.closed {
+		size := int64(len(s.Bytes()))
+		if cl.empty >= p.cfg.KeepEmpty || p.cfg.KeepBytes > 0 && p.kept+size > int64(p.cfg.KeepBytes) || p.closed {
 			cl.slabs = slices.DeleteFunc(cl.slabs, func(o *slab) bool { return o == s })
-			cl.empty--
 			if len(cl.slabs) == 0 {
 				cl.next = 1 // the peer's traffic is gone: start small again
 			}
-			p.held -= int64(len(s.Bytes()))
-			p.give(int64(len(s.Bytes())))
+			p.held -= size
+			p.give(size)
 			drop = s.Slab
+		} else {
+			cl.empty++
+			p.kept += size
 		}
 	}
 	p.mu.Unlock()
@@ -277,22 +358,14 @@ func (p *Pool) Stats() Stats {
 // Close refuses later Gets and deregisters the slabs with no chunk in use
 // now; the others go when their last chunk is put back.
 func (p *Pool) Close() error {
+	if b := p.cfg.Budget; b != nil {
+		b.mu.Lock()
+		b.pools = slices.DeleteFunc(b.pools, func(q *Pool) bool { return q == p })
+		b.mu.Unlock()
+	}
 	p.mu.Lock()
 	p.closed = true
-	var drop []Slab
-	for ci := range p.classes {
-		c := &p.classes[ci]
-		c.slabs = slices.DeleteFunc(c.slabs, func(s *slab) bool {
-			if s.used > 0 {
-				return false
-			}
-			drop = append(drop, s.Slab)
-			p.held -= int64(len(s.Bytes()))
-			p.give(int64(len(s.Bytes())))
-			return true
-		})
-		c.empty = 0
-	}
+	drop := p.dropEmptyLocked()
 	p.mu.Unlock()
 	var errs []error
 	for _, s := range drop {

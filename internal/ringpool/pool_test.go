@@ -304,3 +304,60 @@ func TestSmallerSlabNearTheBound(t *testing.T) {
 		t.Fatalf("%+v, want a new slab of one chunk beside the one of two", st)
 	}
 }
+
+// TestKeptSlabs: a slab kept empty serves the next Get with no
+// registration; one larger than KeepBytes is not kept; a Get that finds
+// the budget short takes back the kept slabs of every pool sharing it,
+// and registers in their room.
+func TestKeptSlabs(t *testing.T) {
+	r := &registrar{}
+	b := NewBudget(96 << 10)
+	cfg := Config{Classes: []int{16 << 10, 32 << 10, 64 << 10}, SlabSize: 64 << 10, Budget: b, KeepEmpty: 1, KeepBytes: 32 << 10}
+	p, q := New(r.reg, cfg), New(r.reg, cfg)
+	for range 5 {
+		c, err := p.Get(16 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Put(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if made, closed := r.made.Load(), r.closed.Load(); made != 1 || closed != 0 {
+		t.Errorf("5 Gets and Puts one after another: %d slabs made, %d closed, want the one kept", made, closed)
+	}
+	big, err := p.Get(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big.Put()
+	if closed := r.closed.Load(); closed != 1 {
+		t.Errorf("a 64 KiB slab, past KeepBytes, emptied: %d closed, want it closed", closed)
+	}
+	// q keeps a 32 KiB slab, p its 16 KiB one: 48 KiB of the 96 held.
+	c, err := q.Get(32 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Put()
+	if st := p.Stats().Held + q.Stats().Held; st != 48<<10 {
+		t.Fatalf("kept: %d bytes, want 48 KiB", st)
+	}
+	// 64 KiB more fits only once both pools gave back what they keep.
+	c, err = p.Get(64 << 10)
+	if err != nil {
+		t.Fatalf("a Get that fits once the kept slabs go: %v", err)
+	}
+	if st := q.Stats(); st.Held != 0 || st.Slabs != 0 {
+		t.Errorf("the other pool still keeps %+v", st)
+	}
+	if st := p.Stats(); st.Held != 64<<10 {
+		t.Errorf("the pool holds %+v, want the new 64 KiB slab alone", st)
+	}
+	c.Put()
+	q.Close()
+	p.Close()
+	if made, closed := r.made.Load(), r.closed.Load(); made != closed {
+		t.Errorf("%d slabs made, %d closed after Close", made, closed)
+	}
+}
