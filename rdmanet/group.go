@@ -319,7 +319,7 @@ func openStream(ctx context.Context, mux *group.Mux, port uint16) (*group.Stream
 		if err == nil || !errors.As(err, &refused) || refused.Reason != wire.ReasonBacklog || i == len(backlogBackoff) {
 			return s, err
 		}
-		if !sleepCtx(ctx, backlogBackoff[i]) {
+		if !pause(ctx, backlogBackoff[i]) {
 			return nil, ctx.Err()
 		}
 	}
@@ -328,19 +328,6 @@ func openStream(ctx context.Context, mux *group.Mux, port uint16) (*group.Stream
 // backlogBackoff: 1.55 s in all, about as long as a TCP dialer waits
 // before its first SYN is sent again.
 var backlogBackoff = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
-
-// sleepCtx sleeps for d, or until ctx ends; it reports whether it slept
-// the whole d.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
 
 // errListenerGone ends a dialer's group whose links all ended and whose
 // listener's host refuses new ones: the listener closed, or its process
