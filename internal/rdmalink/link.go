@@ -885,13 +885,19 @@ func (l *Link) Close() error {
 	}
 	l.unwatchAsync()
 	err := l.id.Close()
-	if s := l.res.shared; s != nil {
+	shared := l.res.shared
+	if shared != nil {
 		// The receives its peer's messages took and the engine did not
-		// post again go back to the shared queue, and so do those whose
-		// completions it did not take (the rest come back as the
-		// completion queue is drained, res.close).
-		err = errors.Join(err, s.post(l.consumed))
+		// post again go back to the shared queue (the rest come back as
+		// the completion queue is drained, res.close).
+		err = errors.Join(err, shared.post(l.consumed))
 		l.consumed = l.consumed[:0]
+	}
+	err = errors.Join(err, l.res.close())
+	if shared != nil {
+		// So do those whose completions it did not take: after res.close,
+		// which left the completion queue, so that none another link's
+		// drain delivered meanwhile is missed.
 		l.pmu.Lock()
 		for _, wc := range l.pend[l.pendHead:] {
 			if wc.ID&wrShared != 0 && wc.ID&wrRecv != 0 {
@@ -901,7 +907,7 @@ func (l *Link) Close() error {
 		l.pend, l.pendHead = l.pend[:0], 0
 		l.pmu.Unlock()
 	}
-	return errors.Join(err, l.res.close())
+	return err
 }
 
 // pathFailure reports whether a work request that failed with status
