@@ -94,7 +94,7 @@ func TestLabStat(t *testing.T) {
 	var benchOut, benchErr bytes.Buffer
 	benchDone := make(chan int, 1)
 	go func() {
-		benchDone <- runContext(ctx, []string{"--json", "bench", "-d", "2m", "-local", env.AddrA.String(), "-require-rdma", srv.addr}, &benchOut, &benchErr)
+		benchDone <- runContext(ctx, append([]string{"--json", "bench", "-d", "2m", "-local", env.AddrA.String(), "-require-rdma"}, append(labAnswerWait, srv.addr)...), &benchOut, &benchErr)
 	}()
 	for accepted := false; !accepted; {
 		select {
