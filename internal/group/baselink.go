@@ -60,6 +60,11 @@ type baseLink struct {
 	posted       uint64
 	mostQueued   int
 	woke         bool // a stream's waiter was woken (Stream.signalLocked)
+	// signals are the streams whose signals run's drain deferred until
+	// it let go of the mux's lock (Mux.deferTo); wakeups is give's
+	// scratch, used by run alone once the lock is let go.
+	signals []*Stream
+	wakeups []wakeup
 }
 
 // sent is one base request outstanding.
@@ -123,10 +128,14 @@ func (l *baseLink) fail(err error) {
 func (l *baseLink) drain() (alive, woke bool) {
 	m := l.m
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.deferTo = l
 	l.drainLocked()
+	ws := l.takeSignalsLocked()
 	woke, l.woke = l.woke, false
-	return m.err == nil && l.err == nil, woke
+	alive = m.err == nil && l.err == nil
+	m.mu.Unlock()
+	give(ws)
+	return alive, woke
 }
 
 // drainLocked hands every completion the base link has to its stream,

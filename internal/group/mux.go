@@ -256,6 +256,11 @@ type Mux struct {
 	// ends or retires.
 	acceptReady chan struct{}
 
+	// deferTo is the link whose run goroutine drains it now, holding the
+	// lock: the streams' signals wait in its list until the lock is let
+	// go (baseLink.drain).
+	deferTo *baseLink
+
 	suspended []*Stream // waiting for a move, oldest first
 	moveTimer *time.Timer
 	leftTimer *time.Timer // PeerLeftWait

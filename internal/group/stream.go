@@ -85,6 +85,9 @@ type Stream struct {
 	waits  int
 	notify func()
 	cond   sync.Cond // on the mux's lock
+	// signalQueued: a drain of the run goroutine's queued the stream's
+	// signal, to be given once it let go of the mux's lock.
+	signalQueued bool
 }
 
 type streamState uint8
@@ -546,9 +549,58 @@ func (s *Stream) signalLocked() {
 	if s.l != nil {
 		s.l.woke = true
 	}
+	if d := s.m.deferTo; d != nil {
+		if !s.signalQueued {
+			s.signalQueued = true
+			d.signals = append(d.signals, s)
+		}
+		return
+	}
 	s.cond.Broadcast()
 	if s.waits == 0 && s.notify != nil {
 		s.notify()
+	}
+}
+
+// wakeup is a stream's signal given after the mux's lock was let go.
+type wakeup struct {
+	cond   *sync.Cond // nil: nobody waits
+	notify func()     // nil: somebody waits, or nobody is to be told
+}
+
+// takeSignalsLocked ends the deferral of the streams' signals that l's
+// drain began, and says what to give once the lock is let go: a reader
+// woken while the drain holds the lock would only wait for the lock, and
+// be woken again when it is free (two wake-ups for one completion).
+func (l *baseLink) takeSignalsLocked() []wakeup {
+	l.m.deferTo = nil
+	ws := l.wakeups[:0]
+	for i, s := range l.signals {
+		s.signalQueued = false
+		w := wakeup{}
+		if s.waits > 0 {
+			w.cond = &s.cond
+		} else if s.notify != nil {
+			w.notify = s.notify
+		}
+		ws = append(ws, w)
+		l.signals[i] = nil
+	}
+	l.signals = l.signals[:0]
+	l.wakeups = ws
+	return ws
+}
+
+// give wakes the streams takeSignalsLocked named, with no lock held.
+func give(ws []wakeup) {
+	for i, w := range ws {
+		if w.cond != nil {
+			w.cond.Broadcast()
+		}
+		if w.notify != nil {
+			w.notify()
+		}
+		ws[i] = wakeup{}
 	}
 }
 
