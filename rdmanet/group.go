@@ -78,11 +78,16 @@ const (
 	// a thousand streams a group hold half its receives, and credit for
 	// those that stream comes from the rest. 1 MiB of receive slots a
 	// link. Not 8,192: siw's rdma_create_qp fails with EIO for it (one of
-	// the depths docs/engine.md's open finding names).
-	groupRecvDepth = 16384
+	// the depths docs/engine.md's open finding names). 16,128 and not
+	// 16,384: with the send depth's 255 the link needs 16,383 completion
+	// entries, and rxe rounds a queue of n up to the power of two above
+	// n, so 16,384 receives took a receive queue of 32,768 and a
+	// completion queue of 32,768, twice the memory and set-up time (the
+	// largest costs of a group's first dial in the lab, at both ends).
+	groupRecvDepth = 16384 - groupSendDepth - 1
 	// groupPostFirst: the receives a group's link posts before connect or
 	// accept; the rest follow once it is established (rdmalink's
-	// PostFirst), so that a listener answers without posting 16,384 first.
+	// PostFirst), so that a listener answers without posting 16,128 first.
 	// Before the group exists the peer sends its group's requests
 	// (2 x 32) at most.
 	groupPostFirst    = 1024
