@@ -114,6 +114,11 @@ var (
 	ErrRouteResolution = errors.New("cm: route resolution failed")
 	// ErrDisconnected: the connection ended.
 	ErrDisconnected = errors.New("cm: disconnected")
+	// ErrLocalPortBusy: on iWARP, rdma_connect's TCP connection could not
+	// use the local port rdma_cm chose for the ID (EADDRNOTAVAIL: a
+	// connection of the same ports is still in the kernel, TIME_WAIT).
+	// Another ID, with another port, may connect.
+	ErrLocalPortBusy = errors.New("cm: the local port is busy")
 )
 
 type (

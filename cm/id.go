@@ -340,6 +340,11 @@ func (id *ID) Connect(ctx context.Context, p ConnParam) (ConnParam, error) {
 		// listening is refused at once rather than by an event (siw).
 		return ConnParam{}, &EventError{Op: "connect", Event: EventRejected, Status: -int(syscall.ECONNREFUSED)}
 	}
+	if errors.Is(err, syscall.EADDRNOTAVAIL) && !errors.As(err, &ee) {
+		// iWARP's TCP connection, made within rdma_connect, found its
+		// local port's connection to the peer still in the kernel.
+		return ConnParam{}, fmt.Errorf("%w: %w", ErrLocalPortBusy, err)
+	}
 	return connParamOf(ev.Param), err
 }
 

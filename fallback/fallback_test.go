@@ -75,6 +75,10 @@ func TestClassify(t *testing.T) {
 		{&verbs.CallError{Func: "rdma_create_event_channel", Errno: syscall.EMFILE}, ReasonResources},
 		// At the descriptor limit rdma-core may say ENOENT or ENODEV.
 		{&verbs.CallError{Func: "rdma_create_event_channel", Errno: syscall.ENOENT, Descriptors: &verbs.DescriptorLimit{Open: 4090, Limit: 4096}}, ReasonResources},
+		// A port clash on iWARP is passing; an address that is not local
+		// (EADDRNOTAVAIL from a bind or resolve) is unreachable.
+		{fmt.Errorf("%w: %w", cm.ErrLocalPortBusy, &verbs.CallError{Func: "rdma_connect", Errno: syscall.EADDRNOTAVAIL}), ReasonResources},
+		{&verbs.CallError{Func: "rdma_bind_addr", Errno: syscall.EADDRNOTAVAIL}, ReasonUnreachable},
 		{errors.New("something else"), ReasonRDMAError},
 	} {
 		if got := Classify(tc.err); got != tc.want {

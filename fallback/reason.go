@@ -215,7 +215,9 @@ func Classify(err error) Reason {
 		return ReasonTimeout
 	case errors.Is(err, syscall.ENOMEM), errors.Is(err, syscall.EPERM) && isRegistration(err),
 		errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE), errors.Is(err, syscall.ENOSPC),
-		errors.Is(err, syscall.EAGAIN):
+		errors.Is(err, syscall.EAGAIN), errors.Is(err, cm.ErrLocalPortBusy):
+		// A port clash (cm.ErrLocalPortBusy) is the moment's too: not
+		// remembered, unlike EADDRNOTAVAIL's unreachable address below.
 		return ReasonResources
 	case errors.Is(err, cm.ErrAddrResolution), errors.Is(err, cm.ErrRouteResolution), errors.Is(err, cm.ErrUnreachable),
 		errors.Is(err, syscall.ENODEV), errors.Is(err, syscall.EADDRNOTAVAIL),

@@ -148,8 +148,12 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		if cfg.groups() {
 			c, viaGroup, err = dialStream(ctx, src, dst, alts, cfg, answerWait)
 		}
-		if !viaGroup {
+		for try := 0; !viaGroup; try++ {
 			c, err = dial(ctx, src, dst, alts, cfg, answerWait)
+			// A passing clash of ports (iWARP): another ID has another.
+			if !errors.Is(err, cm.ErrLocalPortBusy) || try == maxPortTries-1 || ctx.Err() != nil {
+				break
+			}
 		}
 		if err == nil {
 			failures.Answered(dst)
@@ -185,6 +189,13 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	counters.Dialed(fallback.TCP)
 	return &TCPConn{TCPConn: tc.(*net.TCPConn), why: why}, nil
 }
+
+// maxPortTries is how many connection requests, each from an ID of its
+// own, a dial makes while rdma_connect finds its local port busy
+// (cm.ErrLocalPortBusy: on iWARP, the kernel still holds a connection of
+// the same ports). rdma_cm picks each ID's port at random, so a second
+// clash in a row is rare; the third's error is the dial's.
+const maxPortTries = 3
 
 // dial makes an RDMA connection. answerWait, if positive, bounds the wait
 // for the peer's answer to the connection request (the rest is bounded by
