@@ -148,11 +148,11 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		if cfg.groups() {
 			c, viaGroup, err = dialStream(ctx, src, dst, alts, cfg, answerWait)
 		}
-		for try := 0; !viaGroup; try++ {
+		if !viaGroup {
 			c, err = dial(ctx, src, dst, alts, cfg, answerWait)
 			// A passing clash of ports (iWARP): another ID has another.
-			if !errors.Is(err, cm.ErrLocalPortBusy) || try == maxPortTries-1 || ctx.Err() != nil {
-				break
+			for try := 1; errors.Is(err, cm.ErrLocalPortBusy) && try < maxPortTries && ctx.Err() == nil; try++ {
+				c, err = dial(ctx, src, dst, alts, cfg, answerWait)
 			}
 		}
 		if err == nil {
