@@ -117,8 +117,11 @@ func startBridge(t *testing.T, args ...string) (string, *syncBuffer) {
 		if rc := <-done; rc != 0 {
 			t.Errorf("bridge exited %d: %s%s", rc, out, logs)
 		}
-		if strings.Contains(logs.String(), "level=ERROR") {
+		switch {
+		case strings.Contains(logs.String(), "level=ERROR"):
 			t.Errorf("the bridge logged:\n%s", logs)
+		case t.Failed():
+			t.Logf("the bridge's output:\n%s%s", out, logs) // what it saw of the failure
 		}
 	})
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {

@@ -47,8 +47,11 @@ func startServe(t *testing.T, args ...string) string {
 		if rc := <-done; rc != 0 {
 			t.Errorf("serve exited %d: %s%s", rc, out, logs)
 		}
-		if strings.Contains(logs.String(), "level=ERROR") || strings.Contains(logs.String(), "level=WARN") {
+		switch {
+		case strings.Contains(logs.String(), "level=ERROR") || strings.Contains(logs.String(), "level=WARN"):
 			t.Errorf("the server logged:\n%s", logs)
+		case t.Failed():
+			t.Logf("the server's output:\n%s%s", out, logs) // what it saw of the failure
 		}
 	})
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
