@@ -212,11 +212,31 @@ func connectNBD(t *testing.T, nbdClient, sock string) string {
 	dev := freeNBD(t)
 	runTool(t, nbdClient, "-unix", sock, dev, "-block-size", "4096", "-timeout", "60")
 	t.Cleanup(func() {
+		if t.Failed() {
+			logKernel(t, filepath.Base(dev))
+		}
 		if out, err := exec.Command(nbdClient, "-d", dev).CombinedOutput(); err != nil {
 			t.Errorf("nbd-client -d %s: %v\n%s", dev, err, out)
 		}
 	})
 	return dev
+}
+
+// logKernel logs the kernel's messages about name (nbd's say why a
+// device failed its requests: a timeout, a dead connection).
+func logKernel(t *testing.T, name string) {
+	out, err := exec.Command("dmesg").CombinedOutput()
+	if err != nil {
+		t.Logf("dmesg: %v\n%s", err, out)
+		return
+	}
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, name) {
+			lines = append(lines, l)
+		}
+	}
+	t.Logf("the kernel on %s:\n%s", name, strings.Join(lines[max(len(lines)-30, 0):], "\n"))
 }
 
 // freeNBD returns the first nbd device not connected (the nbd module
