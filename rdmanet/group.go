@@ -70,6 +70,11 @@ const groupOffer = wire.FeatureGroup | groupStreamFeatures
 // features, rings that grow included, with credit for every message.
 const groupStreamFeatures = wire.FeatureRing | wire.FeatureShutdown | wire.FeatureGrow | wire.FeatureRecvCredit | wire.FeatureRecvGrant
 
+// groupStreamOffer are what a group's link offers for its streams beyond
+// groupStreamFeatures, which a peer may not have: its streams have them
+// only if the peer agreed (group.Config.Features).
+const groupStreamOffer = wire.FeatureRetain
+
 // The link of a group: its own rings are not used (each stream has its
 // own), its receives are the streams' pool.
 const (
@@ -157,7 +162,7 @@ func groupConfig(cfg Config, backlog int, moves bool) group.Config {
 // while the stream moves, and says what it received once moved.
 func streamConn(s *group.Stream, cfg Config, server bool) (*Conn, error) {
 	_, size, _ := s.PeerRing()
-	features := groupStreamFeatures
+	features := groupStreamFeatures | s.Features()&groupStreamOffer
 	if s.Moves() {
 		features |= wire.FeatureResume
 	}

@@ -151,7 +151,7 @@ func (s *rdmaSide) acceptGroup(ctx context.Context, req *cm.Request, h wire.Hell
 	if err != nil {
 		return fail(l, err)
 	}
-	agreed := h.Features&(groupOffer|wire.FeatureGroupMove) | linkFeatures
+	agreed := h.Features&(groupOffer|groupStreamOffer|wire.FeatureGroupMove) | linkFeatures
 	if joins != nil && agreed&wire.FeatureGroupMove == 0 {
 		return fail(l, errUnknownGroup) // a group without moves has one link
 	}
@@ -188,6 +188,7 @@ func (s *rdmaSide) acceptGroup(ctx context.Context, req *cm.Request, h wire.Hell
 		return nil
 	}
 	gc := groupConfig(s.cfg, cap(s.slots), agreed&wire.FeatureGroupMove != 0)
+	gc.Features = agreed & groupStreamOffer
 	if gc.MoveTimeout > 0 {
 		// The dialer makes the links again, and may find the last one
 		// dead up to 3 x KeepAlive after this side did (under load in

@@ -134,6 +134,7 @@ func (g *groupPaths) dialFirst(ctx context.Context, answerWait time.Duration, on
 		g.tcpPort = nil
 	}
 	gc := groupConfig(g.cfg, 0, moves)
+	gc.Features = h.Features & groupStreamOffer
 	gc.OnEnd, gc.IdleClose, gc.Mover = onEnd, groupIdleClose, true
 	gc.OnLinkDown = g.linkDown
 	m, err := group.New(l, gc)
@@ -356,7 +357,7 @@ func dialGroupLink(ctx context.Context, cfg Config, src netip.Addr, dst netip.Ad
 		l = nil
 		return nil, wire.Hello{}, peerMemoryError(err)
 	}
-	hello := wire.Hello{Version: wire.HelloVersion, Features: groupOffer | wire.FeatureGroupMove | wire.LinkFeatures,
+	hello := wire.Hello{Version: wire.HelloVersion, Features: groupOffer | groupStreamOffer | wire.FeatureGroupMove | wire.LinkFeatures,
 		RecvDepth: groupRecvDepth, RingSize: groupLinkRing, Needs: l.Needs(), Process: processID(), Group: id, TCPPort: tcpPort}
 	peer, err := connectAnswered(ctx, cid, dst, hello.Encode(), answerWait)
 	if err != nil {

@@ -64,6 +64,10 @@ const groupRequests = 32
 type Config struct {
 	// SendRing and RecvRing are each stream's ring sizes.
 	SendRing, RecvRing int
+	// Features are what the group's two sides agreed on for the streams'
+	// engines beyond the group's own (wire.FeatureRetain): the mux only
+	// keeps them, for Stream.Features.
+	Features wire.Features
 	// SendDepth and ControlDepth are each stream's Caps: its requests
 	// outstanding, of which control messages.
 	SendDepth, ControlDepth int

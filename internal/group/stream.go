@@ -243,6 +243,10 @@ func (s *Stream) settledLocked() bool { return s.peerDone() && (!s.closeSent || 
 // (Config.MoveTimeout): its engine must be resumable.
 func (s *Stream) Moves() bool { return s.m.cfg.MoveTimeout > 0 }
 
+// Features are the features the group's sides agreed on for the streams'
+// engines (Config.Features).
+func (s *Stream) Features() wire.Features { return s.m.cfg.Features }
+
 // Port is the listener's port the stream was opened for.
 func (s *Stream) Port() uint16 { return s.port }
 

@@ -15,12 +15,13 @@ type controlQueue struct {
 	announce       wire.Message // this side's RegisterXferMemory
 	resume         wire.Message // this side's Resume, on a resumed link
 	ring           wire.Message // this side's Ring: a receive ring offered
+	retain         wire.Message // this side's Retain: its transmit ring's size
 	featureReplies int          // GetServerFeature answers owed
 	slots          int          // the link's control slots
 	outstanding    int          // control messages posted and not completed
 }
 
-type controlWant uint8
+type controlWant uint16
 
 const (
 	wantAnnounce controlWant = 1 << iota
@@ -31,6 +32,7 @@ const (
 	wantClose
 	wantRing   // offer a receive ring (Ring)
 	wantRingAt // switch to the peer's offered ring (RingAt), once nothing is held
+	wantRetain // say what the transmit ring retains now (Retain)
 )
 
 // wantEnd are the messages that end this side's stream: they follow every
@@ -87,6 +89,9 @@ func (q *controlQueue) next(draining, creditOnly bool, order controlOrder) (wire
 	case q.want&wantRing != 0:
 		q.want &^= wantRing
 		return q.ring, true
+	case q.want&wantRetain != 0:
+		q.want &^= wantRetain
+		return q.retain, true
 	case q.featureReplies > 0:
 		q.featureReplies--
 		// Valkey's answer: the same opcode, no features.

@@ -312,6 +312,38 @@ func (e *Engine) replaceSendRing(rl link.Rings, size int) {
 	copyRing(mem, kept, 0, from, n)
 	e.cfg.SendRing = mem
 	e.sq.Resize(uint64(len(mem)))
+	e.tellRetain()
+}
+
+// tellRetain tells the peer what the transmit ring retains now (Retain),
+// where both agreed on it: a resumable stream keeps what it sent until
+// credited, and the peer credits every quarter of that.
+func (e *Engine) tellRetain() {
+	if e.cfg.Features&wire.FeatureRetain == 0 || !e.resumable {
+		return
+	}
+	e.ctl.retain = wire.Message{Op: wire.OpRetain, Length: uint32(len(e.cfg.SendRing))}
+	e.ctl.want |= wantRetain
+	e.flushControl()
+}
+
+// retainTold takes the peer's Retain: its transmit ring's size, which
+// sets how often this side credits (RecvRing.SetPeerRetain).
+func (e *Engine) retainTold(m wire.Message) {
+	r, ok := e.recv.(*RecvRing)
+	switch {
+	case !ok || e.cfg.Features&wire.FeatureRetain == 0:
+		e.Fail(protocolErrorf("Retain without the Retain extension"))
+		return
+	case m.Length == 0 || m.Length > maxRing:
+		e.Fail(protocolErrorf("Retain of a %d-byte transmit ring", m.Length))
+		return
+	case !e.resumable:
+		return // the peer keeps nothing for credit
+	}
+	if credit, send := r.SetPeerRetain(m.Length); send {
+		e.queueReply(credit)
+	}
 }
 
 // copyRing copies n bytes from src, starting at stream position from, to

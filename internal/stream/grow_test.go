@@ -227,6 +227,9 @@ func TestRingMessagesFromAHostilePeer(t *testing.T) {
 		{"Ring over 1 GiB", growFeatures, []wire.Message{{Op: wire.OpRegisterXferMemory, Addr: 0x1000, Length: 4096, RKey: 1}, {Op: wire.OpRing, Addr: 1, Length: 1<<30 + 1}}},
 		{"Ring of 0 bytes", growFeatures, []wire.Message{{Op: wire.OpRegisterXferMemory, Addr: 0x1000, Length: 4096, RKey: 1}, {Op: wire.OpRing, Addr: 1}}},
 		{"RingAt without an offer", growFeatures, []wire.Message{{Op: wire.OpRingAt}}},
+		{"Retain without the extension", growFeatures, []wire.Message{{Op: wire.OpRetain, Length: 8192}}},
+		{"Retain of 0 bytes", growFeatures | wire.FeatureRetain, []wire.Message{{Op: wire.OpRetain}}},
+		{"Retain over 1 GiB", growFeatures | wire.FeatureRetain, []wire.Message{{Op: wire.OpRetain, Length: 1<<30 + 1}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := hello

@@ -61,6 +61,23 @@ func (r *RecvRing) setCreditEvery() {
 	r.creditEvery = max(every/4, 1)
 }
 
+// SetPeerRetain takes the peer's Retain: its transmit ring, which holds
+// what it sent until credited, is now n bytes. Credit goes every quarter
+// of it from now on (and of the ring, if smaller, also while it switches).
+// A smaller one could already be full of bytes read and not credited: it
+// returns the Credit to send now.
+func (r *RecvRing) SetPeerRetain(n uint32) (credit wire.Message, send bool) {
+	r.peerRetain = uint64(n)
+	r.setCreditEvery()
+	if r.next != nil {
+		r.creditEvery = min(r.creditEvery, max(uint64(len(r.next.mem))/4, 1))
+	}
+	if r.freed()-r.credited >= r.creditEvery {
+		return r.credit()
+	}
+	return wire.Message{}, false
+}
+
 // Mem is the memory Readable's offsets are in.
 func (r *RecvRing) Mem() []byte { return r.mem }
 

@@ -115,3 +115,39 @@ func FuzzRecvRing(f *testing.F) {
 		}
 	})
 }
+
+// TestRingCreditFollowsPeerRetain: a resumable peer's transmit ring sets
+// how often credit goes (a quarter of what it retains), and a Retain
+// moves it: larger, credit goes less often; smaller, what was read and
+// not credited goes at once, as the smaller ring may be full of it.
+func TestRingCreditFollowsPeerRetain(t *testing.T) {
+	r := NewRecvRing(256<<10, 4<<10)
+	credits := func(answers int) int {
+		n := 0
+		for range answers {
+			if err := r.Arrived(4096); err != nil {
+				t.Fatal(err)
+			}
+			if _, send := r.Consume(4096); send {
+				n++
+			}
+		}
+		return n
+	}
+	if n := credits(64); n != 64 {
+		t.Errorf("a 4 KiB transmit ring at the peer: %d Credits for 64 answers of 4 KiB, want one each", n)
+	}
+	if _, send := r.SetPeerRetain(256 << 10); send {
+		t.Errorf("a larger transmit ring at the peer made a Credit due with everything credited")
+	}
+	if n := credits(64); n != 4 {
+		t.Errorf("a 256 KiB transmit ring at the peer: %d Credits for 64 answers of 4 KiB, want one each 64 KiB (4)", n)
+	}
+	// Read, and not credited yet: a 4 KiB ring at the peer may be full of it.
+	r.Arrived(2048)
+	r.Consume(2048)
+	credit, send := r.SetPeerRetain(4 << 10)
+	if _, consumed := r.Totals(); !send || credit.ConsumedBytes != consumed {
+		t.Errorf("a smaller transmit ring at the peer with 2048 bytes read and not credited: Credit %v (%v), want one for all %d", credit, send, consumed)
+	}
+}

@@ -120,6 +120,13 @@ const (
 	// link's streams to another (StreamMove); its streams are resumable
 	// (their engines speak Resume). It needs FeatureGroup.
 	FeatureGroupMove
+	// FeatureRetain: a resumable stream whose transmit ring grows and
+	// shrinks (FeatureGrow) says its size each time it changes (Retain),
+	// so that the peer credits every quarter of what it retains, not of
+	// the first ring's size (the Hello's SendRing): a stream answering
+	// 4 KiB requests sent a Credit of its own for each answer. It needs
+	// FeatureGrow.
+	FeatureRetain
 )
 
 // LinkFeatures are the features that belong to one link rather than to the
@@ -267,6 +274,9 @@ func DecodeHello(data []byte) (h Hello, ok bool, err error) {
 	}
 	if h.Features&FeatureGroupMove != 0 && h.Features&FeatureGroup == 0 {
 		return Hello{}, false, protocolErrorf("hello offering moves without a link group")
+	}
+	if h.Features&FeatureRetain != 0 && h.Features&FeatureGrow == 0 {
+		return Hello{}, false, protocolErrorf("hello offering Retain without ring growth")
 	}
 	if h.Features&FeatureGroup != 0 {
 		if len(data) < GroupHelloSize {

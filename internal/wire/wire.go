@@ -61,6 +61,12 @@ const (
 	// It follows every write before At and precedes every write after, so
 	// once it arrived nothing more lands in the old ring.
 	OpRingAt Opcode = 0x7207
+	// OpRetain, with FeatureRetain, says that the sender's transmit ring
+	// is now Length bytes: what a resumable sender retains until the peer
+	// credits it. The peer credits every quarter of it (and of its own
+	// receive ring, whichever is smaller) from then on, in place of the
+	// Hello's SendRing, which is only the first ring's size.
+	OpRetain Opcode = 0x7210
 )
 
 func (o Opcode) String() string {
@@ -87,6 +93,8 @@ func (o Opcode) String() string {
 		return "Ring"
 	case OpRingAt:
 		return "RingAt"
+	case OpRetain:
+		return "Retain"
 	case OpStreamOpen:
 		return "StreamOpen"
 	case OpStreamAccept:
@@ -166,7 +174,7 @@ func (m *Message) Encode(b *[MessageSize]byte) {
 	case OpResume:
 		be.PutUint64(b[8:], m.ReceivedBytes)
 		be.PutUint64(b[16:], m.ConsumedBytes)
-	case OpWritten:
+	case OpWritten, OpRetain:
 		be.PutUint32(b[24:], m.Length)
 	}
 }
@@ -189,7 +197,7 @@ func Decode(b []byte, extended bool) (Message, error) {
 		m.Addr = be.Uint64(b[16:])
 		m.Length = be.Uint32(b[24:])
 		m.RKey = be.Uint32(b[28:])
-	case OpCredit, OpShutdown, OpResume, OpWritten, OpClose, OpRing, OpRingAt:
+	case OpCredit, OpShutdown, OpResume, OpWritten, OpClose, OpRing, OpRingAt, OpRetain:
 		if !extended {
 			return Message{}, protocolErrorf("opcode %v without the rdmanet extension", m.Op)
 		}
@@ -200,7 +208,7 @@ func Decode(b []byte, extended bool) (Message, error) {
 		case OpResume:
 			m.ReceivedBytes = be.Uint64(b[8:])
 			m.ConsumedBytes = be.Uint64(b[16:])
-		case OpWritten:
+		case OpWritten, OpRetain:
 			m.Length = be.Uint32(b[24:])
 		case OpRing:
 			m.Addr = be.Uint64(b[16:])
