@@ -167,8 +167,9 @@ func streamConn(s *group.Stream, cfg Config, server bool) (*Conn, error) {
 		features |= wire.FeatureResume
 	}
 	peer := wire.Hello{Version: wire.HelloVersion, Features: features, RecvDepth: uint16(s.PeerGrant()), RingSize: size,
-		// What the peer's transmit ring retains: no rdmanet ring is
-		// smaller, so credit never comes too late for it.
+		// What the peer's transmit ring retains at first: no rdmanet
+		// ring is smaller, so credit never comes too late for it. With
+		// Retain agreed, the peer says so as its ring grows.
 		SendRing: minRing}
 	c, err := newLinkConn(s, cfg, server, features, peer)
 	if err != nil {

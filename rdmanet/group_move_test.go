@@ -224,20 +224,7 @@ func TestGroupPartition(t *testing.T) {
 	gc.MoveTimeout = 200 * time.Millisecond
 	ga, gb := gc, gc
 	ga.Mover = true
-	pc := groupBase(1)
-	pa, pb := linktest.NewPipes(t, pc, pc)
-	a, err := group.New(pa, ga)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := group.New(pb, gb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		a.Close()
-		b.Close()
-	})
+	a, b, pa, _ := groupPipeMuxes(t, ga, gb, groupBase(1))
 	x, y := groupConnPair(t, Config{}, a, b)
 	defer x.Close()
 	defer y.Close()

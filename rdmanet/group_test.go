@@ -33,19 +33,27 @@ func groupBase(streams int) link.PipeConfig {
 // groupMuxes makes two groups over a pipe, closed when the test ends.
 func groupMuxes(t testing.TB, gc group.Config, pc link.PipeConfig) (a, b *group.Mux) {
 	t.Helper()
-	pa, pb := linktest.NewPipes(t, pc, pc)
-	a, err := group.New(pa, gc)
+	a, b, _, _ = groupPipeMuxes(t, gc, gc, pc)
+	return a, b
+}
+
+// groupPipeMuxes makes groups with ga and gb over a pipe's two ends, which
+// it returns too, closed when the test ends.
+func groupPipeMuxes(t testing.TB, ga, gb group.Config, pc link.PipeConfig) (a, b *group.Mux, pa, pb *link.Pipe) {
+	t.Helper()
+	pa, pb = linktest.NewPipes(t, pc, pc)
+	a, err := group.New(pa, ga)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err = group.New(pb, gc); err != nil {
+	if b, err = group.New(pb, gb); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		a.Close()
 		b.Close()
 	})
-	return a, b
+	return a, b, pa, pb
 }
 
 // groupStreamConfig is a group's stream sizes for connections with cfg,
@@ -319,16 +327,7 @@ func TestGroupStreamRetain(t *testing.T) {
 		if retain {
 			gc.Features = wire.FeatureRetain
 		}
-		pc := groupBase(4)
-		pa, pb := linktest.NewPipes(t, pc, pc)
-		a, err := group.New(pa, gc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := group.New(pb, gc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		a, b, pa, _ := groupPipeMuxes(t, gc, gc, groupBase(4))
 		x, y := groupConnPair(t, Config{}, a, b)
 		go func() {
 			req, answer := make([]byte, 28), make([]byte, 4096+16)
