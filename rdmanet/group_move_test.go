@@ -12,15 +12,18 @@ import (
 	"github.com/rdmanet/sdk/internal/group"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/linktest"
+	"github.com/rdmanet/sdk/internal/wire"
 )
 
 // movingGroups makes two groups over two pipes each that move their
-// streams when a link fails, a the dialer; it returns each path's pipes.
+// streams when a link fails, a the dialer, with Retain agreed (as
+// between two rdmanet peers); it returns each path's pipes.
 func movingGroups(t testing.TB, streams int, oneLink bool) (a, b *group.Mux, path1, path2 [2]*link.Pipe) {
 	t.Helper()
 	cfg, _ := Config{}.withDefaults()
 	gc := groupStreamConfig(cfg)
 	gc.MoveTimeout = 10 * time.Second
+	gc.Features = wire.FeatureRetain // as two rdmanet peers agree on it
 	ga, gb := gc, gc
 	ga.Mover = true
 	pc := groupBase(streams)
