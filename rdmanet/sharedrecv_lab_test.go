@@ -45,6 +45,9 @@ func TestLabSharedRecv(t *testing.T) {
 			defer ln.Close()
 			var mu sync.Mutex
 			var served []*rdmanet.Conn
+			// echoed is each server end's count at its peer's EOF, by the
+			// client's address: a short echo says which way bytes were lost.
+			echoed := map[string]string{}
 			go func() {
 				for {
 					c, err := ln.Accept()
@@ -56,9 +59,13 @@ func TestLabSharedRecv(t *testing.T) {
 					mu.Unlock()
 					go func() {
 						defer c.Close()
-						if _, err := io.Copy(c, c); err != nil {
+						n, err := io.Copy(c, c)
+						if err != nil {
 							t.Errorf("server: %v", err)
 						}
+						mu.Lock()
+						echoed[c.RemoteAddr().String()] = fmt.Sprintf("the server end echoed %d bytes (%v) before its peer's EOF; %+v", n, err, c.(*rdmanet.Conn).Info())
+						mu.Unlock()
 						c.(*rdmanet.Conn).CloseWrite()
 					}()
 				}
@@ -114,8 +121,11 @@ func TestLabSharedRecv(t *testing.T) {
 					n, err := io.Copy(h, c)
 					werr := <-wrote
 					if err != nil || werr != nil || n != int64(size) || [32]byte(h.Sum(nil)) != sha256.Sum256(src) {
-						errs <- fmt.Errorf("connection %d: %d bytes back (%v), intact: %v; the Write and CloseWrite: %v; %+v",
-							i, n, err, n == int64(size) && [32]byte(h.Sum(nil)) == sha256.Sum256(src), werr, c.(*rdmanet.Conn).Info())
+						mu.Lock()
+						server := echoed[c.LocalAddr().String()]
+						mu.Unlock()
+						errs <- fmt.Errorf("connection %d: %d bytes back (%v), intact: %v; the Write and CloseWrite: %v; %+v; %s",
+							i, n, err, n == int64(size) && [32]byte(h.Sum(nil)) == sha256.Sum256(src), werr, c.(*rdmanet.Conn).Info(), server)
 					}
 				}()
 			}
