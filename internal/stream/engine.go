@@ -432,17 +432,13 @@ func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
 		// The Close sent on the lost link may not have arrived.
 		want |= wantClose
 	}
-	if e.cfg.Features&wire.FeatureRetain != 0 {
-		// A Retain sent on the lost link may not have arrived either.
-		want |= wantRetain
-	}
 	e.ctl = controlQueue{
 		want:     want,
 		announce: announce,
 		resume:   wire.Message{Op: wire.OpResume, ReceivedBytes: received, ConsumedBytes: consumed},
-		retain:   wire.Message{Op: wire.OpRetain, Length: uint32(len(e.cfg.SendRing))},
 		slots:    caps.ControlDepth,
 	}
+	e.queueRetain() // one sent on the lost link may not have arrived either
 	e.lost, e.resuming, e.resend = nil, true, 0
 	e.reshutdown = e.wrDone
 	now := e.cfg.Clock()

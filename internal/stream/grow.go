@@ -312,19 +312,22 @@ func (e *Engine) replaceSendRing(rl link.Rings, size int) {
 	copyRing(mem, kept, 0, from, n)
 	e.cfg.SendRing = mem
 	e.sq.Resize(uint64(len(mem)))
-	e.tellRetain()
+	if e.queueRetain() {
+		e.flushControl()
+	}
 }
 
-// tellRetain tells the peer what the transmit ring retains now (Retain),
+// queueRetain queues a Retain saying what the transmit ring retains now,
 // where both agreed on it: a resumable stream keeps what it sent until
-// credited, and the peer credits every quarter of that.
-func (e *Engine) tellRetain() {
+// credited, and the peer credits every quarter of that. It reports
+// whether it queued one.
+func (e *Engine) queueRetain() bool {
 	if e.cfg.Features&wire.FeatureRetain == 0 || !e.resumable {
-		return
+		return false
 	}
 	e.ctl.retain = wire.Message{Op: wire.OpRetain, Length: uint32(len(e.cfg.SendRing))}
 	e.ctl.want |= wantRetain
-	e.flushControl()
+	return true
 }
 
 // retainTold takes the peer's Retain: its transmit ring's size, which

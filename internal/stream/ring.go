@@ -53,10 +53,16 @@ func NewRecvRing(size, peerRetain uint32) *RecvRing {
 	return r
 }
 
+// setCreditEvery sets how often credit goes: every quarter of the ring,
+// of what the peer retains, and, while the peer switches to a ring this
+// side offered, of that ring, whichever is smallest.
 func (r *RecvRing) setCreditEvery() {
 	every := r.size
 	if r.peerRetain > 0 {
 		every = min(every, r.peerRetain)
+	}
+	if r.next != nil {
+		every = min(every, uint64(len(r.next.mem)))
 	}
 	r.creditEvery = max(every/4, 1)
 }
@@ -69,9 +75,6 @@ func (r *RecvRing) setCreditEvery() {
 func (r *RecvRing) SetPeerRetain(n uint32) (credit wire.Message, send bool) {
 	r.peerRetain = uint64(n)
 	r.setCreditEvery()
-	if r.next != nil {
-		r.creditEvery = min(r.creditEvery, max(uint64(len(r.next.mem))/4, 1))
-	}
 	if r.freed()-r.credited >= r.creditEvery {
 		return r.credit()
 	}
@@ -227,7 +230,7 @@ func (r *RecvRing) SwitchAt(at uint64) (credit wire.Message, send bool, err erro
 	}
 	r.next, r.offered = r.offered, nil
 	r.next.at = at
-	r.creditEvery = min(r.creditEvery, max(uint64(len(r.next.mem))/4, 1))
+	r.setCreditEvery()
 	credit, send = r.credit()
 	r.advance()
 	return credit, send, nil
