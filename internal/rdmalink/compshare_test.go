@@ -77,6 +77,9 @@ type fakeCQ struct {
 	polls   atomic.Int32
 	pollErr error
 	refill  func() []verbs.WorkCompletion // completions that keep coming
+	// afterPoll runs after each poll, outside f.mu: what happens between
+	// a poll that found the queue empty and the poller's next step.
+	afterPoll func()
 }
 
 func (f *fakeCQ) add(wcs ...verbs.WorkCompletion) {
@@ -97,6 +100,11 @@ func (f *fakeCQ) Poll(wcs []verbs.WorkCompletion) (int, error) {
 	}
 	n := copy(wcs, f.wcs)
 	f.wcs = f.wcs[n:]
+	if after := f.afterPoll; after != nil {
+		f.mu.Unlock()
+		after()
+		f.mu.Lock()
+	}
 	return n, nil
 }
 

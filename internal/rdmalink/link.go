@@ -548,8 +548,18 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 	// link's poll moved them), the link takes those first and polls the
 	// queue on its next Poll: a round trip pays one poll of the queue, as
 	// with a queue of its own.
+	//
+	// The end is read before the queue is drained: every completion of the
+	// link's from before it (a completion precedes the event of the peer's
+	// disconnect that follows it) is on the queue by then, and this drain,
+	// or the one that holds the queue as it begins, moves it to pending. An
+	// end recorded after the drain may have completions that came after it
+	// on the queue still: it waits for the next Poll.
 	drained := !l.hasPending()
+	var end link.Completion
+	ended := false
 	if drained {
+		end, ended = l.end()
 		if err := l.res.cq.drain(l); err != nil {
 			return 0, err
 		}
@@ -641,15 +651,13 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 		}
 		n++
 	}
-	if n < len(cs) && got < len(wcs) && drained {
+	if n < len(cs) && got < len(wcs) && ended {
 		// Nothing of the link's is left: its completions are taken, and
-		// the shared queue was polled empty after its end, if it came,
-		// was recorded; the end is next.
-		if end, ok := l.end(); ok {
-			cs[n] = end
-			l.reported = true
-			n++
-		}
+		// the shared queue was polled empty after its end was recorded;
+		// the end is next.
+		cs[n] = end
+		l.reported = true
+		n++
 	}
 	return n, nil
 }
