@@ -182,9 +182,9 @@ func (c Config) extensions() wire.Features {
 		return 0
 	}
 	if c.ResumeTimeout > 0 {
-		return wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume | wire.FeatureClose | wire.FeatureGrow
+		return wire.FeatureRing | wire.FeatureShutdown | wire.FeatureResume | wire.FeatureClose | wire.FeatureGrow | wire.FeatureEndAt
 	}
-	return wire.FeatureRing | wire.FeatureShutdown | wire.FeatureGrow
+	return wire.FeatureRing | wire.FeatureShutdown | wire.FeatureGrow | wire.FeatureEndAt
 }
 
 // hello is what this side puts in connect or accept private data.

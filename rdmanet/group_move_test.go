@@ -12,7 +12,6 @@ import (
 	"github.com/rdmanet/sdk/internal/group"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/linktest"
-	"github.com/rdmanet/sdk/internal/wire"
 )
 
 // movingGroups makes two groups over two pipes each that move their
@@ -23,7 +22,7 @@ func movingGroups(t testing.TB, streams int, oneLink bool) (a, b *group.Mux, pat
 	cfg, _ := Config{}.withDefaults()
 	gc := groupStreamConfig(cfg)
 	gc.MoveTimeout = 10 * time.Second
-	gc.Features = wire.FeatureRetain // as two rdmanet peers agree on it
+	gc.Features = groupStreamOffer // as two rdmanet peers agree on it
 	ga, gb := gc, gc
 	ga.Mover = true
 	pc := groupBase(streams)

@@ -268,6 +268,9 @@ func New(cfg Config) (*Engine, error) {
 	if e.resumable && (cfg.Features&wire.FeatureRing == 0 || !cfg.PeerHello) {
 		return nil, errors.New("stream: a resumable session needs the ring and the peer's Hello")
 	}
+	if need := wire.FeatureRing | wire.FeatureShutdown; cfg.Features&wire.FeatureEndAt != 0 && cfg.Features&need != need {
+		return nil, errors.New("stream: end positions need the ring and half-close")
+	}
 	// Honour the peer's receives: never more requests in flight than it
 	// keeps posted, so none finds the peer without a receive (an RNR wait
 	// for an rdmanet peer, a fatal error for a peer that accepted with an
@@ -813,10 +816,18 @@ func (e *Engine) control(m wire.Message) {
 			e.Fail(protocolErrorf("Shutdown without the half-close extension"))
 			return
 		}
+		if err := e.endAt(m); err != nil {
+			e.Fail(err)
+			return
+		}
 		e.peerDone = true
 	case wire.OpClose:
 		if e.cfg.Features&wire.FeatureClose == 0 {
 			e.Fail(protocolErrorf("Close without the close extension"))
+			return
+		}
+		if err := e.endAt(m); err != nil {
+			e.Fail(err)
 			return
 		}
 		// Nothing follows it: the peer's stream ends here too.
@@ -846,6 +857,18 @@ func (e *Engine) control(m wire.Message) {
 		e.retainTold(m)
 	case wire.OpSetClientFeature:
 	}
+}
+
+// endAt checks, with FeatureEndAt, that every byte the peer's Shutdown or
+// Close says it sent arrived: a lost arrival is an error, not an early EOF.
+func (e *Engine) endAt(m wire.Message) error {
+	if e.cfg.Features&wire.FeatureEndAt == 0 {
+		return nil
+	}
+	if arrived := e.recv.(*RecvRing).written; m.At != arrived {
+		return protocolErrorf("%v at %d bytes; %d arrived before it", m.Op, m.At, arrived)
+	}
+	return nil
 }
 
 // heard notes a message from the peer: a passive side that waited for the
@@ -898,6 +921,10 @@ func (e *Engine) flushControl() {
 			// Every byte before it is posted (dataFirst): what follows goes
 			// to the new ring.
 			m = e.send.(*SendRing).Switch()
+		}
+		if (m.Op == wire.OpShutdown || m.Op == wire.OpClose) && e.cfg.Features&wire.FeatureEndAt != 0 {
+			// Every byte before it is posted (dataFirst): they end here.
+			m.At = e.send.(*SendRing).Sent()
 		}
 		if m.Op == wire.OpCredit {
 			// The newest totals: what was read, and the receives posted

@@ -32,6 +32,9 @@ func FuzzEngine(f *testing.F) {
 	f.Add(byte(0x0b), []byte{0, 3, 4, 200, 4, 200, 7, 3, 0, 0x86, 7, 3, 1, 10, 0, 0x87, 3, 200})
 	// Zero-copy: views taken and released while rings grow, a write buffer.
 	f.Add(byte(0x0b), []byte{0, 3, 1, 100, 3, 0x80, 3, 0xa0, 1, 200, 1, 200, 0, 0x86, 3, 0x84, 3, 0x81, 3, 0x82, 3, 0x8b, 1, 50, 3, 0x81})
+	// End positions: data, the peer's Shutdown (its position from the
+	// input), CloseWrite.
+	f.Add(byte(0x13), []byte{1, 5, 0, 0x82, 5, 0, 3, 100, 7, 3})
 	// Receive credit with grants: data both ways, Credits from the peer.
 	f.Add(byte(0x53), []byte{8, 1, 4, 100, 1, 9, 1, 9, 4, 100, 7, 3, 0, 0x8c, 4, 200, 1, 9})
 	f.Fuzz(func(t *testing.T, mode byte, ops []byte) {
@@ -58,6 +61,11 @@ func FuzzEngine(f *testing.F) {
 		// granting what the input's first byte says (a quarter of what was
 		// taken per unit, from none to 63 times it).
 		grants := iwarp && mode&0x10 != 0
+		// Bit 4 without iWARP: end positions (a Shutdown or Close from
+		// the input ends the stream only where it says).
+		if need := wire.FeatureRing | wire.FeatureShutdown; !iwarp && mode&0x10 != 0 && features&need == need {
+			features |= wire.FeatureEndAt
+		}
 		clk := &clock{now: time.Unix(0, 0)}
 		e, err := New(Config{
 			Features: features, Peer: peer, PeerHello: peer.Version != 0, Server: mode&4 != 0,

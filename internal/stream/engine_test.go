@@ -482,6 +482,72 @@ func TestEngineEndOfStream(t *testing.T) {
 	}
 }
 
+// TestEngineEndAt: with end positions (wire.FeatureEndAt) a Shutdown says
+// where the peer's bytes end, and one that says more than arrived ends the
+// stream with a protocol error, not an EOF short of what was sent (a data
+// arrival the link lost); this side's Shutdown says how much it posted.
+func TestEngineEndAt(t *testing.T) {
+	const features = wire.FeatureRing | wire.FeatureShutdown | wire.FeatureEndAt
+	hello := rdmanetHello
+	hello.Features = features
+	e, r, _ := newTestEngine(t, features, hello, 0)
+	e.Handle(&link.Completion{Kind: link.DataArrived, N: 5})
+	control(e, wire.Message{Op: wire.OpShutdown, At: 5})
+	b := make([]byte, 10)
+	if n, err := e.Read(b); n != 5 || err != nil {
+		t.Fatalf("Read = %d, %v", n, err)
+	}
+	if _, err := e.Read(b); err != io.EOF {
+		t.Fatalf("Read after a Shutdown at the end of what arrived = %v, want EOF", err)
+	}
+	completeAll(e, r)
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: 4096, RKey: 9})
+	e.Write([]byte("first"))
+	e.Write([]byte("second"))
+	if err := e.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	e.Flush(r)
+	last := r.sent[len(r.sent)-1]
+	if m, _ := wire.Decode(last.Msg[:], true); m.Op != wire.OpShutdown || m.At != uint64(len("firstsecond")) {
+		t.Fatalf("this side's last message %+v; want Shutdown at %d", m, len("firstsecond"))
+	}
+
+	// A Shutdown, and a session's Close, beyond what arrived.
+	sessionEndAt := closeFeatures | wire.FeatureEndAt
+	for _, c := range []struct {
+		op       wire.Opcode
+		features wire.Features
+		hello    wire.Hello
+	}{{wire.OpShutdown, features, hello}, {wire.OpClose, sessionEndAt, sessionHelloFor(sessionEndAt)}} {
+		e, _, _ = newTestEngine(t, c.features, c.hello, 0)
+		e.Handle(&link.Completion{Kind: link.DataArrived, N: 5})
+		control(e, wire.Message{Op: c.op, At: 9})
+		if !errors.Is(e.Err(), wire.ErrProtocol) {
+			t.Fatalf("%v at 9 bytes after 5 arrived: err = %v, want a protocol error", c.op, e.Err())
+		}
+		// What arrived stays readable; then the error, not EOF.
+		var err error
+		for range 3 {
+			if _, err = e.Read(b); err != nil {
+				break
+			}
+		}
+		if !errors.Is(err, wire.ErrProtocol) {
+			t.Fatalf("Read after a short stream: %v, want the protocol error", err)
+		}
+	}
+
+	// Without the extension the position is not looked at (a peer that
+	// has none sends zeros there).
+	e, _, _ = newTestEngine(t, wire.FeatureRing|wire.FeatureShutdown, rdmanetHello, 0)
+	e.Handle(&link.Completion{Kind: link.DataArrived, N: 5})
+	control(e, wire.Message{Op: wire.OpShutdown, At: 9})
+	if e.Err() != nil {
+		t.Fatalf("a position without the extension: %v", e.Err())
+	}
+}
+
 // TestEngineCloseWriteAfterData: Shutdown goes out after every data request
 // written before it, and Writes after it fail.
 func TestEngineCloseWriteAfterData(t *testing.T) {

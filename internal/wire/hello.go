@@ -127,6 +127,12 @@ const (
 	// 4 KiB requests sent a Credit of its own for each answer. It needs
 	// FeatureGrow.
 	FeatureRetain
+	// FeatureEndAt: Shutdown and Close say where the sender's bytes end
+	// (bytes 8-15: its running byte total, as RingAt's position), and the
+	// receiver checks that every one of them arrived: a data write whose
+	// arrival was lost ends the stream with a protocol error, not with an
+	// EOF short of what was sent. It needs FeatureRing and FeatureShutdown.
+	FeatureEndAt
 )
 
 // LinkFeatures are the features that belong to one link rather than to the
@@ -277,6 +283,9 @@ func DecodeHello(data []byte) (h Hello, ok bool, err error) {
 	}
 	if h.Features&FeatureRetain != 0 && h.Features&FeatureGrow == 0 {
 		return Hello{}, false, protocolErrorf("hello offering Retain without ring growth")
+	}
+	if need := FeatureRing | FeatureShutdown; h.Features&FeatureEndAt != 0 && h.Features&need != need {
+		return Hello{}, false, protocolErrorf("hello offering end positions without the ring and half-close")
 	}
 	if h.Features&FeatureGroup != 0 {
 		if len(data) < GroupHelloSize {

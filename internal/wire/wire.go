@@ -134,6 +134,7 @@ type Message struct {
 	// Resume: the running total of bytes received (arrived, read or not).
 	ReceivedBytes uint64
 	// RingAt: the stream position from which bytes go to the offered ring.
+	// Shutdown and Close, with FeatureEndAt: where the sender's bytes end.
 	At uint64
 }
 
@@ -166,7 +167,7 @@ func (m *Message) Encode(b *[MessageSize]byte) {
 		be.PutUint64(b[16:], m.Addr)
 		be.PutUint32(b[24:], m.Length)
 		be.PutUint32(b[28:], m.RKey)
-	case OpRingAt:
+	case OpRingAt, OpShutdown, OpClose:
 		be.PutUint64(b[8:], m.At)
 	case OpCredit:
 		be.PutUint64(b[16:], m.ConsumedBytes)
@@ -214,7 +215,7 @@ func Decode(b []byte, extended bool) (Message, error) {
 			m.Addr = be.Uint64(b[16:])
 			m.Length = be.Uint32(b[24:])
 			m.RKey = be.Uint32(b[28:])
-		case OpRingAt:
+		case OpRingAt, OpShutdown, OpClose:
 			m.At = be.Uint64(b[8:])
 		}
 	default:

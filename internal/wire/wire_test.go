@@ -38,6 +38,10 @@ var exact = []struct {
 		"7201 0000 00000000 00000000 00000000 0102030405060708 00000063 00000000"},
 	{"Shutdown", Message{Op: OpShutdown}, true,
 		"7202 0000 00000000 00000000 00000000 00000000 00000000 00000000 00000000"},
+	{"Shutdown at a position (FeatureEndAt)", Message{Op: OpShutdown, At: 0x1112131415161718}, true,
+		"7202 0000 00000000 1112131415161718 00000000 00000000 00000000 00000000"},
+	{"Close at a position (FeatureEndAt)", Message{Op: OpClose, At: 0x0102030405060708}, true,
+		"7205 0000 00000000 0102030405060708 00000000 00000000 00000000 00000000"},
 	{"Resume", Message{Op: OpResume, ReceivedBytes: 0x1112131415161718, ConsumedBytes: 0x0102030405060708}, true,
 		"7203 0000 00000000 1112131415161718 0102030405060708 00000000 00000000"},
 	{"Written", Message{Op: OpWritten, Length: 0x00012345}, true,
@@ -265,7 +269,8 @@ func TestMalformedHello(t *testing.T) {
 	v0 := append([]byte(nil), good...)
 	v0[8] = 0
 	noRecv := Hello{Version: 1}.Encode()
-	for name, data := range map[string][]byte{"truncated": truncated, "version 0": v0, "no receives": noRecv} {
+	endAtAlone := Hello{Version: 1, RecvDepth: 1, Features: FeatureRing | FeatureEndAt}.Encode()
+	for name, data := range map[string][]byte{"truncated": truncated, "version 0": v0, "no receives": noRecv, "end positions without half-close": endAtAlone} {
 		if _, ok, err := DecodeHello(data); ok || !errors.Is(err, ErrProtocol) {
 			t.Errorf("%s: DecodeHello = ok %v, %v; want a protocol error", name, ok, err)
 		}
