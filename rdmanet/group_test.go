@@ -319,6 +319,9 @@ func TestGroupStreamRingsGrow(t *testing.T) {
 // asking 28 bytes and answered 4 KiB each time (an NBD read at queue
 // depth 1) sent a Credit with each request, two sends a round trip. With
 // a peer that did not agree the streams still work, crediting as before.
+// The answers, a quarter of a 16 KiB ring, never fill the server's
+// transmit ring: it grows for a ring's worth written within a second
+// (1.26 sends a round trip when it stayed at 64 KiB, 1.14 at 256 KiB).
 func TestGroupStreamRetain(t *testing.T) {
 	sends := map[bool]float64{}
 	for _, retain := range []bool{false, true} {
@@ -361,14 +364,19 @@ func TestGroupStreamRetain(t *testing.T) {
 		const requests = 400
 		ask(requests)
 		sends[retain] = float64(pa.Stats().Posted-before) / requests
+		if ring, most := y.Info().Window.SendRing, uint64(cfg.SendBuffer); retain && ring != most {
+			// A ring's worth of answers within a second grows it, though
+			// none fills it: the client credits every quarter of it.
+			t.Errorf("the server's transmit ring is %d bytes after %d answers of 4 KiB, want its largest, %d", ring, 100+requests, most)
+		}
 		x.Close()
 		y.Close()
 		a.Close()
 		b.Close()
 	}
 	t.Logf("the client's sends a round trip: %.2f without Retain, %.2f with it", sends[false], sends[true])
-	if sends[true] > 1.5 {
-		t.Errorf("with Retain agreed the client made %.2f sends a round trip, want at most 1.5 (a Credit every quarter of the server's grown transmit ring)", sends[true])
+	if sends[true] > 1.2 {
+		t.Errorf("with Retain agreed the client made %.2f sends a round trip, want at most 1.2 (a Credit every quarter of the server's grown transmit ring)", sends[true])
 	}
 }
 

@@ -16,7 +16,9 @@ import (
 //   - The transmit ring is this side's alone: a Write that found it full
 //     asks for the largest, Writes wait until every byte in it completed,
 //     and Flush replaces it (link.Rings.ReplaceSendRing); a Write of more
-//     than a quarter of it asks for four times the Write.
+//     than a quarter of it asks for four times the Write; and where the
+//     peer credits every quarter of it (Retain), a ring's worth written
+//     within growPeriod asks for four times it (sendRate).
 //   - The receive ring, between rdmanet peers (wire.FeatureGrow): when a
 //     ring's worth of bytes arrived within growPeriod, or the ring is full
 //     of bytes not yet read, Flush makes a larger one and offers it (Ring). The peer posts what it holds, switches at
@@ -52,6 +54,10 @@ type growth struct {
 
 	markBytes uint64    // the received total when the rate's period began
 	markAt    time.Time // when it began
+	// sendMark and sendMarkAt are the same for the bytes written, where
+	// the transmit ring's size sets how often the peer credits (retains).
+	sendMark   uint64
+	sendMarkAt time.Time
 	// lastTotal is the bytes written and received as Tick last saw them,
 	// and lastTraffic when they last changed: no clock is read per Write
 	// or arrival.
@@ -105,6 +111,7 @@ func (e *Engine) sendFull() {
 // times it at once (requests of a few KiB take one write each).
 func (e *Engine) sendLarge(n int) {
 	g := &e.grow
+	e.sendRate()
 	if !g.send || g.wantSend != 0 || n <= int(e.sq.chunk) || int(e.sq.ring) >= g.maxSend {
 		return
 	}
@@ -113,6 +120,36 @@ func (e *Engine) sendLarge(n int) {
 		size *= growStep
 	}
 	g.wantSend = min(size, g.maxSend)
+}
+
+// sendRate grows the transmit ring of a stream whose peer credits every
+// quarter of it (Retain: a resumable stream retains what it sent until
+// credited) when a ring's worth was written within growPeriod, as the
+// receive ring grows for a ring's worth arrived: each quarter written
+// draws a Credit, and a stream of answers smaller than a quarter (4 KiB
+// reads at queue depth 1) never fills the ring to make it grow otherwise.
+// The clock is read once per ring's worth, not per Write.
+func (e *Engine) sendRate() {
+	g := &e.grow
+	if !e.retains() || !g.send || g.wantSend != 0 || int(e.sq.ring) >= g.maxSend {
+		return
+	}
+	written := e.send.(*SendRing).Sent()
+	if written-g.sendMark < e.sq.ring {
+		return
+	}
+	now := e.cfg.Clock()
+	fast := !g.sendMarkAt.IsZero() && now.Sub(g.sendMarkAt) <= growPeriod
+	g.sendMark, g.sendMarkAt = written, now
+	if fast {
+		g.wantSend = min(int(e.sq.ring)*growStep, g.maxSend)
+	}
+}
+
+// retains reports whether the peer credits every quarter of this side's
+// transmit ring, which it learns from Retain.
+func (e *Engine) retains() bool {
+	return e.resumable && e.cfg.Features&wire.FeatureRetain != 0
 }
 
 // dataArrived counts arrived bytes toward the receive ring's growth: a
@@ -322,7 +359,7 @@ func (e *Engine) replaceSendRing(rl link.Rings, size int) {
 // credited, and the peer credits every quarter of that. It reports
 // whether it queued one.
 func (e *Engine) queueRetain() bool {
-	if e.cfg.Features&wire.FeatureRetain == 0 || !e.resumable {
+	if !e.retains() {
 		return false
 	}
 	e.ctl.retain = wire.Message{Op: wire.OpRetain, Length: uint32(len(e.cfg.SendRing))}

@@ -669,6 +669,54 @@ func TestResumableRingGrowsWithUnacknowledgedBytes(t *testing.T) {
 	}
 }
 
+// TestRetainedRingGrowsWithTheRate: a resumable stream whose peer credits
+// every quarter of its transmit ring (wire.FeatureRetain) grows the ring
+// when a ring's worth was written within growPeriod, though no answer
+// fills it (512-byte answers, each credited before the next): each quarter
+// written draws a Credit. Written slower, or to a peer that credits by
+// its own ring (no Retain), the ring keeps its size.
+func TestRetainedRingGrowsWithTheRate(t *testing.T) {
+	answers := func(features wire.Features, every time.Duration) uint64 {
+		e, r := newWriterEngine(t, features, 64<<10)
+		clk := &clock{now: time.Unix(2000, 0)}
+		e.cfg.Clock = clk.Now
+		answer := make([]byte, 512)
+		sent := uint64(0)
+		for i := range 2000 {
+			clk.advance(every)
+			n, err := e.Write(answer)
+			if err == ErrWouldBlock {
+				// The ring is replaced once what it holds completed.
+				e.Flush(r)
+				completeAll(e, r.recorder)
+				n, err = e.Write(answer)
+			}
+			if n != len(answer) || err != nil {
+				t.Fatalf("answer %d: %d, %v (%+v)", i, n, err, e.State())
+			}
+			sent += uint64(n)
+			e.Flush(r)
+			completeAll(e, r.recorder)
+			control(e, wire.Message{Op: wire.OpCredit, ConsumedBytes: sent, Receives: uint32(i + 1)})
+			e.Flush(r)
+		}
+		if err := e.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return e.State().SendRing
+	}
+	const retained = growFeatures | wire.FeatureResume | wire.FeatureRetain
+	if ring := answers(retained, 100*time.Microsecond); ring != 256<<10 {
+		t.Errorf("answers of 512 bytes every 100 µs, retained: a transmit ring of %d bytes, want it grown to its largest (256 KiB)", ring)
+	}
+	if ring := answers(retained, 300*time.Millisecond); ring != 4<<10 {
+		t.Errorf("answers of 512 bytes every 300 ms, retained: a transmit ring of %d bytes, want its first 4 KiB", ring)
+	}
+	if ring := answers(growFeatures|wire.FeatureResume, 100*time.Microsecond); ring != 4<<10 {
+		t.Errorf("answers of 512 bytes every 100 µs to a peer that credits by its own ring: a transmit ring of %d bytes, want its first 4 KiB", ring)
+	}
+}
+
 // copyRing wraps at the end of either ring.
 func TestCopyRingWraps(t *testing.T) {
 	old := []byte("0123456789")
