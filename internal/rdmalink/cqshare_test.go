@@ -265,28 +265,37 @@ func TestSharedCQEndAfterOwnCompletions(t *testing.T) {
 	if k, _ := b.Poll(make([]link.Completion, 4)); k != 1 {
 		t.Fatalf("b took %d", k)
 	}
-	a.mu.Lock()
-	a.down = link.Disconnected
-	a.mu.Unlock()
+	recordEnd(a)
 	f.add(recvDone(a, 2, 3))
-	var got []link.Completion
-	cs := make([]link.Completion, 8)
-	for range 4 {
-		k, err := a.Poll(cs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if k == 0 {
-			break
-		}
-		got = append(got, cs[:k]...)
-	}
+	got := pollTimes(t, a, 4)
 	if len(got) != 4 || got[0].N != 1 || got[1].N != 2 || got[2].N != 3 || got[3].Kind != link.Disconnected {
 		t.Fatalf("a's Polls: %+v; want its three completions, then its end", got)
 	}
-	if k, _ := a.Poll(cs); k != 0 {
+	if k, _ := a.Poll(make([]link.Completion, 8)); k != 0 {
 		t.Fatal("Poll after the end returned more")
 	}
+}
+
+// recordEnd records l's end (the peer disconnected), as its event does.
+func recordEnd(l *Link) {
+	l.mu.Lock()
+	l.down = link.Disconnected
+	l.mu.Unlock()
+}
+
+// pollTimes polls l n times and returns what the Polls took.
+func pollTimes(t *testing.T, l *Link, n int) []link.Completion {
+	t.Helper()
+	var got []link.Completion
+	cs := make([]link.Completion, 8)
+	for range n {
+		k, err := l.Poll(cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, cs[:k]...)
+	}
+	return got
 }
 
 // TestSharedCQEndAfterCompletionsOfTheDrain: a completion that reaches
@@ -305,19 +314,9 @@ func TestSharedCQEndAfterCompletionsOfTheDrain(t *testing.T) {
 		}
 		once = true
 		f.add(recvDone(a, 0, 7))
-		a.mu.Lock()
-		a.down = link.Disconnected
-		a.mu.Unlock()
+		recordEnd(a)
 	}
-	var got []link.Completion
-	cs := make([]link.Completion, 8)
-	for range 4 {
-		k, err := a.Poll(cs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, cs[:k]...)
-	}
+	got := pollTimes(t, a, 4)
 	if len(got) != 2 || got[0].Kind != link.DataArrived || got[0].N != 7 || got[1].Kind != link.Disconnected {
 		t.Fatalf("a's Polls: %+v; want its data, then its end", got)
 	}
