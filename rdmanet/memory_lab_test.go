@@ -108,7 +108,8 @@ func memlockMemory(a, b string) error {
 // TestLabMemoryPastMemlock: in a process limited as an ordinary
 // container is (RLIMIT_MEMLOCK 8 MiB, no CAP_IPC_LOCK), a Memory larger
 // than the limit cannot be registered, and WriteFrom copies it all; a
-// small one is then registered and sent from; nothing stays pinned.
+// small one is then registered (in the background, copied meanwhile) and
+// sent from; nothing stays pinned.
 func TestLabMemoryPastMemlock(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	p := env.RoCE()
@@ -132,8 +133,10 @@ func TestLabMemoryPastMemlock(t *testing.T) {
 	if bigSent != 0 || bigCopied != 1<<20 {
 		t.Errorf("past the limit: %d sent from memory, %d copied; want all copied", bigSent, bigCopied)
 	}
-	if smallSent != 1<<20 || smallCopied != 0 {
-		t.Errorf("within the limit: %d sent from memory, %d copied; want all sent from it", smallSent, smallCopied)
+	// The registration is made in the background, the first bytes copied
+	// meanwhile: it takes under a millisecond, the MiB tens of them.
+	if smallSent == 0 || smallSent+smallCopied != 1<<20 {
+		t.Errorf("within the limit: %d sent from memory, %d copied; want the MiB sent from it once registered", smallSent, smallCopied)
 	}
 	if after != 0 {
 		t.Errorf("after closing: %d bytes pinned, want none", after)

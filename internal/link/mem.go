@@ -10,36 +10,50 @@ import (
 // Mem is memory an application registered to send from (rdmanet.Memory):
 // a SendData request with Mem set sends Mem's bytes [Off, Off+N) from where
 // they are, not from the transmit ring. A link that can (a MemSender)
-// registers it with its device on first use, in its domain, and keeps the
-// registration until the memory closes or the domain ends: a buffer is
-// registered once, not once per send.
+// registers it with its device on first use, in its domain (RegisterAsync:
+// in the background, while the caller copies), and keeps the registration
+// until the memory closes or the domain ends: a buffer is registered once,
+// not once per send.
 type Mem struct {
 	b     []byte
 	owner any // what b is memory of, for a link that must know (a verbs.Buffer)
 
 	mu      sync.Mutex
 	closed  bool
-	domains map[any]func() // registered in these domains, and how to drop each
-	busy    int            // requests that may still read it
-	kept    atomic.Uint64  // bytes copied into a transmit ring after they were sent (Kept)
-	idle    chan struct{}  // closed when busy falls to 0, while someone waits
+	domains map[any]*memReg // its registrations, made or being made, by domain
+	busy    int             // requests that may still read it
+	kept    atomic.Uint64   // bytes copied into a transmit ring after they were sent (Kept)
+	idle    chan struct{}   // closed when busy falls to 0, while someone waits
+}
+
+// memReg is a Mem's registration in one domain: being made until ready
+// closes, then made (drop) or refused (err).
+type memReg struct {
+	ready chan struct{}
+	drop  func()
+	err   error
 }
 
 // ErrMemClosed is Register's error for a Mem that closed.
 var ErrMemClosed = errors.New("rdmanet: registered memory is closed")
 
+// ErrMemRegistering is RegisterAsync's answer while the registration is
+// being made: the caller copies meanwhile.
+var ErrMemRegistering = errors.New("rdmanet: registered memory: its registration is being made")
+
 // MemSender is a link that sends from registered memory (SendWR.Mem).
-// RegisterMem registers m with the link's device, unless it is already,
-// before the first request that sends from it; an error (pinning failed,
-// the device refused) leaves the caller to copy instead. Called under the
-// same rule as PostSend.
+// RegisterMem reports whether m may be sent from on the link's device: nil
+// once it is registered there; ErrMemRegistering while the registration is
+// made (pinning a large buffer takes long, and nothing waits for it); any
+// other error (pinning failed, the device refused) for good. Until nil,
+// the caller copies instead. Called under the same rule as PostSend.
 type MemSender interface {
 	RegisterMem(m *Mem) error
 }
 
 // NewMem makes a Mem of b, memory of owner (a verbs.Buffer, which an RDMA
 // link registers), which must not move or be freed until Close returns.
-func NewMem(b []byte, owner any) *Mem { return &Mem{b: b, owner: owner, domains: map[any]func(){}} }
+func NewMem(b []byte, owner any) *Mem { return &Mem{b: b, owner: owner, domains: map[any]*memReg{}} }
 
 // Bytes is the memory.
 func (m *Mem) Bytes() []byte { return m.b }
@@ -61,23 +75,75 @@ func (m *Mem) OffsetOf(b []byte) (int, bool) {
 }
 
 // Register runs reg, which registers m in domain and returns how to drop
-// the registration, unless m is registered there already. A link calls it
-// from RegisterMem, with its device's protection domain as domain.
+// the registration, unless m is registered there already, and waits for a
+// registration being made there. A refused registration is not tried
+// again in the domain (it would be refused again, after pinning what it
+// could: the domain ends with the links that share it).
 func (m *Mem) Register(domain any, reg func() (drop func(), err error)) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return ErrMemClosed
-	}
-	if _, ok := m.domains[domain]; ok {
-		return nil
-	}
-	drop, err := reg()
+	r, start, err := m.regFor(domain)
 	if err != nil {
 		return err
 	}
-	m.domains[domain] = drop
-	return nil
+	if start {
+		m.run(r, reg)
+	}
+	<-r.ready
+	return r.err
+}
+
+// RegisterAsync is Register that does not wait: it hands the
+// registration's making to start (which runs it on a goroutine of its
+// own, and may hold the domain meanwhile) and returns ErrMemRegistering
+// until it is made. The memory's lock is not held while it is made, so
+// the requests of other connections that send from m go on.
+func (m *Mem) RegisterAsync(domain any, reg func() (drop func(), err error), start func(run func())) error {
+	r, begin, err := m.regFor(domain)
+	if err != nil {
+		return err
+	}
+	if begin {
+		start(func() { m.run(r, reg) })
+	}
+	select {
+	case <-r.ready:
+		return r.err
+	default:
+		return ErrMemRegistering
+	}
+}
+
+// regFor is m's registration in domain, and whether the caller makes it
+// (it was not being made).
+func (m *Mem) regFor(domain any) (r *memReg, start bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, false, ErrMemClosed
+	}
+	if r = m.domains[domain]; r != nil {
+		return r, false, nil
+	}
+	r = &memReg{ready: make(chan struct{})}
+	m.domains[domain] = r
+	return r, true, nil
+}
+
+// run makes r with reg. A registration made after m closed is dropped
+// here, as Close did not see it made.
+func (m *Mem) run(r *memReg, reg func() (func(), error)) {
+	drop, err := reg()
+	m.mu.Lock()
+	closed := m.closed
+	if closed {
+		r.err = ErrMemClosed
+	} else {
+		r.drop, r.err = drop, err
+	}
+	close(r.ready)
+	m.mu.Unlock()
+	if closed && err == nil {
+		drop()
+	}
 }
 
 // Forget drops m's registration in domain, which ends: the domain drops
@@ -131,14 +197,18 @@ func (m *Mem) Idle() <-chan struct{} {
 }
 
 // Close drops every registration of m; later Registers fail. The caller
-// first waits for Idle.
+// first waits for Idle. A registration still being made is waited for
+// (the memory must stay mapped under it), and dropped as it is made (run).
 func (m *Mem) Close() {
 	m.mu.Lock()
-	drops := m.domains
+	regs := m.domains
 	m.domains, m.closed = nil, true
 	m.mu.Unlock()
-	for _, drop := range drops {
-		drop()
+	for _, r := range regs {
+		<-r.ready
+		if r.drop != nil {
+			r.drop()
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package rdmalink
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/rdmanet/sdk/internal/link"
@@ -10,7 +11,8 @@ import (
 
 // Registered application memory (link.Mem): a data request with Mem set
 // sends from it. It is registered on the peer group's protection domain
-// once, at the first use by any of the group's links, and stays until
+// once, from the first use by any of the group's links (in the
+// background: RegisterMem), and stays until
 // the memory closes or the domain goes (release). It is the
 // application's memory, so it does not count against the peer's bound
 // (Config.PeerBound), which bounds what a peer makes this side pin.
@@ -21,8 +23,13 @@ type memRegs struct {
 	mrs map[*link.Mem]*verbs.MR
 }
 
-// RegisterMem registers m on the link's domain, unless it is already
-// (link.MemSender). Pinning may fail (RLIMIT_MEMLOCK): the caller copies.
+// RegisterMem reports whether m is registered on the link's domain
+// (link.MemSender), and starts its registration there if it is not: on a
+// goroutine of its own, as pinning a large buffer takes long (a second
+// for 256 MiB under the lab's emulation), and made under the connection's
+// lock, or a group's, it held every stream of the group and every
+// connection sending from m until it was done. The caller copies until it
+// is. Pinning may fail (RLIMIT_MEMLOCK): the caller copies for good.
 func (l *Link) RegisterMem(m *link.Mem) error {
 	if l.gone.Load() {
 		return closedError("RegisterMem")
@@ -31,11 +38,28 @@ func (l *Link) RegisterMem(m *link.Mem) error {
 	if g == nil {
 		return fmt.Errorf("rdmanet: RegisterMem on a link with no domain: %w", link.ErrMisuse)
 	}
-	return g.registerMem(m)
+	return m.RegisterAsync(g, g.memRegistration(m), func(run func()) {
+		// The domain outlives the registration: the group is held (the
+		// link holds it now, so it is not going).
+		g.hold()
+		go func() {
+			run()
+			if err := g.release(); err != nil {
+				slog.Debug("rdmanet: releasing a peer group after registering memory", "err", err)
+			}
+		}()
+	})
 }
 
+// registerMem registers m on the group's domain now, or waits for its
+// registration being made there.
 func (g *peerGroup) registerMem(m *link.Mem) error {
-	return m.Register(g, func() (func(), error) {
+	return m.Register(g, g.memRegistration(m))
+}
+
+// memRegistration registers m on the group's domain and records it.
+func (g *peerGroup) memRegistration(m *link.Mem) func() (func(), error) {
+	return func() (func(), error) {
 		buf, ok := m.Owner().(*verbs.Buffer)
 		if !ok {
 			return nil, fmt.Errorf("rdmanet: registered memory of %T, not a verbs.Buffer: %w", m.Owner(), link.ErrMisuse)
@@ -51,7 +75,7 @@ func (g *peerGroup) registerMem(m *link.Mem) error {
 		g.mems.mrs[m] = mr
 		g.mems.mu.Unlock()
 		return func() { g.dropMem(m) }, nil
-	})
+	}
 }
 
 // memMR is m's registration on the group's domain, made now if it was

@@ -206,6 +206,14 @@ func Pools() PoolStats {
 	return st
 }
 
+// hold takes one more hold on the group, for one that holds it already
+// (a link registering memory on its domain in the background).
+func (g *peerGroup) hold() {
+	groups.Lock()
+	g.refs++
+	groups.Unlock()
+}
+
 // release ends a connection's hold on the group, after it gave back its
 // chunks; the last one closes the group.
 func (g *peerGroup) release() error {
