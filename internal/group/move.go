@@ -315,6 +315,7 @@ func (m *Mux) movedLocked(l *baseLink, g wire.GroupMessage) {
 	s.resumedLocked()
 	l.readyLocked(s)
 	m.retireLastResortLocked()
+	m.balanceLocked()
 }
 
 // resumedLocked ends a stream's suspension on its new link: its engine

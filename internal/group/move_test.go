@@ -364,6 +364,77 @@ func TestRebalanceOnAdd(t *testing.T) {
 	}
 }
 
+// TestRebalanceAfterLinksAddedAtOnce: streams that wait for a link (the
+// only one was cut) move onto the first link added; a second link added
+// at once, while their moves are not yet answered, can take none of them
+// then (a stream that moves may not leave), and once the moves are
+// answered the links even out: 4 and 4, not 8 and 0 (the bench's group,
+// its two paths back one after the other, stayed at 64 and 36).
+func TestRebalanceAfterLinksAddedAtOnce(t *testing.T) {
+	linktest.CheckGoroutines(t)
+	a, b, pa, _ := muxPair(t, moveConfig(true), moveConfig(false), baseConfig())
+	var xs, ys []*group.Stream
+	for range 8 {
+		x, y := openPair(t, a, b)
+		xs, ys = append(xs, x), append(ys, y)
+		defer x.Close()
+		defer y.Close()
+	}
+	pa.Cut(nil)
+	for i := range xs {
+		linktest.WantKinds(t, "dialer", linktest.WaitFor(t, xs[i], 1), "failed")
+		linktest.WantKinds(t, "listener", linktest.WaitFor(t, ys[i], 1), "failed")
+	}
+	q1a, q1b := linktest.NewPipes(t, baseConfig(), baseConfig())
+	q2a, q2b := linktest.NewPipes(t, baseConfig(), baseConfig())
+	for _, m := range []struct {
+		mux  *group.Mux
+		q, r *link.Pipe
+	}{{b, q1b, q2b}, {a, q1a, q2a}} {
+		if err := m.mux.AddLink(m.q); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.mux.AddLink(m.r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The moves: 8 onto a link, then 4 of them onto the other, at both
+	// ends.
+	for end := time.Now().Add(linktest.HangGuard); a.Stats().Moved+b.Stats().Moved < 24; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("dialer: links %+v, %+v; listener %+v; want 8 moves and 4 more at each end, 4 streams on each link", a.Links(), a.Stats(), b.Stats())
+		}
+	}
+	if ls := a.Links(); len(ls) != 2 || ls[0].Streams != 4 || ls[1].Streams != 4 {
+		t.Fatalf("dialer: links %+v; want 4 streams on each", ls)
+	}
+	// Every stream resumed (4 of them twice), and works.
+	for i := range xs {
+		for who, s := range map[string]*group.Stream{"dialer": xs[i], "listener": ys[i]} {
+			cs := linktest.PollAll(t, s)
+			if len(cs) == 0 || cs[len(cs)-1].Kind != link.Resumed {
+				t.Fatalf("%s's stream %d: %v; want it resumed last", who, i, cs)
+			}
+		}
+		announce(t, ys[i], xs[i])
+		announce(t, xs[i], ys[i])
+	}
+	for i := range xs {
+		ping(t, xs[i], ys[i], []byte("on the links added"), 2)
+	}
+	// Everything ends before the pipes' goroutine checks run (each
+	// NewPipes checks what began after it).
+	for i := range xs {
+		xs[i].Close()
+		ys[i].Close()
+	}
+	a.Close()
+	b.Close()
+	for _, p := range []*link.Pipe{q1a, q1b, q2a, q2b} {
+		p.Close()
+	}
+}
+
 // TestPeerLeft: when the dialer's process dies its kernel disconnects its
 // links: the other side's streams end as their peer's close
 // (stream.ErrPeerLeftLink, which Conn reads as io.EOF) after PeerLeftWait,
