@@ -23,8 +23,8 @@ import (
 // registered with each RDMA device (and each peer's protection domain)
 // the first time a connection there sends from it, in the background:
 // WriteFrom copies until the registration is made, so that pinning a large
-// Memory holds up no connection. The registration stays until Close. Registration pins the memory: it counts against
-// RLIMIT_MEMLOCK. Where it cannot be registered (the limit, a TCP path, a
+// Memory holds up no connection. The registration stays until Close.
+// Registration pins the memory: it counts against RLIMIT_MEMLOCK. Where it cannot be registered (the limit, a TCP path, a
 // platform without RDMA), WriteFrom copies as Write does, and Stats says
 // how many bytes went which way.
 type Memory struct {

@@ -31,7 +31,7 @@ var errRebalance = errors.New("group: the stream moves to a link with fewer stre
 
 // rebalanceLocked moves streams onto to, just added: every stream of a
 // TCP link, then, unless the others stand by (SpreadFirstLink), from the
-// links with the most, until to has its share.
+// links with the most until they even out (balanceLocked).
 func (m *Mux) rebalanceLocked(to *baseLink) {
 	if to.lastResort {
 		return
@@ -46,71 +46,42 @@ func (m *Mux) rebalanceLocked(to *baseLink) {
 		}
 	}
 	m.retireLastResortLocked()
-	if m.cfg.Spread == SpreadFirstLink {
-		return // the other links stand by: nothing moves onto them
+	m.balanceLocked()
+}
+
+// balanceLocked, at the Mover, evens out what the links carry, a stream at
+// a time from the link bound to carry the most onto the one bound to carry
+// the least, until they are within one: when a link is added
+// (rebalanceLocked), and again each time a move is answered. Streams on
+// their way to a link count as its own, but may not leave it yet: a link
+// added while the streams were still on their way to another (after the
+// group's detour to TCP, its two paths back one after the other; the
+// bench's group ended 64 and 36) takes its share once they have arrived.
+func (m *Mux) balanceLocked() {
+	if !m.cfg.Mover || m.cfg.MoveTimeout <= 0 || m.cfg.Spread == SpreadFirstLink || m.err != nil {
+		return // with SpreadFirstLink the other links stand by
 	}
-	// Streams on their way to a link count as its own: those still
-	// leaving the TCP link above are on no other link yet (the bench's
-	// group, its two paths back one after the other, ended 64 and 36).
-	live, total := 0, 0
-	for _, l := range m.links {
-		if l.err == nil && !l.lastResort {
-			live++
-			total += l.bound()
+	for {
+		var least *baseLink
+		for _, l := range m.links {
+			if l.err == nil && !l.lastResort && (least == nil || l.bound() < least.bound()) {
+				least = l
+			}
 		}
-	}
-	if live < 2 {
-		return
-	}
-	share := total / live
-	for to.bound() < share {
-		// From the link bound to carry the most that has a stream that
-		// may leave now (one arriving may not yet).
+		if least == nil || !least.roomToMoveLocked() {
+			return
+		}
+		// From the most loaded link that has a stream free to leave.
 		var from *baseLink
 		var s *Stream
 		for _, l := range m.links {
-			if l == to || l.err != nil || l.lastResort || l.bound() <= share || (from != nil && l.bound() <= from.bound()) {
+			if l.err != nil || l.lastResort || l.bound() <= least.bound()+1 || (from != nil && l.bound() <= from.bound()) {
 				continue
 			}
 			if leaver := m.leaverLocked(l); leaver != nil {
 				from, s = l, leaver
 			}
 		}
-		if s == nil {
-			return
-		}
-		s.leaveLocked(to, nil)
-	}
-}
-
-// balanceLocked, at the Mover once a move is answered, evens out what the
-// links carry, a stream at a time: a link added while the streams were
-// still on their way to another (after the group's detour to TCP, its two
-// paths back one after the other) could not take its share from them
-// then (rebalanceLocked takes only streams that may leave), and no link
-// added later would even it out. Each move ends here again, so the links
-// end within a stream of each other.
-func (m *Mux) balanceLocked() {
-	if !m.cfg.Mover || m.cfg.MoveTimeout <= 0 || m.cfg.Spread == SpreadFirstLink || m.err != nil {
-		return
-	}
-	for {
-		var least, most *baseLink
-		for _, l := range m.links {
-			if l.err != nil || l.lastResort {
-				continue
-			}
-			if least == nil || l.bound() < least.bound() {
-				least = l
-			}
-			if most == nil || l.bound() > most.bound() {
-				most = l
-			}
-		}
-		if least == nil || most.bound()-least.bound() <= 1 || !least.roomToMoveLocked() {
-			return
-		}
-		s := m.leaverLocked(most)
 		if s == nil {
 			return
 		}

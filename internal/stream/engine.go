@@ -865,7 +865,7 @@ func (e *Engine) endAt(m wire.Message) error {
 	if e.cfg.Features&wire.FeatureEndAt == 0 {
 		return nil
 	}
-	if arrived := e.recv.(*RecvRing).written; m.At != arrived {
+	if arrived := e.received(); m.At != arrived {
 		return protocolErrorf("%v at %d bytes; %d arrived before it", m.Op, m.At, arrived)
 	}
 	return nil
