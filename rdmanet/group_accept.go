@@ -164,6 +164,7 @@ func (s *rdmaSide) acceptGroup(ctx context.Context, req *cm.Request, h wire.Hell
 	if joins == nil && h.TCPPort != 0 && agreed&wire.FeatureGroupMove != 0 && s.servesTCP {
 		accept.TCPPort = port // the group's TCP link may come here
 	}
+	setGroupAckTimeout(req.ID)
 	err = req.ID.Accept(ctx, acceptParam(accept.Encode()))
 	if err == nil {
 		if err = l.Established(agreed&(wire.LinkFeatures|wire.FeatureGroup), true); err != nil {

@@ -40,7 +40,7 @@ func TestLabGroupFailover(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	leakcheck.Check(t)
 	paths := env.Paths()
-	gl := openGroupLab(t, env, *groupStreams, !*groupOnePath)
+	gl := openGroupLab(t, env, *groupStreams, !*groupOnePath, rdmanet.Config{})
 	n := *groupStreams
 	g := waitGroup(t, "two links", func(g rdmanet.GroupInfo) bool { return *groupOnePath || spread(g, n) })
 	t.Logf("group: %+v", g)
@@ -91,7 +91,7 @@ func TestLabGroupToTCP(t *testing.T) {
 	leakcheck.Check(t)
 	paths := env.Paths()
 	const n = 100
-	gl := openGroupLab(t, env, n, true)
+	gl := openGroupLab(t, env, n, true, rdmanet.Config{})
 	waitGroup(t, "two links", func(g rdmanet.GroupInfo) bool { return spread(g, n) })
 	gl.streamThrough(t, 16<<10, func() {
 		paths[0].DropAll(t)
@@ -116,6 +116,43 @@ func TestLabGroupToTCP(t *testing.T) {
 	t.Logf("back on path 1 %v after the heal: %+v", time.Since(healed).Round(time.Millisecond), g)
 	waitGroupSide(t, "accepted", "every stream back on RDMA, and no TCP link", onRDMA)
 	gl.echo(t, "after the failback")
+}
+
+// TestLabGroupLinkAckTimeout: path 1 loses every packet for 2.5 s while
+// 20 streams of a group send over both paths, with a KeepAlive (30 s) too
+// long to notice. A group's link waits 134 ms for an acknowledgement
+// (groupAckTimeout), so its queue pair gives up after its retries, within
+// about a second of sending into the loss, and the group moves path 1's
+// streams to path 2; with rdma_cm's default (537 ms, 3.8 s in all) the
+// link would outlive the loss and its streams wait for the heal. Every
+// byte arrives once.
+func TestLabGroupLinkAckTimeout(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	leakcheck.Check(t)
+	paths := env.Paths()
+	const n = 20
+	gl := openGroupLab(t, env, n, true, rdmanet.Config{KeepAlive: 30 * time.Second})
+	g := waitGroup(t, "two links", func(g rdmanet.GroupInfo) bool { return spread(g, n) })
+	down := g.LinksDown
+	var healed chan error
+	gl.streamThrough(t, 1<<20, func() {
+		heal, _, err := paths[0].Drop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { heal() })
+		healed = make(chan error, 1)
+		time.AfterFunc(2500*time.Millisecond, func() { healed <- heal() })
+	})
+	if err := <-healed; err != nil {
+		t.Fatal(err)
+	}
+	g = waitGroup(t, "no stream suspended", func(g rdmanet.GroupInfo) bool { return g.Suspended == 0 })
+	t.Logf("after the loss: %+v", g)
+	if g.LinksDown == down || g.MovesFailed != 0 {
+		t.Errorf("group %+v: want path 1's link failed within the 2.5 s loss and its streams moved, none lost", g)
+	}
+	gl.echo(t, "after the loss")
 }
 
 // waitGroupsGone waits up to bound for every group of the process to end,
@@ -144,10 +181,9 @@ type groupLab struct {
 // path), and dials n streams from path 1's
 // address, 16 at a time, with path 2 as the failover address if
 // twoPaths. Everything is closed when t ends.
-func openGroupLab(t *testing.T, env labenv.Env, n int, twoPaths bool) *groupLab {
+func openGroupLab(t *testing.T, env labenv.Env, n int, twoPaths bool, cfg rdmanet.Config) *groupLab {
 	t.Helper()
 	paths := env.Paths()
-	cfg := rdmanet.Config{}
 	lc := rdmanet.ListenConfig{Config: cfg}
 	ln, err := lc.Listen(context.Background(), "tcp", ":0")
 	if err != nil {

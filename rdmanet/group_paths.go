@@ -324,6 +324,14 @@ func (g *groupPaths) join(p *groupPath, done <-chan struct{}) error {
 	return nil
 }
 
+// setGroupAckTimeout gives a group link's queue pair groupAckTimeout (on
+// iWARP it changes nothing: retransmission is TCP's there).
+func setGroupAckTimeout(id *cm.ID) {
+	if err := id.SetAckTimeout(groupAckTimeout); err != nil {
+		slog.Debug("rdmanet: a group link keeps rdma_cm's ACK timeout", "err", err)
+	}
+}
+
 // dialGroupLink makes a link of a group with dst: an rdma_cm connection
 // whose Hello offers a group (id 0: a new one, whose TCP link may come
 // from tcpPort) and moves between its links. A listener that does not make groups is remembered for
@@ -359,6 +367,7 @@ func dialGroupLink(ctx context.Context, cfg Config, src netip.Addr, dst netip.Ad
 	}
 	hello := wire.Hello{Version: wire.HelloVersion, Features: groupOffer | groupStreamOffer | wire.FeatureGroupMove | wire.LinkFeatures,
 		RecvDepth: groupRecvDepth, RingSize: groupLinkRing, Needs: l.Needs(), Process: processID(), Group: id, TCPPort: tcpPort}
+	setGroupAckTimeout(cid)
 	peer, err := connectAnswered(ctx, cid, dst, hello.Encode(), answerWait)
 	if err != nil {
 		var refused *ServerRefusedError
