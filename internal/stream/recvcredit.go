@@ -148,7 +148,13 @@ func (c *recvCredit) grant(n, want int) int {
 // postedAgain records that n receives the peer's messages took were
 // posted again, and credit for g of them given back (g is n but with
 // grants), and reports whether a Credit is due: with grants, once a
-// quarter of what the peer holds is unreported.
+// quarter of what the peer holds is unreported, and half its first grant.
+// A grant gives up to twice the receives taken, so without the second
+// bound one message, a Credit among them, made a Credit due: Credits
+// answered Credits until the grants reached MaxGrant, and a short-lived
+// stream's one request and answer drew five of them. A sender down to
+// its reserve holds at most 3 of at least its first grant (8 or more), so
+// at least 5, over half of it, is unreported then: its Credit is due.
 func (c *recvCredit) postedAgain(n, g int) bool {
 	if !c.on {
 		return false
@@ -157,7 +163,7 @@ func (c *recvCredit) postedAgain(n, g int) bool {
 	c.again += uint64(g)
 	every := c.every
 	if c.grants {
-		every = uint64(max(c.outstanding(0)/4, 2))
+		every = uint64(max(c.outstanding(0)/4, int(c.first)/2, 2))
 	}
 	return c.again-c.reported >= every
 }
