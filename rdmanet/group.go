@@ -73,7 +73,7 @@ const groupStreamFeatures = wire.FeatureRing | wire.FeatureShutdown | wire.Featu
 // groupStreamOffer are what a group's link offers for its streams beyond
 // groupStreamFeatures, which a peer may not have: its streams have them
 // only if the peer agreed (group.Config.Features).
-const groupStreamOffer = wire.FeatureRetain | wire.FeatureEndAt
+const groupStreamOffer = wire.FeatureRetain | wire.FeatureEndAt | wire.FeatureOpenRing
 
 // The link of a group: its own rings are not used (each stream has its
 // own), its receives are the streams' pool.

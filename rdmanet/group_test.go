@@ -284,6 +284,57 @@ func BenchmarkHostGroupOpen(b *testing.B) {
 	}
 }
 
+// TestGroupStreamOpenMessages: a connection that opens a stream of a
+// group, sends a byte, reads its echo and closes (what a dial benchmark or
+// a short RPC does) takes 7 requests on the link at both ends together:
+// StreamOpen and StreamAccept, which name both rings (feature 4096), the
+// two bytes, the closing side's marker after its unsignaled data, and
+// StreamClose and StreamClosed. Each is a post and its completion, a
+// system call on rxe: it took 12 when each engine announced its ring again
+// and credits went back for the first messages and for each other.
+func TestGroupStreamOpenMessages(t *testing.T) {
+	cfg, _ := Config{}.withDefaults()
+	gc := groupConfig(cfg, 128, true)
+	gc.Features = groupStreamOffer
+	a, b, pa, pb := groupPipeMuxes(t, gc, gc, groupBase(8))
+	posted := func() uint64 { return pa.Stats().Posted + pb.Stats().Posted }
+	const cycles = 20
+	before := posted()
+	buf := []byte{1}
+	for range cycles {
+		x, y := groupConnPair(t, Config{}, a, b)
+		x.SetDeadline(time.Now().Add(linktest.HangGuard))
+		y.SetDeadline(time.Now().Add(linktest.HangGuard))
+		if _, err := x.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(y, buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := y.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(x, buf); err != nil {
+			t.Fatal(err)
+		}
+		x.Close()
+		if _, err := y.Read(buf); err != io.EOF {
+			t.Fatalf("the server's read after the client's Close: %v, want EOF", err)
+		}
+		y.Close()
+	}
+	for end := time.Now().Add(linktest.HangGuard); a.Stats().Streams+b.Stats().Streams > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("streams still open: %+v, %+v", a.Stats(), b.Stats())
+		}
+	}
+	per := float64(posted()-before) / cycles
+	t.Logf("%.2f requests on the link a connection", per)
+	if per > 7 {
+		t.Errorf("%.2f requests on the link for an open, a byte each way and a close, want at most 7", per)
+	}
+}
+
 // TestGroupStreamRingsGrow: a stream's rings start small and grow as a
 // connection's do while it streams (the mux checks each write against the
 // rings the peer offered, Ring messages included); every byte arrives

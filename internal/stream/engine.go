@@ -49,6 +49,9 @@ type Config struct {
 	// was named before the stream began (a link group's open and accept
 	// carry it, docs/protocol.md): data may go at once, and the peer's own
 	// RegisterXferMemory, which must name the same ring, changes nothing.
+	// With wire.FeatureOpenRing the open and its answer were both sides'
+	// announcements: the peer sends none, and neither does this side at
+	// Start.
 	PeerRing *wire.Message
 	// Clock is the engine's time source (default time.Now); tests move it.
 	Clock func() time.Time
@@ -271,6 +274,9 @@ func New(cfg Config) (*Engine, error) {
 	if need := wire.FeatureRing | wire.FeatureShutdown; cfg.Features&wire.FeatureEndAt != 0 && cfg.Features&need != need {
 		return nil, errors.New("stream: end positions need the ring and half-close")
 	}
+	if cfg.Features&wire.FeatureOpenRing != 0 && (cfg.Features&wire.FeatureRing == 0 || cfg.PeerRing == nil) {
+		return nil, errors.New("stream: rings named by the open need the ring and the peer's named ring")
+	}
 	// Honour the peer's receives: never more requests in flight than it
 	// keeps posted, so none finds the peer without a receive (an RNR wait
 	// for an rdmanet peer, a fatal error for a peer that accepted with an
@@ -300,7 +306,9 @@ func New(cfg Config) (*Engine, error) {
 			if err := send.Announce(*cfg.PeerRing); err != nil {
 				return nil, err
 			}
-			e.peerRingKnown = true
+			// Without FeatureOpenRing the peer's engine announces the
+			// ring too, which must be the one named.
+			e.peerRingKnown = cfg.Features&wire.FeatureOpenRing == 0
 		}
 	} else {
 		w := NewRecvWindow(announce)
@@ -317,7 +325,9 @@ func (e *Engine) Start() {
 	now := e.cfg.Clock()
 	e.lastPost, e.lastProgress, e.lastHeard = now, now, now
 	e.grow.markAt, e.grow.lastTraffic = now, now
-	e.ctl.want |= wantAnnounce
+	if e.cfg.Features&wire.FeatureOpenRing == 0 {
+		e.ctl.want |= wantAnnounce // else the open announced it
+	}
 	e.flushControl()
 }
 

@@ -35,6 +35,9 @@ func FuzzEngine(f *testing.F) {
 	// End positions: data, the peer's Shutdown (its position from the
 	// input), CloseWrite.
 	f.Add(byte(0x13), []byte{1, 5, 0, 0x82, 5, 0, 3, 100, 7, 3})
+	// A group's resumable stream, rings named by the open: data written,
+	// the link lost, a new one, a Resume, the peer's ring announced.
+	f.Add(byte(0x0f), []byte{4, 200, 7, 1, 7, 0x32, 0, 0x83, 0, 3, 7, 1, 0, 3})
 	// Receive credit with grants: data both ways, Credits from the peer.
 	f.Add(byte(0x53), []byte{8, 1, 4, 100, 1, 9, 1, 9, 4, 100, 7, 3, 0, 0x8c, 4, 200, 1, 9})
 	f.Fuzz(func(t *testing.T, mode byte, ops []byte) {
@@ -48,6 +51,14 @@ func FuzzEngine(f *testing.F) {
 			features |= wire.FeatureGrow
 		}
 		const ring = 4096
+		// Bit 3 with sessions: both rings named by the open, as a link
+		// group's resumable stream has them (no RegisterXferMemory at
+		// Start; one from the input is a ring announced twice).
+		var peerRing *wire.Message
+		if need := wire.FeatureRing | wire.FeatureResume; mode&8 != 0 && features&need == need {
+			features |= wire.FeatureOpenRing
+			peerRing = &wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 24, Length: ring, RKey: 5}
+		}
 		peer := wire.Hello{}
 		if features != 0 {
 			peer = wire.Hello{Version: 1, Features: features, RecvDepth: uint16(1 + mode%8), RingSize: ring, SendRing: ring / 2}
@@ -71,7 +82,7 @@ func FuzzEngine(f *testing.F) {
 			Features: features, Peer: peer, PeerHello: peer.Version != 0, Server: mode&4 != 0,
 			Caps:     link.Caps{SendDepth: 16, RecvDepth: 16, ControlDepth: 4, RecvCredit: iwarp, RecvGrant: grants, SpeakSecond: iwarp && mode&0x20 != 0},
 			SendRing: make([]byte, ring), RecvRing: make([]byte, ring), RecvAddr: 1 << 20, RecvKey: 3,
-			KeepAlive: time.Second, Clock: clk.Now,
+			KeepAlive: time.Second, Clock: clk.Now, PeerRing: peerRing,
 			MaxSendRing: 4 * ring, MaxRecvRing: 4 * ring, ShrinkAfter: 3 * time.Second,
 		})
 		if err != nil {

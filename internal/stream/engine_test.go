@@ -653,6 +653,45 @@ func TestEnginePeerRingKnown(t *testing.T) {
 	})
 }
 
+// TestEngineOpenRing: with wire.FeatureOpenRing the open and its answer
+// announced both rings: the engine sends no RegisterXferMemory as it
+// starts, writes into the named ring at once, and takes a
+// RegisterXferMemory the peer should not have sent as a ring announced
+// twice. It needs the named ring.
+func TestEngineOpenRing(t *testing.T) {
+	peerRing := wire.Message{Op: wire.OpRegisterXferMemory, Addr: 0x9000, Length: 4096, RKey: 3}
+	cfg := Config{
+		Features: wire.FeatureRing | wire.FeatureOpenRing, Peer: rdmanetHello, PeerHello: true,
+		Caps:     link.Caps{SendDepth: 64, RecvDepth: 64, ControlDepth: 4},
+		SendRing: make([]byte, 4096), RecvRing: make([]byte, 4096), RecvAddr: 0x1000, RecvKey: 7,
+	}
+	if _, err := New(cfg); err == nil {
+		t.Fatal("FeatureOpenRing without the peer's named ring: no error")
+	}
+	cfg.PeerRing = &peerRing
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	e.Start()
+	e.Flush(r)
+	if len(r.sent) != 0 {
+		t.Fatalf("posted %+v at Start, want nothing: the open announced the ring", r.sent)
+	}
+	if _, err := e.Write([]byte("early")); err != nil {
+		t.Fatal(err)
+	}
+	e.Flush(r)
+	if len(r.sent) != 1 || r.sent[0].Kind != link.SendData || r.sent[0].Remote != 0x9000 || r.sent[0].RKey != 3 {
+		t.Fatalf("posted %+v, want the 5 bytes written into the named ring", r.sent)
+	}
+	control(e, peerRing)
+	if err := e.Err(); !errors.Is(err, wire.ErrProtocol) {
+		t.Fatalf("a RegisterXferMemory after rings named by the open: %v, want a protocol error", err)
+	}
+}
+
 // TestEnginePeerRingMovedFirst: a link group's stream may move to another
 // link before the peer's announcement of the ring its open named comes
 // (rebalanced at once, in the lab). On the new link the peer announces

@@ -133,6 +133,13 @@ const (
 	// arrival was lost ends the stream with a protocol error, not with an
 	// EOF short of what was sent. It needs FeatureRing and FeatureShutdown.
 	FeatureEndAt
+	// FeatureOpenRing: a group's StreamOpen and StreamAccept announce the
+	// ring each end's data lands in (they name it), so neither stream's
+	// engine sends a RegisterXferMemory as it starts: an open, a request
+	// and its answer, and a close take four messages, not eight. A ring
+	// announced later (after a move, or grown) is announced as before. It
+	// needs FeatureGroup.
+	FeatureOpenRing
 )
 
 // LinkFeatures are the features that belong to one link rather than to the
@@ -286,6 +293,9 @@ func DecodeHello(data []byte) (h Hello, ok bool, err error) {
 	}
 	if need := FeatureRing | FeatureShutdown; h.Features&FeatureEndAt != 0 && h.Features&need != need {
 		return Hello{}, false, protocolErrorf("hello offering end positions without the ring and half-close")
+	}
+	if h.Features&FeatureOpenRing != 0 && h.Features&FeatureGroup == 0 {
+		return Hello{}, false, protocolErrorf("hello offering rings named by the open without a link group")
 	}
 	if h.Features&FeatureGroup != 0 {
 		if len(data) < GroupHelloSize {

@@ -270,7 +270,9 @@ func TestMalformedHello(t *testing.T) {
 	v0[8] = 0
 	noRecv := Hello{Version: 1}.Encode()
 	endAtAlone := Hello{Version: 1, RecvDepth: 1, Features: FeatureRing | FeatureEndAt}.Encode()
-	for name, data := range map[string][]byte{"truncated": truncated, "version 0": v0, "no receives": noRecv, "end positions without half-close": endAtAlone} {
+	openRingAlone := Hello{Version: 1, RecvDepth: 1, Features: FeatureRing | FeatureOpenRing}.Encode()
+	for name, data := range map[string][]byte{"truncated": truncated, "version 0": v0, "no receives": noRecv,
+		"end positions without half-close": endAtAlone, "rings named by the open without a group": openRingAlone} {
 		if _, ok, err := DecodeHello(data); ok || !errors.Is(err, ErrProtocol) {
 			t.Errorf("%s: DecodeHello = ok %v, %v; want a protocol error", name, ok, err)
 		}
