@@ -92,14 +92,6 @@ func (d *linkDriver) WaitLocked() (completion bool, err error) {
 
 func (d *linkDriver) WakeLocked() { d.link.Wake() }
 
-// SpinLocked tells a link that waits on another goroutine's behalf (a
-// group's stream) that the poller spins.
-func (d *linkDriver) SpinLocked(on bool) {
-	if s, ok := d.link.(link.Spinner); ok {
-		s.Spin(on)
-	}
-}
-
 func (d *linkDriver) FailedLocked() bool { return d.eng.Err() != nil }
 
 func (d *linkDriver) QuietLocked() bool {

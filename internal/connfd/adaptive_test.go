@@ -69,9 +69,7 @@ func TestAdaptiveSpinTime(t *testing.T) {
 
 // TestAdaptivePollTakesAnswer: on a connection whose waits were short, a
 // Read whose answer comes while it polls takes it without sleeping in the
-// link's Wait; with busyPoll negative the same Read sleeps. The driver is
-// told when the poller spins (SpinLocked), in pairs, and never arms the
-// link in between.
+// link's Wait; with busyPoll negative the same Read sleeps.
 func TestAdaptivePollTakesAnswer(t *testing.T) {
 	// read starts a Read on a connection whose waits took 400 µs (it
 	// polls for about 900 µs), delivers its answer once it has polled
@@ -105,23 +103,9 @@ func TestAdaptivePollTakesAnswer(t *testing.T) {
 	if !took {
 		t.Fatal("a Read on a busy connection slept in the link's Wait for an answer that came while it polled, in 5 tries")
 	}
-	spinsTold := func(c *fakeConn) int {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.spinning != 0 || c.spinMisuse || c.armSpun {
-			t.Errorf("after the Reads: spinning %d, unpaired %v, armed while spinning %v", c.spinning, c.spinMisuse, c.armSpun)
-		}
-		return c.spins
-	}
-	if n := spinsTold(c); n == 0 {
-		t.Error("the driver was not told that the Read spun")
-	}
 	c = newFakeConn(-1)
 	if !read(c) {
 		t.Fatal("with busyPoll negative, a Read took its answer without sleeping")
-	}
-	if n := spinsTold(c); n != 0 {
-		t.Errorf("with busyPoll negative the driver was told of %d spins", n)
 	}
 }
 

@@ -100,9 +100,6 @@ type Driver interface {
 	WaitLocked() (completion bool, err error)
 	// WakeLocked wakes whoever sleeps in the link's Wait.
 	WakeLocked()
-	// SpinLocked says that a waiter starts polling in a loop (on) or
-	// stopped (link.Spinner); calls pair up.
-	SpinLocked(on bool)
 	// FailedLocked reports whether the connection has failed: nobody
 	// need poll any more.
 	FailedLocked() bool
@@ -389,9 +386,7 @@ func (fd *FD) WaitLocked(write bool) error {
 				if write {
 					b = WriteSpinBatch
 				}
-				fd.drv.SpinLocked(true)
 				err, ok := fd.spinForLocked(spin, ready, dl, b)
-				fd.drv.SpinLocked(false)
 				if slot {
 					releaseSpinSlot()
 				}
@@ -460,7 +455,6 @@ func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
 	spin, slot := fd.startSpinLocked()
 	if spin > 0 {
 		spinUntil = start.Add(spin)
-		fd.drv.SpinLocked(true)
 	}
 	defer func() {
 		if slot {
@@ -492,9 +486,6 @@ func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
 			runtime.Gosched()
 			fd.mu.Lock()
 		default:
-			if !spinUntil.IsZero() {
-				fd.drv.SpinLocked(false)
-			}
 			spinUntil = time.Time{}
 			if slot {
 				releaseSpinSlot()
@@ -502,9 +493,6 @@ func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
 			}
 			fd.sleepLocked()
 		}
-	}
-	if !spinUntil.IsZero() {
-		fd.drv.SpinLocked(false)
 	}
 	fd.polling.Store(false)
 	fd.handOffLocked()

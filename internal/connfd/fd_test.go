@@ -82,10 +82,6 @@ type fakeConn struct {
 	waits    int
 	ticks    int
 	drained  func() bool
-	// SpinLocked's calls: spinning now, spin phases begun, and whether a
-	// call broke the pairing or the link was armed while a waiter spun.
-	spinning, spins     int
-	spinMisuse, armSpun bool
 }
 
 func newFakeConn(busyPoll time.Duration) *fakeConn {
@@ -108,9 +104,6 @@ func (c *fakeConn) SweepLocked(b Batch) bool {
 }
 
 func (c *fakeConn) ArmLocked() bool {
-	if c.spinning > 0 {
-		c.armSpun = true
-	}
 	c.link.mu.Lock()
 	c.link.armed = true
 	c.link.mu.Unlock()
@@ -125,18 +118,7 @@ func (c *fakeConn) WaitLocked() (bool, error) {
 	return true, nil
 }
 
-func (c *fakeConn) WakeLocked() { notify(c.link.ev) }
-func (c *fakeConn) SpinLocked(on bool) {
-	switch {
-	case on:
-		c.spinning++
-		c.spins++
-	case c.spinning == 0:
-		c.spinMisuse = true
-	default:
-		c.spinning--
-	}
-}
+func (c *fakeConn) WakeLocked()        { notify(c.link.ev) }
 func (c *fakeConn) FailedLocked() bool { return c.failed }
 func (c *fakeConn) QuietLocked() bool  { return c.failed || c.quiet }
 func (c *fakeConn) TickLocked() time.Time {

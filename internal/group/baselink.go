@@ -60,11 +60,6 @@ type baseLink struct {
 	posted       uint64
 	mostQueued   int
 	woke         bool // a stream's waiter was woken (Stream.signalLocked)
-	// spinners counts the streams whose pollers spin on the link now
-	// (Stream.Spin); unarmed says that run left the link unarmed for them,
-	// and the last to stop arms it.
-	spinners int
-	unarmed  bool
 	// signals are the streams whose signals run's drain deferred until
 	// it let go of the mux's lock (Mux.deferTo); wakeups is give's
 	// scratch, used by run alone once the lock is let go.
@@ -99,7 +94,11 @@ func (l *baseLink) run() {
 			// connection's of its own in the lab; 1.4 x with this).
 			runtime.Gosched()
 		}
-		if !l.armUnlessSpun() {
+		if err := l.base.Arm(); err != nil {
+			l.fail(err)
+			return
+		}
+		if alive, _ := l.drain(); !alive {
 			return
 		}
 		err := l.base.Wait()
@@ -115,41 +114,6 @@ func (l *baseLink) run() {
 			return
 		}
 	}
-}
-
-// armUnlessSpun arms the base link and drains it once more, unless a
-// stream's poller spins on it: then the last one to stop arms it
-// (Stream.Spin). It reports whether the link and the group go on.
-func (l *baseLink) armUnlessSpun() bool {
-	m := l.m
-	m.mu.Lock()
-	if l.spinners > 0 {
-		l.unarmed = true
-		alive := m.err == nil && l.err == nil
-		m.mu.Unlock()
-		return alive
-	}
-	l.unarmed = false
-	m.mu.Unlock()
-	if err := l.base.Arm(); err != nil {
-		l.fail(err)
-		return false
-	}
-	alive, _ := l.drain()
-	return alive
-}
-
-// armLocked arms the base link for run, which waits on it unarmed, and
-// drains what came before.
-func (l *baseLink) armLocked() {
-	if l.m.err != nil || l.err != nil {
-		return
-	}
-	if err := l.base.Arm(); err != nil {
-		l.downLocked(err)
-		return
-	}
-	l.drainLocked()
 }
 
 func (l *baseLink) fail(err error) {

@@ -88,10 +88,6 @@ type Stream struct {
 	// signalQueued: a drain of the run goroutine's queued the stream's
 	// signal, to be given once it let go of the mux's lock.
 	signalQueued bool
-	// spins counts the stream's pollers that spin now (Spin), spinOn the
-	// link they were counted on.
-	spins  int
-	spinOn *baseLink
 }
 
 type streamState uint8
@@ -661,15 +657,6 @@ func (s *Stream) Poll(cs []link.Completion) (int, error) {
 	if s.closed {
 		return 0, s.closedError("Poll")
 	}
-	if s.spins > 0 && s.spinOn != s.l {
-		// The stream moved while its poller spins: the link it left arms
-		// for its other streams, the one it is on need not.
-		s.stopSpinLocked()
-		if s.l != nil {
-			s.spinOn = s.l
-			s.l.spinners++
-		}
-	}
 	if len(s.cq) == 0 && s.l != nil {
 		// Take what the base link has, rather than wait for its goroutine
 		// to hand it over: a Read that polls before it sleeps (adaptive
@@ -731,43 +718,6 @@ func (s *Stream) Wait() error {
 			return nil
 		}
 		s.cond.Wait()
-	}
-}
-
-// Spin says that the stream's poller spins (on) or stopped. While a
-// stream of a link spins, the link's goroutine asks for no completion
-// event: the spinner's Polls drain the link for every stream, and an event
-// would wake the goroutine for nothing, on every completion of a round
-// trip. The last spinner to stop arms the link and drains it once more,
-// as the goroutine would have.
-func (s *Stream) Spin(on bool) {
-	m := s.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	switch {
-	case on:
-		if s.spins++; s.spins == 1 && s.l != nil && !s.closed {
-			s.spinOn = s.l
-			s.l.spinners++
-		}
-	case s.spins > 0:
-		if s.spins--; s.spins == 0 {
-			s.stopSpinLocked()
-		}
-	}
-}
-
-// stopSpinLocked takes the stream's spinners off the link they were
-// counted on.
-func (s *Stream) stopSpinLocked() {
-	l := s.spinOn
-	if l == nil {
-		return
-	}
-	s.spinOn = nil
-	if l.spinners--; l.spinners == 0 && l.unarmed {
-		l.unarmed = false
-		l.armLocked()
 	}
 }
 
@@ -847,8 +797,6 @@ func (s *Stream) Close() error {
 	}
 	s.disconnectLocked()
 	s.closed = true
-	s.spins = 0
-	s.stopSpinLocked()
 	s.cq = nil
 	s.cond.Broadcast()
 	m.maybeFreeLocked(s)

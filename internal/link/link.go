@@ -134,18 +134,6 @@ type RecvGranter interface {
 	Grant(held, n int) int
 }
 
-// Spinner is a link whose completions a goroutine other than its poller
-// waits for (a group's stream: its group's goroutine waits on the link the
-// streams share). Spin(true) says that the poller polls in a loop before
-// it sleeps, Spin(false) that it stopped: in between the link need ask for
-// no completion event, which would only wake that goroutine to find what
-// the poller took (a connection of its own asks for none while it spins).
-// Calls pair up, and may nest (a Read and a Write spinning at once).
-// Called under the same rule as Poll.
-type Spinner interface {
-	Spin(on bool)
-}
-
 // Carrier is a link that carries many streams (internal/group): every
 // stream has rings of its own, made while the link runs, and its requests
 // and arrivals name it. A SendData request with Ring set sends from that
