@@ -234,8 +234,9 @@ const (
 	// a packet is sent again, as 4.096 us * 2^groupAckTimeout: 134 ms, as
 	// SMC-R's links (SMC_QP_TIMEOUT). With transportRetries a link that
 	// loses every packet fails in about 0.94 s of sending, where rdma_cm's
-	// default on RoCE (537 ms) takes 3.8 s and the keepalive's "no send
-	// completed" 2 x KeepAlive: the group moves all its streams at once,
+	// default on RoCE took 14.5 s in the lab (docs/lab.md: about 2.1 s a
+	// try) and the keepalive's "no send completed" 2 x KeepAlive: the
+	// group moves all its streams at once,
 	// so a link found dead early costs one move, not a connection.
 	groupAckTimeout = 15
 	// minRing is the smallest ring Config allows.
