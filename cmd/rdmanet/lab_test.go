@@ -150,8 +150,12 @@ func TestLabDoctor(t *testing.T) {
 // past the 1 s default (make test at 626c716, two busy loops beside it),
 // and the dial fell back to TCP as documented. These tests check the
 // tools over RDMA; the default wait has tests of its own (rdmanet's
-// lateanswer_test.go).
-var labAnswerWait = []string{"-rdma-timeout", "30s"}
+// lateanswer_test.go). -timeout, the bound on the whole dial (10 s by
+// default), goes with it: it bounds the answer's wait too, and in a
+// loaded make test (at 41bd017, race detector, two busy loops) the first
+// ping's dial to a fresh server, which makes its link group, ended at it
+// with "context deadline exceeded".
+var labAnswerWait = []string{"-rdma-timeout", "30s", "-timeout", "30s"}
 
 func TestLabPingBench(t *testing.T) {
 	env := labenv.RequireRDMA(t)
