@@ -71,6 +71,22 @@ func openPair(t testing.TB, a, b *group.Mux) (*group.Stream, *group.Stream) {
 	return sa, r.s
 }
 
+// openPairs opens n streams of a's that b accepts, and returns them with
+// a func that closes them all, for the test to defer.
+func openPairs(t testing.TB, a, b *group.Mux, n int) (xs, ys []*group.Stream, closeAll func()) {
+	t.Helper()
+	for range n {
+		x, y := openPair(t, a, b)
+		xs, ys = append(xs, x), append(ys, y)
+	}
+	return xs, ys, func() {
+		for i := range xs {
+			xs[i].Close()
+			ys[i].Close()
+		}
+	}
+}
+
 // TestConformance: a group's streams are links like any other.
 func TestConformance(t *testing.T) {
 	linktest.Run(t, func(t *testing.T, sa, sb linktest.Spec) (link.Link, link.Link) {

@@ -318,13 +318,8 @@ func TestHostileMoves(t *testing.T) {
 func TestRebalanceOnAdd(t *testing.T) {
 	linktest.CheckGoroutines(t)
 	a, b, _, _ := muxPair(t, moveConfig(true), moveConfig(false), baseConfig())
-	var xs, ys []*group.Stream
-	for range 6 {
-		x, y := openPair(t, a, b)
-		xs, ys = append(xs, x), append(ys, y)
-		defer x.Close()
-		defer y.Close()
-	}
+	xs, ys, closeAll := openPairs(t, a, b, 6)
+	defer closeAll()
 	qa, qb := linktest.NewPipes(t, baseConfig(), baseConfig())
 	if err := b.AddLink(qb); err != nil {
 		t.Fatal(err)
@@ -373,13 +368,8 @@ func TestRebalanceOnAdd(t *testing.T) {
 func TestRebalanceAfterLinksAddedAtOnce(t *testing.T) {
 	linktest.CheckGoroutines(t)
 	a, b, pa, _ := muxPair(t, moveConfig(true), moveConfig(false), baseConfig())
-	var xs, ys []*group.Stream
-	for range 8 {
-		x, y := openPair(t, a, b)
-		xs, ys = append(xs, x), append(ys, y)
-		defer x.Close()
-		defer y.Close()
-	}
+	xs, ys, closeAll := openPairs(t, a, b, 8)
+	defer closeAll()
 	pa.Cut(nil)
 	for i := range xs {
 		linktest.WantKinds(t, "dialer", linktest.WaitFor(t, xs[i], 1), "failed")
@@ -424,10 +414,7 @@ func TestRebalanceAfterLinksAddedAtOnce(t *testing.T) {
 	}
 	// Everything ends before the pipes' goroutine checks run (each
 	// NewPipes checks what began after it).
-	for i := range xs {
-		xs[i].Close()
-		ys[i].Close()
-	}
+	closeAll()
 	a.Close()
 	b.Close()
 	for _, p := range []*link.Pipe{q1a, q1b, q2a, q2b} {

@@ -50,13 +50,8 @@ func TestMoveToTCPAndBack(t *testing.T) {
 	if err := a.AddLink(ta); err != nil {
 		t.Fatal(err)
 	}
-	var xs, ys []*group.Stream
-	for range 4 {
-		x, y := openPair(t, a, b)
-		xs, ys = append(xs, x), append(ys, y)
-		defer x.Close()
-		defer y.Close()
-	}
+	xs, ys, closeAll := openPairs(t, a, b, 4)
+	defer closeAll()
 	streamsOn := func(who string, m *group.Mux, want map[string]int) {
 		t.Helper()
 		got := map[string]int{}
