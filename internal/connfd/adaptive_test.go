@@ -6,11 +6,13 @@ import (
 	"time"
 )
 
-// TestAdaptiveSpinTime: adaptive polling (busyPoll 0) spins only after
-// short waits, for about twice their average and at most maxAdaptiveSpin;
-// never on a connection that has not waited yet, whose waits were long, or
-// that waited for nothing in idleAfterWait; and never with busyPoll
-// negative. Positive busyPoll keeps its fixed time.
+// TestAdaptiveSpinTime: adaptive polling (busyPoll 0) spins only while
+// most recent waits were quick, for about four times the longest of them
+// lately and at most maxAdaptiveSpin; not for the odd long wait, but after three in a row;
+// every probeEvery-th wait of a connection that does not spin is a probe,
+// and a quick one makes it spin again; never on a connection that has not
+// waited yet or that waited for nothing in idleAfterWait; and never with
+// busyPoll negative. Positive busyPoll keeps its fixed time.
 func TestAdaptiveSpinTime(t *testing.T) {
 	var fd FD
 	if d := fd.spinLocked(); d != 0 {
@@ -21,33 +23,71 @@ func TestAdaptiveSpinTime(t *testing.T) {
 	}
 	// Each sample is 100 µs and a little more (the time between the
 	// call's two clock readings).
-	if d := fd.spinLocked(); d < 200*time.Microsecond || d > maxAdaptiveSpin {
-		t.Fatalf("after waits of 100 µs: spins %v (average %v), want about twice the average", d, fd.waitAvg)
+	if d := fd.spinLocked(); d < 400*time.Microsecond || d > 500*time.Microsecond {
+		t.Fatalf("after waits of 100 µs: spins %v (longest %v), want about four times the wait", d, fd.waitHigh)
 	}
-	for range 8 {
-		fd.waitedLocked(time.Now().Add(-time.Hour)) // counted as maxWaitSample
-	}
-	if fd.waitAvg > maxWaitSample {
-		t.Fatalf("average %v after long waits, want at most %v", fd.waitAvg, maxWaitSample)
-	}
-	if d := fd.spinLocked(); d != 0 {
-		t.Fatalf("after long waits: spins %v", d)
-	}
-	// A few short waits bring it back.
-	for range 8 {
+	// Waits of two kinds: the spin covers the longer.
+	for range 4 {
+		fd.waitedLocked(time.Now().Add(-400 * time.Microsecond))
 		fd.waitedLocked(time.Now().Add(-50 * time.Microsecond))
 	}
-	if d := fd.spinLocked(); d <= 0 {
-		t.Fatalf("after short waits again: spins %v (average %v)", d, fd.waitAvg)
+	if d := fd.spinLocked(); d < 1500*time.Microsecond || d > maxAdaptiveSpin { // four times 400 µs, less the sixteenth a quick wait takes off
+		t.Fatalf("after waits of 50 and 400 µs: spins %v (longest %v), want four times the longer", d, fd.waitHigh)
+	}
+	// The longest sinks once the long ones stop.
+	for range 32 {
+		fd.waitedLocked(time.Now().Add(-100 * time.Microsecond))
+	}
+	if d := fd.spinLocked(); d < 400*time.Microsecond || d > 500*time.Microsecond {
+		t.Fatalf("after 32 waits of 100 µs: spins %v (longest %v), want about four times that", d, fd.waitHigh)
+	}
+	long := func() { fd.waitedLocked(time.Now().Add(-5 * quickWait)) }
+	long()
+	if d := fd.spinLocked(); d < 400*time.Microsecond || d > 500*time.Microsecond {
+		t.Fatalf("after one long wait among quick ones: spins %v (longest %v), want as before", d, fd.waitHigh)
+	}
+	long()
+	long()
+	if d := fd.spinLocked(); d != 0 {
+		t.Fatalf("after three long waits in a row: spins %v", d)
+	}
+	// Waits that do not spin lead to a probe, which spins as long as a
+	// spin may; a probe whose answer is late changes nothing.
+	for i := 1; i < probeEvery-1; i++ {
+		long()
+		if d := fd.spinLocked(); d != 0 {
+			t.Fatalf("%d long waits: spins %v before the probe", 3+i, d)
+		}
+	}
+	if d := fd.spinLocked(); d != 0 {
+		t.Fatalf("spins %v one wait before the probe", d)
+	}
+	long()
+	if d := fd.spinLocked(); d != maxAdaptiveSpin {
+		t.Fatalf("the probe spins %v, want %v", d, maxAdaptiveSpin)
+	}
+	long() // the probe's answer was late
+	if d := fd.spinLocked(); d != 0 {
+		t.Fatalf("after a late probe: spins %v", d)
+	}
+	for range probeEvery - 1 {
+		long()
+	}
+	if d := fd.spinLocked(); d != maxAdaptiveSpin {
+		t.Fatalf("the next probe spins %v, want %v", d, maxAdaptiveSpin)
+	}
+	fd.waitedLocked(time.Now().Add(-300 * time.Microsecond)) // the probe's answer came while it spun
+	if d := fd.spinLocked(); d < 1200*time.Microsecond || d > 1400*time.Microsecond {
+		t.Fatalf("after a quick probe of 300 µs: spins %v (longest %v), want about four times that", d, fd.waitHigh)
 	}
 	fd.waitDone = time.Now().Add(-2 * idleAfterWait)
 	if d := fd.spinLocked(); d != 0 {
 		t.Fatalf("idle for %v: spins %v", 2*idleAfterWait, d)
 	}
-	// The first wait after an idle spell is the average alone.
+	// The first wait after an idle spell starts the longest afresh.
 	fd.waitedLocked(time.Now().Add(-100 * time.Microsecond))
-	if fd.waitAvg > 2*maxAdaptiveSpin/10 {
-		t.Fatalf("average %v after an idle spell and a wait of 100 µs", fd.waitAvg)
+	if fd.waitHigh > 200*time.Microsecond || !fd.quickLocked() {
+		t.Fatalf("longest %v, quick %v after an idle spell and a wait of 100 µs", fd.waitHigh, fd.quickLocked())
 	}
 
 	never := FD{busyPoll: -1}
@@ -72,7 +112,7 @@ func TestAdaptiveSpinTime(t *testing.T) {
 // link's Wait; with busyPoll negative the same Read sleeps.
 func TestAdaptivePollTakesAnswer(t *testing.T) {
 	// read starts a Read on a connection whose waits took 400 µs (it
-	// polls for about 900 µs), delivers its answer once it has polled
+	// polls for about 1.6 ms), delivers its answer once it has polled
 	// twice, and reports whether it slept in the link's Wait. A loaded
 	// machine may deschedule the test past the polling time: a few tries.
 	read := func(c *fakeConn) (slept bool) {
@@ -151,7 +191,7 @@ func TestSpinSlots(t *testing.T) {
 }
 
 // waitedShort makes c's recent waits 400 µs each (adaptive polling would
-// poll for about 900 µs) and returns its counts of Waits and of the
+// poll for about 1.6 ms) and returns its counts of Waits and of the
 // poller's sweeps so far.
 func (c *fakeConn) waitedShort() (waits, sweeps int) {
 	c.mu.Lock()
