@@ -8,8 +8,8 @@ import (
 
 // TestAdaptiveSpinTime: adaptive polling (busyPoll 0) spins only while
 // most recent waits were quick, for about four times the longest of them
-// lately and at most maxAdaptiveSpin; not for the odd long wait, but after three in a row;
-// every probeEvery-th wait of a connection that does not spin is a probe,
+// lately and at most maxAdaptiveSpin; it goes on after one long wait and
+// stops after three in a row; every probeEvery-th wait of a connection that does not spin is a probe,
 // and a quick one makes it spin again; never on a connection that has not
 // waited yet or that waited for nothing in idleAfterWait; and never with
 // busyPoll negative. Positive busyPoll keeps its fixed time.

@@ -354,8 +354,8 @@ func (fd *FD) spinLocked() time.Duration {
 	case fd.busyPoll < 0 || fd.waitDone.IsZero() || time.Since(fd.waitDone) > idleAfterWait:
 		return 0
 	case !fd.quickLocked():
-		if fd.longWaits >= probeEvery-1 {
-			return maxAdaptiveSpin // a probe
+		if fd.probeDueLocked() {
+			return maxAdaptiveSpin
 		}
 		return 0
 	}
@@ -365,6 +365,11 @@ func (fd *FD) spinLocked() time.Duration {
 // quickLocked reports whether most recent waits were quick: the
 // connection polls.
 func (fd *FD) quickLocked() bool { return 2*fd.quickRate >= quickFull }
+
+// probeDueLocked reports whether the next wait of a connection that does
+// not poll is a probe (probeEvery): the wait that spinLocked spins for and
+// waitedLocked counts as one.
+func (fd *FD) probeDueLocked() bool { return fd.longWaits >= probeEvery-1 }
 
 // startSpinLocked is how long a waiter polls now before it sleeps, and
 // whether it took a spinning slot for it (adaptive polling), which it gives
@@ -395,9 +400,10 @@ func (fd *FD) waitedLocked(since time.Time) {
 	fresh := fd.waitDone.IsZero() || now.Sub(fd.waitDone) > idleAfterWait
 	probe := false
 	if !fresh && !fd.quickLocked() {
-		fd.longWaits++
-		if probe = fd.longWaits >= probeEvery; probe {
+		if probe = fd.probeDueLocked(); probe {
 			fd.longWaits = 0
+		} else {
+			fd.longWaits++
 		}
 	}
 	switch {
