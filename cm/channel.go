@@ -32,11 +32,20 @@ type channel struct {
 	raw  rdmacore.EventChannel
 	poll *pollfd.FD
 	ev   rdmacore.CMEvent // what the dispatcher's last read took
+	to   *ID              // the ID ev was for when read (target), or nil
 
 	// destroyRaw and rejectRaw are rdma-core's calls on a request's ID that
 	// has no *ID (its listener is gone); tests replace them.
 	destroyRaw func(rdmacore.CMID) error
 	rejectRaw  func(rdmacore.CMID, []byte) error
+
+	// readMu is held while librdmacm takes an event and while a queue
+	// pair is destroyed: rdma_get_cm_event moves an ID's queue pair to
+	// RTR and RTS when the peer's answer comes (to the error state on a
+	// reject), and a destroy at that moment fails in the kernel, the
+	// object being in use, without a word from rdma_destroy_qp. The queue
+	// pair then stayed, and held its CQ and protection domain.
+	readMu sync.Mutex
 
 	mu   sync.Mutex
 	ids  map[rdmacore.CMID]*ID // the IDs events are for
@@ -108,14 +117,23 @@ func newChannel() *channel {
 	return &channel{ids: make(map[rdmacore.CMID]*ID), destroyRaw: rdmacore.DestroyID, rejectRaw: rdmacore.Reject}
 }
 
-// read takes one event if there is one (pollfd's read function).
+// read takes one event if there is one (pollfd's read function), and the
+// ID it is for (a request's: its listener), before acknowledging it: until
+// then rdma_destroy_id of that ID waits, so its pointer cannot name an ID
+// made since, in the memory of one closed meanwhile.
 func (c *channel) read() (bool, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
 	ev, err := rdmacore.GetCMEvent(c.raw)
 	if err == syscall.EAGAIN {
 		return false, nil
 	}
-	c.ev = ev
-	return err == nil, err
+	if err != nil {
+		return false, err
+	}
+	c.ev, c.to = ev, c.target(ev)
+	rdmacore.AckCMEvent(ev)
+	return true, nil
 }
 
 // run is the dispatcher: it reads events until the last ID is gone, then
@@ -132,7 +150,7 @@ const (
 	lastReadPause  = time.Second
 )
 
-// serve dispatches each event that wait reads (into c.ev) until wait says
+// serve dispatches each event that wait reads (into c.ev and c.to) until wait says
 // the channel is closed. A read that fails is retried after a pause:
 // librdmacm could not read an event (it handles a request it cannot take
 // itself), and, as a listener does after an error, the dispatcher waits a
@@ -145,8 +163,8 @@ func (c *channel) serve(wait func() error, sleep func(time.Duration)) {
 		switch {
 		case err == nil:
 			pause = 0
-			c.dispatch(c.ev)
-			c.ev = rdmacore.CMEvent{}
+			c.dispatchTo(c.ev, c.to)
+			c.ev, c.to = rdmacore.CMEvent{}, nil
 		case errors.Is(err, os.ErrClosed):
 			return
 		default:
@@ -159,6 +177,14 @@ func (c *channel) serve(wait func() error, sleep func(time.Duration)) {
 	}
 }
 
+// destroyQP destroys raw's queue pair, never while librdmacm takes an
+// event (readMu).
+func (c *channel) destroyQP(raw rdmacore.CMID) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	rdmacore.DestroyQP(raw)
+}
+
 // registerLocked makes a request's raw ID an ID on c. c.mu is held.
 func (c *channel) registerLocked(raw rdmacore.CMID) *ID {
 	id := newID(raw, c)
@@ -168,19 +194,32 @@ func (c *channel) registerLocked(raw rdmacore.CMID) *ID {
 	return id
 }
 
-// dispatch hands one event to its ID; a request goes to its listener.
-func (c *channel) dispatch(ev rdmacore.CMEvent) {
+// target is the ID ev is for: a request's listener, or ev's ID; nil when
+// it was closed.
+func (c *channel) target(ev rdmacore.CMEvent) *ID {
+	raw := ev.ID
 	if EventType(ev.Type) == EventConnectRequest {
-		c.request(ev)
-		return
+		raw = ev.ListenID
 	}
 	c.mu.Lock()
-	id := c.ids[ev.ID]
-	c.mu.Unlock()
-	if id != nil {
-		id.deliver(ev)
+	defer c.mu.Unlock()
+	return c.ids[raw]
+}
+
+// dispatch hands one event to its ID (target).
+func (c *channel) dispatch(ev rdmacore.CMEvent) { c.dispatchTo(ev, c.target(ev)) }
+
+// dispatchTo hands ev to to, the ID it was for when read: a request to
+// its listener. An event for an ID closed before (nil) concerns nobody;
+// one closed since drops it (deliver).
+func (c *channel) dispatchTo(ev rdmacore.CMEvent, to *ID) {
+	if EventType(ev.Type) == EventConnectRequest {
+		c.request(ev, to)
+		return
 	}
-	// An event for an ID that was closed meanwhile concerns nobody.
+	if to != nil {
+		to.deliver(ev)
+	}
 }
 
 // ErrBacklogFull refuses a request that finds its listener's queue of
@@ -188,20 +227,17 @@ func (c *channel) dispatch(ev rdmacore.CMEvent) {
 // syscall.EAGAIN: the listener is busy for a moment, not without RDMA.
 var ErrBacklogFull = fmt.Errorf("cm: the listener's backlog of requests is full: %w", syscall.EAGAIN)
 
-// request queues a connection request for its listener, or refuses it.
-func (c *channel) request(ev rdmacore.CMEvent) {
-	c.mu.Lock()
-	ln := c.ids[ev.ListenID]
-	var nid *ID
-	if ln != nil {
-		nid = c.registerLocked(ev.ID)
-	}
-	c.mu.Unlock()
+// request queues a connection request for its listener ln, or refuses
+// it.
+func (c *channel) request(ev rdmacore.CMEvent, ln *ID) {
 	if ln == nil {
 		// The listener was closed: destroying the request's ID refuses it.
 		c.destroyRaw(ev.ID)
 		return
 	}
+	c.mu.Lock()
+	nid := c.registerLocked(ev.ID)
+	c.mu.Unlock()
 	if err := ln.queueRequest(&Request{ID: nid, Param: connParamOf(ev.Param)}); err != nil {
 		ln.refuse(nid, err)
 	}

@@ -332,7 +332,7 @@ func TestServeRetriesFailedReads(t *testing.T) {
 		err := reads[0]
 		reads = reads[1:]
 		if err == nil {
-			c.ev = ev(id, EventEstablished)
+			c.ev, c.to = ev(id, EventEstablished), id
 		}
 		return err
 	}

@@ -556,8 +556,8 @@ func (id *ID) CreateQP(pd *verbs.PD, cfg QPConfig) (*verbs.QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	idRaw := id.raw
-	id.qp = verbs.AdoptQP(raw, got, func() { rdmacore.DestroyQP(idRaw) })
+	idRaw, ch := id.raw, id.ch
+	id.qp = verbs.AdoptQP(raw, got, func() { ch.destroyQP(idRaw) })
 	return id.qp, nil
 }
 

@@ -674,3 +674,84 @@ func kernelResources(t *testing.T, kind string) int {
 	}
 	return n
 }
+
+// TestLabCloseDuringConnectResponse closes a connecting ID at random moments
+// around the peer's accept. librdmacm moves the queue pair to RTR and RTS
+// inside rdma_get_cm_event when the answer comes; a destroy of the queue pair
+// at that moment failed in the kernel (the object was in use) without a word
+// from rdma_destroy_qp, and the queue pair stayed, holding its CQ and PD (a
+// link group's shared CQ and domain outlived its last connection in CI).
+func TestLabCloseDuringConnectResponse(t *testing.T) {
+	env := labenv.RequireRDMA(t)
+	leakcheck.Check(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ln, addr := listen(t, env, 8)
+	param := cm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}
+	// round connects once, closing the client after closeAfter (never when
+	// negative) counted from the server's accept, and returns how long the
+	// client's connect took from there, or 0 if the close came first.
+	round := func(closeAfter time.Duration) time.Duration {
+		id, err := cm.NewID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := id.Resolve(ctx, env.AddrA, addr); err != nil {
+			id.Close()
+			t.Fatal(err)
+		}
+		client := newEndpoint(t, id)
+		connected := make(chan error, 1)
+		go func() {
+			_, err := id.Connect(ctx, param)
+			connected <- err
+		}()
+		req, err := ln.GetRequest(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		server := newEndpoint(t, req.ID)
+		accepted := make(chan error, 1)
+		start := time.Now()
+		go func() {
+			accepted <- req.ID.Accept(ctx, cm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7})
+		}()
+		var took time.Duration
+		if closeAfter >= 0 {
+			time.Sleep(closeAfter)
+			client.close(t) // the ID and its queue pair, then the CQ and the PD: each must go
+			if err := <-connected; err == nil {
+				took = time.Since(start)
+			}
+		} else {
+			if err := <-connected; err != nil {
+				t.Fatalf("connect: %v", err)
+			}
+			took = time.Since(start)
+			client.close(t)
+		}
+		server.close(t) // ends an accept still waiting
+		<-accepted
+		return took
+	}
+	// The answer's time, from the accept: the closes spread over twice the
+	// slowest of a few.
+	var slowest time.Duration
+	for range 8 {
+		slowest = max(slowest, round(-1))
+	}
+	const rounds = 300
+	before := 0
+	for range rounds {
+		if round(time.Duration(rand.Int64N(int64(2*slowest)))) == 0 {
+			before++
+		}
+		if t.Failed() {
+			break
+		}
+	}
+	t.Logf("answer within %v of the accept; %d of %d closes came before the connect returned", slowest, before, rounds)
+	if n := kernelResources(t, "qp"); n != 0 {
+		t.Errorf("kernel still lists %d queue pairs of this process", n)
+	}
+}

@@ -21,7 +21,6 @@ import (
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/labenv"
-	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/internal/rdmacore"
 	"github.com/rdmanet/sdk/rdmanet"
 	"github.com/rdmanet/sdk/verbs"
@@ -181,6 +180,7 @@ func stalledRequest(t *testing.T, src netip.Addr, dst netip.AddrPort) {
 			t.Fatalf("%s: %v", what, start)
 		}
 		ev, err := rdmacore.GetCMEvent(ch)
+		rdmacore.AckCMEvent(ev) // rdma_destroy_id waits for it
 		if err != nil || cm.EventType(ev.Type) != want {
 			t.Fatalf("%s: event %v (status %d), %v", what, cm.EventType(ev.Type), ev.Status, err)
 		}
@@ -256,7 +256,7 @@ func eventually(cond func() bool) bool {
 // RDMA, and the stalled one is still pending when it has.
 func TestLabListenStalledHandshake(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t)
+	checkLeaks(t)
 	rdmanet.ForgetFailures()
 	ln := listenBoth(t, env)
 	port := ln.Addr().(*net.TCPAddr).AddrPort().Port()
@@ -325,7 +325,7 @@ func TestLabListenStalledHandshake(t *testing.T) {
 // again.
 func TestLabDescriptorBurst(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t)
+	checkLeaks(t)
 	rdmanet.ForgetFailures()
 	t.Cleanup(rdmanet.ForgetFailures)
 	// roomy is the room of the second burst: the shared channels (2

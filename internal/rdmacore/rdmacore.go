@@ -283,8 +283,10 @@ type ConnParam struct {
 	QPNum              uint32 // read only
 }
 
-// CMEvent is a copy of one struct rdma_cm_event; the original is already acked.
+// CMEvent is a copy of one struct rdma_cm_event; Raw is the original, until
+// AckCMEvent.
 type CMEvent struct {
+	Raw      unsafe.Pointer
 	ID       CMID
 	ListenID CMID
 	Type     int

@@ -430,17 +430,19 @@ func MigrateID(id CMID, ch EventChannel) error {
 	return cmCall("rdma_migrate_id", rc, err)
 }
 
-// GetCMEvent copies and acknowledges one event from a non-blocking channel;
-// syscall.EAGAIN (bare) when there is none.
+// GetCMEvent copies one event from a non-blocking channel, to be
+// acknowledged with AckCMEvent; syscall.EAGAIN (bare) when there is none.
 func GetCMEvent(ch EventChannel) (CMEvent, error) {
 	var out C.struct_rn_cm_event_out
-	if rc, err := C.rn_get_cm_event((*C.struct_rn_rdma_event_channel)(ch), &out); rc != 0 {
+	var raw *C.struct_rn_rdma_cm_event
+	if rc, err := C.rn_get_cm_event((*C.struct_rn_rdma_event_channel)(ch), &out, &raw); rc != 0 {
 		if errnoOf(err) == syscall.EAGAIN {
 			return CMEvent{}, syscall.EAGAIN
 		}
 		return CMEvent{}, callError("rdma_get_cm_event", errnoOf(err))
 	}
 	ev := CMEvent{
+		Raw:      unsafe.Pointer(raw),
 		ID:       CMID(out.id),
 		ListenID: CMID(out.listen_id),
 		Type:     int(out.event),
@@ -457,6 +459,14 @@ func GetCMEvent(ch EventChannel) (CMEvent, error) {
 		ev.Param.PrivateData = C.GoBytes(unsafe.Pointer(&out.private_data[0]), C.int(out.private_data_len))
 	}
 	return ev, nil
+}
+
+// AckCMEvent acknowledges an event GetCMEvent returned (rdma_ack_cm_event);
+// one made by hand (Raw nil) needs none.
+func AckCMEvent(ev CMEvent) {
+	if ev.Raw != nil {
+		C.rn_ack_cm_event((*C.struct_rn_rdma_cm_event)(ev.Raw))
+	}
 }
 
 // CreateQP creates an RC queue pair on id (rdma_create_qp) and returns it with

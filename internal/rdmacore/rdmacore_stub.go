@@ -48,6 +48,7 @@ func Reject(CMID, []byte) error                                { return ErrNotSu
 func Disconnect(CMID) error                                    { return ErrNotSupported }
 func MigrateID(CMID, EventChannel) error                       { return ErrNotSupported }
 func GetCMEvent(EventChannel) (CMEvent, error)                 { return CMEvent{}, ErrNotSupported }
+func AckCMEvent(CMEvent)                                       {}
 func CreateSRQ(PD, int, int) (SRQ, int, error)                 { return nil, 0, ErrNotSupported }
 func ArmSRQ(SRQ, int) error                                    { return ErrNotSupported }
 func DestroySRQ(SRQ) error                                     { return ErrNotSupported }

@@ -339,9 +339,11 @@ static int rn_conn(struct rn_rdma_cm_id *id, int accept, const void *pdata, int 
 	return accept ? p_rdma_accept(id, &p) : p_rdma_connect(id, &p);
 }
 
-// rn_get_cm_event copies one event out and acknowledges it, so no event is ever
-// left unacknowledged (rdma_destroy_id and rdma_migrate_id wait for acks).
-static int rn_get_cm_event(struct rn_rdma_event_channel *ch, struct rn_cm_event_out *out) {
+// rn_get_cm_event copies one event out and leaves it unacknowledged in *raw:
+// until rn_ack_cm_event, librdmacm destroys neither its ID nor its listener
+// (rdma_destroy_id waits for the acks), so the caller can map the ID's
+// pointer to its own object before another ID can take that memory.
+static int rn_get_cm_event(struct rn_rdma_event_channel *ch, struct rn_cm_event_out *out, struct rn_rdma_cm_event **raw) {
 	struct rn_rdma_cm_event *ev = NULL;
 	if (p_rdma_get_cm_event(ch, &ev)) return -1;
 	out->id = ev->id;
@@ -358,9 +360,11 @@ static int rn_get_cm_event(struct rn_rdma_event_channel *ch, struct rn_cm_event_
 	out->retry_count = ev->conn.retry_count;
 	out->rnr_retry_count = ev->conn.rnr_retry_count;
 	out->qp_num = ev->conn.qp_num;
-	p_rdma_ack_cm_event(ev);
+	*raw = ev;
 	return 0;
 }
+
+static void rn_ack_cm_event(struct rn_rdma_cm_event *ev) { p_rdma_ack_cm_event(ev); }
 
 static int rn_create_qp(struct rn_rdma_cm_id *id, void *pd, struct rn_ibv_cq *send_cq,
 		struct rn_ibv_cq *recv_cq, struct rn_ibv_srq *srq, struct rn_ibv_qp_cap *cap, int sq_sig_all) {
