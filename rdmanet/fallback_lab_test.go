@@ -425,7 +425,7 @@ func TestLabFallbackResources(t *testing.T) {
 // closed at the timeout, its answer never seen.
 func TestLabLateAnswer(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t) // its cleanup runs last: after the listener's and the watches'
+	checkLeaks(t) // its cleanup runs last: after the listener's and the watches'
 	pinned := vmPin()
 	t.Cleanup(func() {
 		// The group the late answer made, at both ends, ends with the

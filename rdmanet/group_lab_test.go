@@ -12,7 +12,6 @@ import (
 	"golang.org/x/net/nettest"
 
 	"github.com/rdmanet/sdk/internal/labenv"
-	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 	"github.com/rdmanet/sdk/verbs"
 )
@@ -30,7 +29,7 @@ func TestLabGroups(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	for _, p := range env.Pairs() {
 		t.Run(p.Provider, func(t *testing.T) {
-			leakcheck.Check(t)
+			checkLeaks(t)
 			cfg := rdmanet.Config{}
 			lc := rdmanet.ListenConfig{Config: cfg}
 			ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(p.AddrB, 0).String())

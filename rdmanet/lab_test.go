@@ -104,7 +104,7 @@ func TestLabNetConn(t *testing.T) {
 	shared.name, shared.cfg = "rdmanet shared receive queue", rdmanet.WithSharedRecv(rdmanet.Config{})
 	for _, m := range append(modes, busyPoll, session, shared) {
 		t.Run(m.name, func(t *testing.T) {
-			leakcheck.Check(t)
+			checkLeaks(t)
 			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 				c1, c2, stop = pipe(t, env, m.cfg)
 				if got, want := rdmanet.SharedRecv(c2.(*rdmanet.Conn)), m.name == shared.name; got != want {
@@ -128,7 +128,7 @@ func TestLabNetConn(t *testing.T) {
 // for both to speak it, whichever side it is.
 func TestLabNegotiation(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t)
+	checkLeaks(t)
 	for _, c := range []struct {
 		name           string
 		dialer, server rdmanet.Config
@@ -177,7 +177,7 @@ func TestLabNegotiation(t *testing.T) {
 // and can still answer.
 func TestLabCloseWrite(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t)
+	checkLeaks(t)
 	a, b, stop := pipe(t, env, rdmanet.Config{})
 	defer stop()
 	payload := make([]byte, 3<<20)
@@ -275,7 +275,7 @@ func TestLabIntegrity(t *testing.T) {
 	cases = append(cases, streamCase{"rdmanet busy-polling/8MiB each way, writes up to 64KiB", env, busy, 8 << 20, 64 << 10})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			leakcheck.Check(t)
+			checkLeaks(t)
 			a, b, stop := pipe(t, c.env, c.cfg)
 			defer stop()
 			var wg sync.WaitGroup
@@ -308,7 +308,7 @@ func TestLabIntegrity(t *testing.T) {
 
 func TestLabDialNoListener(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t)
+	checkLeaks(t)
 	start := time.Now()
 	_, err := rdmanet.Dial("rdma", netip.AddrPortFrom(env.AddrB, 1).String())
 	var op *net.OpError
@@ -344,7 +344,7 @@ func TestLabManyConnections(t *testing.T) {
 }
 
 func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
-	leakcheck.Check(t)
+	checkLeaks(t)
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ import (
 // scripts/lab-test runs it 10 times, each in a fresh VM.
 func TestLabLinkDown(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t)
+	checkLeaks(t)
 	const keepAlive = time.Second
 	bound := 3*keepAlive + 3*time.Second
 	// A connection of its own: a group's stream waits up to 15 s for

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/internal/labenv"
-	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 )
 
@@ -31,7 +30,7 @@ func sumErrors(m rdmanet.Metrics) (n uint64) {
 // leaves the list when it is closed.
 func TestLabMetricsAndConns(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t)
+	checkLeaks(t)
 	before := rdmanet.ReadMetrics()
 	ln, err := rdmanet.Listen("rdma", netip.AddrPortFrom(env.AddrB, 0).String())
 	if err != nil {

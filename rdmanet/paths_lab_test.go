@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/internal/labenv"
-	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 )
 
@@ -23,7 +22,7 @@ import (
 // dropped: the two paths are independent, as failover tests need.
 func TestLabSecondPath(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t)
+	checkLeaks(t)
 	p := env.Paths()[1]
 	roundTrip := func(t *testing.T) {
 		t.Helper()

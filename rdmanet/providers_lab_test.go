@@ -16,7 +16,6 @@ import (
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/labenv"
-	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 	"github.com/rdmanet/sdk/verbs"
 )
@@ -79,7 +78,7 @@ func TestLabDataPaths(t *testing.T) {
 		for _, ps := range plainAndSession(dp.name, dp.cfg) {
 			name, cfg := ps.name, ps.cfg
 			t.Run(name, func(t *testing.T) {
-				leakcheck.Check(t)
+				checkLeaks(t)
 				nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 					c1, c2, stop = pipe(t, dp.env, cfg)
 					for _, c := range []net.Conn{c1, c2} {
@@ -102,7 +101,7 @@ func TestLabDataPaths(t *testing.T) {
 // matches. Nothing hangs.
 func TestLabIWARPValkey(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t)
+	checkLeaks(t)
 	p := env.IWARP()
 	rdmanet.ForgetFailures()
 
@@ -179,7 +178,7 @@ func TestLabIWARPValkey(t *testing.T) {
 // "rdma" serves iWARP.
 func TestLabIWARPPorts(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t)
+	checkLeaks(t)
 	p := env.IWARP()
 	from := &net.TCPAddr{IP: p.AddrA.AsSlice()}
 
@@ -238,7 +237,7 @@ func TestLabSessionLetsGo(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	for _, dp := range dataPaths(env) {
 		t.Run(dp.name, func(t *testing.T) {
-			leakcheck.Check(t)
+			checkLeaks(t)
 			nc, ns, ln, err := dialPair(dp.env.AddrA, dp.env.AddrB, dp.cfg(sessionConfig), 20*time.Second)
 			if ln != nil {
 				defer ln.Close() // it stays: a session resumes through it

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/internal/labenv"
-	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 )
 
@@ -19,7 +18,7 @@ import (
 // server does for a resume that never comes (issue 23).
 func TestLabSessionLostAtDial(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t)
+	checkLeaks(t)
 	ln, port := sessionListener(t)
 	rdmanet.OnDialStarted(t, func(c *rdmanet.Conn) {
 		if err := rdmanet.DeclareDeadPath(c); err != nil {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/labenv"
-	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 )
 
@@ -138,7 +137,7 @@ type failoverCase struct {
 // failover streams *sessionMiB both ways over a session on path 1 through
 // fc's faults, and checks that every byte arrived, in order.
 func failover(t *testing.T, env labenv.Env, fc failoverCase) {
-	leakcheck.Check(t)
+	checkLeaks(t)
 	paths := env.Paths()
 	cfg := sessionConfig
 	cfg.FailbackInterval = time.Second
@@ -336,7 +335,7 @@ func dialSession(t *testing.T, ln *rdmanet.Listener, d rdmanet.Dialer, dst netip
 // works), it is not held back to look for a resume, and it gets every byte.
 func TestLabSessionPlainTCP(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t)
+	checkLeaks(t)
 	ln, port := sessionListener(t)
 	accepted := make(chan net.Conn, 2)
 	go func() {
@@ -401,7 +400,7 @@ func TestLabSessionPlainTCP(t *testing.T) {
 // within the keepalive bound, with no resumption.
 func TestLabSessionPeerKilled(t *testing.T) {
 	env := labenv.RequireRDMA(t)
-	leakcheck.Check(t)
+	checkLeaks(t)
 	ln, port := sessionListener(t)
 	c, cmd := streamingPeer(t, ln, "resume,"+netip.AddrPortFrom(env.AddrB, port).String())
 	if !c.(*rdmanet.Conn).Session().Resumable {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/internal/labenv"
-	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 	"github.com/rdmanet/sdk/verbs"
 )
@@ -30,7 +29,7 @@ func TestLabSharedRecv(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	for _, p := range env.Pairs() {
 		t.Run(p.Provider, func(t *testing.T) {
-			leakcheck.Check(t)
+			checkLeaks(t)
 			// siw only shows that it keeps receives of its own: a few pairs.
 			pairs, size := 64, 256<<10
 			if p.Provider == labenv.ProviderSIW {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/internal/labenv"
-	"github.com/rdmanet/sdk/internal/leakcheck"
 	"github.com/rdmanet/sdk/rdmanet"
 )
 
@@ -29,7 +28,7 @@ func TestLabZeroCopy(t *testing.T) {
 		for _, ps := range plainAndSession(dp.name, dp.cfg) {
 			cfg := ps.cfg
 			t.Run(ps.name, func(t *testing.T) {
-				leakcheck.Check(t)
+				checkLeaks(t)
 				c1, c2, stop := pipe(t, dp.env, cfg)
 				defer stop()
 				w, r := c1.(*rdmanet.Conn), c2.(*rdmanet.Conn)

@@ -23,14 +23,19 @@ const Settle = 15 * time.Second
 // later, ran). A failure logs the goroutines of the SDK that are still
 // alive: a connection that never freed its link is one of them (its
 // linger, a Close, a dial's late answer), and names the path that leaked.
-func Check(t testing.TB) {
+func Check(t testing.TB) { CheckWithin(t, Settle) }
+
+// CheckWithin is Check with its own bound, for objects whose documented
+// lifetime is longer than Settle (a link group's links, which go with the
+// group).
+func CheckWithin(t testing.TB, within time.Duration) {
 	t.Cleanup(func() {
-		r, ids := Released(Settle)
+		r, ids := Released(within)
 		if r != (verbs.ResourceCounts{}) {
-			t.Errorf("verbs objects left open after %v: %+v", Settle, r)
+			t.Errorf("verbs objects left open after %v: %+v", within, r)
 		}
 		if ids != 0 {
-			t.Errorf("%d cm IDs left open after %v", ids, Settle)
+			t.Errorf("%d cm IDs left open after %v", ids, within)
 		}
 		if r != (verbs.ResourceCounts{}) || ids != 0 {
 			t.Logf("the SDK's goroutines still alive:\n%s", SDKGoroutines())
