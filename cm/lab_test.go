@@ -692,14 +692,7 @@ func TestLabCloseDuringConnectResponse(t *testing.T) {
 	// negative) counted from the server's accept, and returns how long the
 	// client's connect took from there, or 0 if the close came first.
 	round := func(closeAfter time.Duration) time.Duration {
-		id, err := cm.NewID()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := id.Resolve(ctx, env.AddrA, addr); err != nil {
-			id.Close()
-			t.Fatal(err)
-		}
+		id := resolvedID(t, ctx, env.AddrA, addr)
 		client := newEndpoint(t, id)
 		connected := make(chan error, 1)
 		go func() {
