@@ -93,6 +93,35 @@ func TestDispatchQueuesEventsForTheirID(t *testing.T) {
 	}
 }
 
+// An event goes to the ID it was for when read (the read looks it up
+// before the ack), not to an ID made since in the memory of one closed
+// meanwhile: that ID would get an event of another connection's.
+func TestDispatchToTheIDOfTheRead(t *testing.T) {
+	c, _ := newFakeChannel(t)
+	old := fakeID(c)
+	var reused *ID
+	reads := 0
+	wait := func() error { // as read does: the event, and its ID, then the ack
+		if reads++; reads > 1 {
+			return os.ErrClosed
+		}
+		e := ev(old, EventConnectResponse)
+		c.ev, c.to = e, c.target(e)
+		old.Close()
+		c.mu.Lock()
+		reused = c.registerLocked(old.raw) // librdmacm gave the memory to a new ID
+		c.mu.Unlock()
+		return nil
+	}
+	c.serve(wait, func(time.Duration) {})
+	defer reused.Close()
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if got, err := reused.WaitEvent(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the new ID got %v, %v: the closed one's event", got.Type, err)
+	}
+}
+
 func TestDispatchBoundsAnIDsQueue(t *testing.T) {
 	c, _ := newFakeChannel(t)
 	a := fakeID(c)
