@@ -39,12 +39,13 @@ type channel struct {
 	destroyRaw func(rdmacore.CMID) error
 	rejectRaw  func(rdmacore.CMID, []byte) error
 
-	// readMu is held while librdmacm takes an event and while a queue
-	// pair is destroyed: rdma_get_cm_event moves an ID's queue pair to
-	// RTR and RTS when the peer's answer comes (to the error state on a
-	// reject), and a destroy at that moment fails in the kernel, the
-	// object being in use, without a word from rdma_destroy_qp. The queue
-	// pair then stayed, and held its CQ and protection domain.
+	// readMu is held while librdmacm takes an event, and while the queue
+	// pair of an ID whose connect took no answer is destroyed (ID's
+	// connecting): rdma_get_cm_event moves the queue pair to RTR and RTS
+	// when the peer's answer comes (to the error state on a reject), and
+	// a destroy at that moment fails in the kernel, the object being in
+	// use, without a word from rdma_destroy_qp. The queue pair then
+	// stayed, and held its CQ and protection domain.
 	readMu sync.Mutex
 
 	mu   sync.Mutex
@@ -178,7 +179,7 @@ func (c *channel) serve(wait func() error, sleep func(time.Duration)) {
 }
 
 // destroyQP destroys raw's queue pair, never while librdmacm takes an
-// event (readMu).
+// event (readMu): for an ID whose connect may still be answered.
 func (c *channel) destroyQP(raw rdmacore.CMID) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()

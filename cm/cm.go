@@ -10,9 +10,9 @@
 // copied into Go, matched to its ID and then acknowledged, within the read,
 // so no event is ever left unacknowledged (librdmacm's destroy call waits for
 // that), and an ID closed meanwhile cannot have given its memory, and with it
-// the event's pointer, to a new one. A queue pair is never destroyed during a
-// read: librdmacm moves it to RTR and RTS there, and the kernel refuses a
-// destroy of a queue pair in use.
+// the event's pointer, to a new one. A queue pair whose connect may still be
+// answered is not destroyed during a read: librdmacm moves it to RTR and RTS
+// there, and the kernel refuses a destroy of a queue pair in use.
 //
 // IDs use the TCP port space (RDMA_PS_TCP), as Valkey does: a port number here
 // is separate from the kernel's TCP port of the same number.

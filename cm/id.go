@@ -62,6 +62,10 @@ type ID struct {
 
 	g  guard.Guard
 	qp *verbs.QP
+	// connecting: a Connect began and took no answer (its wait ended
+	// first), so librdmacm may still move the queue pair when the answer
+	// comes; its destroy then waits out the channel's read (destroyQP).
+	connecting atomic.Bool
 
 	waitMu sync.Mutex // one wait at a time
 
@@ -332,9 +336,13 @@ func (id *ID) Resolve(ctx context.Context, src netip.Addr, dst netip.AddrPort) e
 func (id *ID) Connect(ctx context.Context, p ConnParam) (ConnParam, error) {
 	cp := p.core()
 	ev, err := id.await(ctx, "connect", EventEstablished, func() error {
+		id.connecting.Store(true)
 		return rdmacore.Connect(id.raw, &cp)
 	})
 	var ee *EventError
+	if err == nil || errors.As(err, &ee) {
+		id.connecting.Store(false) // the answer came: librdmacm is done with the queue pair
+	}
 	if errors.Is(err, syscall.ECONNREFUSED) && !errors.As(err, &ee) {
 		// iWARP connects over TCP within rdma_connect, so nothing
 		// listening is refused at once rather than by an event (siw).
@@ -557,7 +565,16 @@ func (id *ID) CreateQP(pd *verbs.PD, cfg QPConfig) (*verbs.QP, error) {
 		return nil, err
 	}
 	idRaw, ch := id.raw, id.ch
-	id.qp = verbs.AdoptQP(raw, got, func() { ch.destroyQP(idRaw) })
+	id.qp = verbs.AdoptQP(raw, got, func() {
+		if id.connecting.Load() {
+			ch.destroyQP(idRaw)
+			return
+		}
+		// Not under the channel's lock: a destroy can take rxe a while
+		// (its packets on a netdev that went down), and the events of
+		// every other ID must not wait for it.
+		rdmacore.DestroyQP(idRaw)
+	})
 	return id.qp, nil
 }
 
