@@ -151,8 +151,8 @@ const (
 	lastReadPause  = time.Second
 )
 
-// serve dispatches each event that wait reads (into c.ev and c.to) until wait says
-// the channel is closed. A read that fails is retried after a pause:
+// serve dispatches each event that wait reads (into c.ev and c.to) until
+// wait says the channel is closed. A read that fails is retried after a pause:
 // librdmacm could not read an event (it handles a request it cannot take
 // itself), and, as a listener does after an error, the dispatcher waits a
 // moment and reads again. The channel's owner is the process, so nobody
@@ -206,9 +206,6 @@ func (c *channel) target(ev rdmacore.CMEvent) *ID {
 	defer c.mu.Unlock()
 	return c.ids[raw]
 }
-
-// dispatch hands one event to its ID (target).
-func (c *channel) dispatch(ev rdmacore.CMEvent) { c.dispatchTo(ev, c.target(ev)) }
 
 // dispatchTo hands ev to to, the ID it was for when read: a request to
 // its listener. An event for an ID closed before (nil) concerns nobody;

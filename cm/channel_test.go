@@ -67,6 +67,9 @@ func fakeID(c *channel) *ID {
 
 func ev(id *ID, t EventType) rdmacore.CMEvent { return rdmacore.CMEvent{ID: id.raw, Type: int(t)} }
 
+// dispatch hands ev to the ID it is for now, as serve does with a read's.
+func (c *channel) dispatch(ev rdmacore.CMEvent) { c.dispatchTo(ev, c.target(ev)) }
+
 func TestDispatchQueuesEventsForTheirID(t *testing.T) {
 	c, _ := newFakeChannel(t)
 	a, b := fakeID(c), fakeID(c)
