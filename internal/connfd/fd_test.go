@@ -58,6 +58,13 @@ func (l *fakeLink) take() (reads, writes int) {
 	return reads, writes
 }
 
+// sleepers is how many pollers sleep in Wait now.
+func (l *fakeLink) sleepers() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.waiting
+}
+
 func (l *fakeLink) wait() {
 	l.mu.Lock()
 	l.waiting++
@@ -219,7 +226,7 @@ func TestFDIdleTakesCompletions(t *testing.T) {
 func TestFDWaiterPolls(t *testing.T) {
 	c := newFakeConn(0)
 	ch := result(c.read)
-	c.eventually(t, "polling", func() bool { return c.fd.polling.Load() && c.waits > 0 })
+	c.eventually(t, "polling", func() bool { return c.fd.polling.Load() && c.link.sleepers() > 0 })
 	c.link.deliver(1, 0)
 	wantResult(t, ch, nil)
 	if k := c.link.kicks.Load(); k != 0 {
@@ -237,7 +244,11 @@ func TestFDHandsRoleOn(t *testing.T) {
 	c.eventually(t, "wanting", func() bool { return c.fd.wanting == 1 })
 	c.link.deliver(1, 0)
 	wantResult(t, r, nil)
-	c.eventually(t, "the Write polling", func() bool { return c.fd.polling.Load() && c.fd.wanting == 0 })
+	// Asleep in the link's Wait, not between its Arm and its Wait, where
+	// the link's event rightly kicks (see deliver).
+	c.eventually(t, "the Write asleep polling", func() bool {
+		return c.fd.polling.Load() && c.fd.wanting == 0 && c.link.sleepers() > 0
+	})
 	kicks := c.link.kicks.Load()
 	c.link.deliver(0, 1)
 	wantResult(t, w, nil)
