@@ -61,4 +61,13 @@ func TestALeakFailsOneTest(t *testing.T) {
 	if errs := check(); len(errs) != 0 {
 		t.Fatalf("both closed: %q", errs)
 	}
+	third := newBuffer()
+	defer third.Close()
+	if errs := check(); len(errs) != 1 {
+		t.Fatalf("a buffer left open after the earlier leaks were freed: %q, want one error", errs)
+	}
+	third.Close()
+	if errs := check(); len(errs) != 0 {
+		t.Fatalf("all closed: %q", errs)
+	}
 }
