@@ -322,6 +322,30 @@ func TestSharedCQEndAfterCompletionsOfTheDrain(t *testing.T) {
 	}
 }
 
+// TestSharedCQEndBehindFlushes: a link whose pending completions are all
+// flushed requests (its queue pair went to error) and whose end was
+// recorded reports the end in the Poll that takes them: a Poll that
+// returned 0 there would leave the end for a next Poll, which a link that
+// nobody waits on, told of its end once, never gets (a group's link then
+// outlived its peer's group until its idle timeout).
+func TestSharedCQEndBehindFlushes(t *testing.T) {
+	_, _, f, links := sharedLinks(1, 256, 16)
+	a := links[0]
+	for i := range 3 {
+		wc := recvDone(a, i, 0)
+		wc.Status = verbs.WCWRFlushErr
+		f.add(wc)
+	}
+	if err := a.res.cq.drain(a); err != nil {
+		t.Fatal(err)
+	}
+	recordEnd(a)
+	got := pollTimes(t, a, 1)
+	if len(got) != 1 || got[0].Kind != link.Disconnected {
+		t.Fatalf("one Poll after flushes and the end: %+v; want the end", got)
+	}
+}
+
 // TestSharedCQEventAfterGone: an event read after the queue's last link
 // left (and the queue was destroyed) polls nothing and fails no one.
 func TestSharedCQEventAfterGone(t *testing.T) {

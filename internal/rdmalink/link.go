@@ -536,13 +536,28 @@ func (l *Link) PostRecv(n int) error {
 }
 
 // Poll takes completions and says what they mean. The link's end comes
-// once, after everything before it.
+// once, after everything before it. It returns 0 only when nothing is
+// left: completions that carry nothing (flushed requests) are taken and
+// the queue polled again, so that an end behind them is not left for a
+// next Poll that nothing may call (a link nobody waits on is told of its
+// end once).
 func (l *Link) Poll(cs []link.Completion) (int, error) {
+	for {
+		n, took, err := l.pollOnce(cs)
+		if n > 0 || !took || err != nil {
+			return n, err
+		}
+	}
+}
+
+// pollOnce is one pass of Poll; took says whether it took completions,
+// even if none of them meant anything.
+func (l *Link) pollOnce(cs []link.Completion) (n int, took bool, err error) {
 	if l.gone.Load() {
-		return 0, closedError("Poll")
+		return 0, false, closedError("Poll")
 	}
 	if l.reported {
-		return 0, nil
+		return 0, false, nil
 	}
 	// With completions of its own pending (its Wait's reader or another
 	// link's poll moved them), the link takes those first and polls the
@@ -561,12 +576,12 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 	if drained {
 		end, ended = l.end()
 		if err := l.res.cq.drain(l); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
 	wcs := l.wcs[:min(len(cs), len(l.wcs))]
 	got := l.takePending(wcs)
-	n := 0
+	took = got > 0
 	sent, heard := false, false // recorded on the peer group, once a Poll
 	for i := range wcs[:got] {
 		wc := &wcs[i]
@@ -597,7 +612,7 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 			}
 			cs[n] = link.Completion{Kind: link.Failed, Err: err}
 			l.reported = true
-			return n + 1, nil
+			return n + 1, took, nil
 		}
 		c := &cs[n]
 		if wc.ID&wrRecv == 0 {
@@ -626,7 +641,7 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 			if wc.ByteLen != wire.MessageSize {
 				*c = link.Completion{Kind: link.Failed, Err: &wire.ProtocolError{Reason: fmt.Sprintf("control message of %d bytes", wc.ByteLen)}}
 				l.reported = true
-				return n + 1, nil
+				return n + 1, took, nil
 			}
 			msg := l.res.recvMsg(wc.ID)
 			if l.notice && wire.Opcode(binary.BigEndian.Uint16(msg)) == wire.OpWritten {
@@ -634,7 +649,7 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 				if err != nil {
 					*c = link.Completion{Kind: link.Failed, Err: err}
 					l.reported = true
-					return n + 1, nil
+					return n + 1, took, nil
 				}
 				*c = link.Completion{Kind: link.DataArrived, N: m.Length}
 				if l.carrier {
@@ -647,7 +662,7 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 		default:
 			*c = link.Completion{Kind: link.Failed, Err: &wire.ProtocolError{Reason: "unexpected completion " + wc.Opcode.String()}}
 			l.reported = true
-			return n + 1, nil
+			return n + 1, took, nil
 		}
 		n++
 	}
@@ -659,7 +674,7 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 		l.reported = true
 		n++
 	}
-	return n, nil
+	return n, took, nil
 }
 
 // PathProgress is when a send last completed and a message last arrived
