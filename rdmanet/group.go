@@ -300,6 +300,11 @@ func dialStream(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []
 				metrics.groupStreams[sideIndex(sideDialed)].Add(1)
 			}
 			return c, true, err
+		case errors.Is(err, group.ErrOpenLost):
+			// Its links kept failing under the opens; the group may
+			// live on for the streams it has.
+			slog.Debug("rdmanet: opens in the link group lost with their links; a connection of its own", "addr", dst, "err", err)
+			return nil, false, nil
 		case errors.Is(err, group.ErrDown) || errors.Is(err, wire.ErrProtocol) || errors.Is(err, group.ErrClosed):
 			// The group's links ended (or it closed, idle): a new one, once.
 			groups.drop(k, dg)
@@ -323,18 +328,33 @@ func dialStream(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []
 // listener's queue is full: the listener accepts slower than streams
 // come, and a connection of its own would wait in a queue too, with a
 // queue pair at both ends. Past them the refusal is the error.
+//
+// An open whose link failed before the answer (group.ErrOpenLost) is made
+// again at once, on a link that works, up to openLostRetries times: one
+// path's failure must not end a group whose other paths carry streams.
+// Once no link works, Open says so (group.ErrDown), and the caller makes
+// a new group.
 func openStream(ctx context.Context, mux *group.Mux, port uint16) (*group.Stream, error) {
-	for i := 0; ; i++ {
+	for i, lost := 0, 0; ; {
 		s, err := mux.Open(ctx, port)
 		var refused *group.RefusedError
-		if err == nil || !errors.As(err, &refused) || refused.Reason != wire.ReasonBacklog || i == len(backlogBackoff) {
+		switch {
+		case errors.Is(err, group.ErrOpenLost) && lost < openLostRetries:
+			lost++
+		case err == nil || !errors.As(err, &refused) || refused.Reason != wire.ReasonBacklog || i == len(backlogBackoff):
 			return s, err
-		}
-		if !pause(ctx, backlogBackoff[i]) {
-			return nil, ctx.Err()
+		default:
+			if !pause(ctx, backlogBackoff[i]) {
+				return nil, ctx.Err()
+			}
+			i++
 		}
 	}
 }
+
+// openLostRetries bounds the opens of one dial lost with their link: each
+// takes a link down with it, and a group has one link per path.
+const openLostRetries = 4
 
 // backlogBackoff: 1.55 s in all, about as long as a TCP dialer waits
 // before its first SYN is sent again.

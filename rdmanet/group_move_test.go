@@ -1,6 +1,8 @@
 package rdmanet
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -239,5 +241,65 @@ func TestGroupPartition(t *testing.T) {
 		if !errors.As(err, &me) || me.Refused || !errors.As(err, &ne) || !ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("%s: Read after a partition: %v (%T), want a *GroupMoveError that is a timeout", who, err, err)
 		}
+	}
+}
+
+// TestGroupOpenLostWithItsLink: the link a dial's stream opens on fails
+// after its StreamOpen arrived and before the answer did. The dial opens
+// it again on the group's link that works (openStream), and the group
+// and the connection it already had live on; before, the dial took the
+// lost open for a group that was down and closed it, with every stream
+// on its other link.
+func TestGroupOpenLostWithItsLink(t *testing.T) {
+	goroutineCheck(t)
+	cfg, _ := Config{}.withDefaults()
+	a, b, _, path2 := movingGroups(t, 4, false)
+	x, y := groupConnPair(t, cfg, a, b) // on the first link: the next open goes to the second
+	defer x.Close()
+	defer y.Close()
+	path2[1].SetDelay(time.Hour) // the listener's answers on path 2 never land
+	ctx, cancel := context.WithTimeout(context.Background(), linktest.HangGuard)
+	defer cancel()
+	type result struct {
+		s   *group.Stream
+		err error
+	}
+	opened := make(chan result, 1)
+	go func() {
+		s, err := openStream(ctx, a, 7)
+		opened <- result{s, err}
+	}()
+	lost, err := b.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lost.Close() // it ends after the move timeout: nothing opened it
+	path2[0].Cut(errors.New("test: port down"))
+	r := <-opened
+	if r.err != nil {
+		t.Fatalf("openStream after its link failed: %v", r.err)
+	}
+	again, err := b.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cx, cy := testStreamConn(t, r.s, cfg, false), testStreamConn(t, again, cfg, true)
+	defer cx.Close()
+	defer cy.Close()
+	for _, p := range [][2]*Conn{{x, y}, {cx, cy}} {
+		msg := []byte("over the link that works")
+		if _, err := p[0].Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(p[1], got); err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("read %q, %v; want %q", got, err, msg)
+		}
+	}
+	if err := a.Err(); err != nil {
+		t.Errorf("the dialer's group ended: %v", err)
+	}
+	if ls := a.Links(); len(ls) != 1 || ls[0].Streams != 2 {
+		t.Errorf("links %+v, want one with both streams", ls)
 	}
 }

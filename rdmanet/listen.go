@@ -235,6 +235,13 @@ func (l *Listener) pumpTCP() {
 // handshake does not finish) is rejected and Accept waits for the next;
 // errors taking RDMA requests are retried, never returned, so on the RDMA
 // side Accept returns a connection or, after Close, net.ErrClosed.
+//
+// As a TCP listener may return a connection its client has reset, Accept
+// may return a link group's stream whose dialer never saw it open: the
+// group's link failed before the answer reached the dialer, which opened
+// the stream again on another link. Such a stream receives nothing, and
+// its Read and Write fail once the group's move timeout (15 s, plus
+// 3 x KeepAlive at the listener) has passed (docs/protocol.md).
 func (l *Listener) Accept() (net.Conn, error) {
 	if l.rdma == nil {
 		return l.acceptTCP()

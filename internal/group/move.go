@@ -83,8 +83,9 @@ func (s *Stream) suspendLocked(cause error) {
 	s.announced = false
 	s.peerRings, s.nextRing = [3]remoteRing{}, 0
 	if s.state == opening {
-		// Its StreamOpen may not have arrived: the opener tries again.
-		s.state, s.openErr = refused, fmt.Errorf("%w: %w", ErrDown, cause)
+		// Its StreamOpen may not have arrived: the opener tries again,
+		// in this group if another link works.
+		s.state, s.openErr = refused, fmt.Errorf("%w: %w", ErrOpenLost, cause)
 		s.peerClosed = true
 		close(s.opened)
 		if s.abandoned {

@@ -503,3 +503,57 @@ func TestEmptyGroupEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenLostWithItsLink: the link a stream opens on fails after its
+// StreamOpen arrived and before the answer did. Open fails with
+// ErrOpenLost, not as a group that is down: the group lives on with its
+// other link and the stream there. The stream the peer accepted for the
+// lost open, which nobody opened, ends within MoveTimeout.
+func TestOpenLostWithItsLink(t *testing.T) {
+	ca, cb := moveConfig(true), moveConfig(false)
+	ca.MoveTimeout, cb.MoveTimeout = 200*time.Millisecond, 200*time.Millisecond
+	a, b, _, path2 := twoLinkPair(t, ca, cb)
+	x, y := openPair(t, a, b) // on the first link: the next open goes to the second
+	defer x.Close()
+	defer y.Close()
+	path2[1].SetDelay(time.Hour) // the peer's answers on path 2 never land
+	ctx, cancel := context.WithTimeout(context.Background(), linktest.HangGuard)
+	defer cancel()
+	opened := make(chan error, 1)
+	go func() {
+		s, err := a.Open(ctx, 7)
+		if s != nil {
+			s.Close()
+		}
+		opened <- err
+	}()
+	orphan, err := b.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orphan.Close()
+	path2[0].Cut(errors.New("test: port down"))
+	cut := time.Now()
+	if err := <-opened; !errors.Is(err, group.ErrOpenLost) {
+		t.Errorf("Open whose link failed: %v, want group.ErrOpenLost", err)
+	}
+	ping(t, x, y, []byte("the other link works on"), 1)
+	x2, y2 := openPair(t, a, b)
+	defer x2.Close()
+	defer y2.Close()
+	ping(t, x2, y2, []byte("and takes new streams"), 1)
+	cs := takeUntil(t, orphan, link.Ended)
+	var me *group.MoveError
+	if !errors.As(cs[len(cs)-1].Err, &me) {
+		t.Errorf("the stream of the lost open ended with %v, want a *MoveError", cs[len(cs)-1].Err)
+	}
+	t.Logf("the stream of the lost open ended %v after the cut", time.Since(cut).Round(time.Millisecond))
+	for who, m := range map[string]*group.Mux{"dialer": a, "listener": b} {
+		if st := m.Stats(); st.Links != 1 || st.LinksDown != 1 {
+			t.Errorf("%s: %+v, want 1 link left, 1 down", who, st)
+		}
+	}
+	if err := a.Err(); err != nil {
+		t.Errorf("the dialer's group ended: %v", err)
+	}
+}

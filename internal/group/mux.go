@@ -181,6 +181,15 @@ func DefaultConfig() Config {
 // by its streams' Failed completions then.
 var ErrDown = errors.New("group: down")
 
+// ErrOpenLost is matched by Open's error when the link the stream was
+// opening on failed before the peer's answer came, while the group may
+// still have others: the opener may open again. Whether the StreamOpen
+// arrived is not known; if it did, the peer holds a stream nobody opened
+// here, which waits for a move that never comes and fails after its
+// MoveTimeout (its Accept may have returned it, as a TCP listener may
+// return a connection its client reset).
+var ErrOpenLost = errors.New("group: the stream's link failed before its open was answered")
+
 // ErrClosed is matched by the errors of calls on a Mux that was closed.
 var ErrClosed = fmt.Errorf("group: %w", net.ErrClosed)
 

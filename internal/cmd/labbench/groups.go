@@ -653,11 +653,14 @@ func (b *bench) openGroupStreams(ctx context.Context, cfg rdmanet.Config, n int,
 		d.FailoverAddrs = []string{paths[1].B.String()}
 	}
 	dst := netip.AddrPortFrom(paths[0].B, gc.port).String()
-	servers := make(chan net.Conn, n) // closed when the accepts end
+	// Accepts go on until the listener closes: a stream whose open was
+	// lost with its link (the dial opened it again) is accepted too, and
+	// has no client. Those not paired are closed.
+	servers := make(chan net.Conn, 2*n) // closed when the accepts end
 	acceptErr := make(chan error, 1)
 	go func() {
 		defer close(servers)
-		for range n {
+		for {
 			c, err := ln.Accept()
 			if err != nil {
 				acceptErr <- err
@@ -666,6 +669,13 @@ func (b *bench) openGroupStreams(ctx context.Context, cfg rdmanet.Config, n int,
 			servers <- c
 		}
 	}()
+	closeRest := func() {
+		go func() {
+			for c := range servers {
+				c.Close()
+			}
+		}()
+	}
 	clients := make([]net.Conn, n)
 	errs := make([]error, n)
 	sem := make(chan struct{}, groupsParallel)
@@ -680,9 +690,16 @@ func (b *bench) openGroupStreams(ctx context.Context, cfg rdmanet.Config, n int,
 		}()
 	}
 	wg.Wait()
+	byLocal := map[string]int{}
+	for i, c := range clients {
+		if c != nil {
+			byLocal[c.LocalAddr().String()] = i
+		}
+	}
+	paired := make([]net.Conn, n)
 	var accepted []net.Conn
 	var err2 error
-	for len(accepted) < n && err2 == nil && errors.Join(errs...) == nil {
+	for found := 0; found < n && err2 == nil && errors.Join(errs...) == nil; {
 		select {
 		case c, ok := <-servers:
 			if !ok {
@@ -690,6 +707,10 @@ func (b *bench) openGroupStreams(ctx context.Context, cfg rdmanet.Config, n int,
 				break
 			}
 			accepted = append(accepted, c)
+			if i, ok := byLocal[c.RemoteAddr().String()]; ok && paired[i] == nil {
+				paired[i] = c
+				found++
+			}
 		case <-ctx.Done():
 			err2 = fmt.Errorf("accepting: %w", context.Cause(ctx))
 		}
@@ -701,11 +722,7 @@ func (b *bench) openGroupStreams(ctx context.Context, cfg rdmanet.Config, n int,
 				c.Close()
 			}
 		}
-		go func() { // accepted after the listener closed
-			for c := range servers {
-				c.Close()
-			}
-		}()
+		closeRest() // accepted after the listener closed
 		return nil, err
 	}
 	for i, err := range errs {
@@ -716,15 +733,14 @@ func (b *bench) openGroupStreams(ctx context.Context, cfg rdmanet.Config, n int,
 	if err2 != nil {
 		return fail(err2)
 	}
-	byPeer := map[string]net.Conn{}
 	for _, c := range accepted {
-		byPeer[c.RemoteAddr().String()] = c
-	}
-	for _, c := range clients {
-		s := byPeer[c.LocalAddr().String()]
-		if s == nil {
-			return fail(fmt.Errorf("no server end for %v", c.LocalAddr()))
+		if !slices.Contains(paired, c) {
+			c.Close() // its open was lost with its link
 		}
+	}
+	closeRest()
+	for i, c := range clients {
+		s := paired[i]
 		if err := checkStreams(true, c, s); err != nil {
 			return fail(err)
 		}
