@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
@@ -24,7 +25,11 @@ var acceptedGroups struct {
 }
 
 type acceptedGroup struct {
-	mux     *group.Mux
+	mux *group.Mux
+	// made is closed once mux is set, or the making failed (mux nil):
+	// the dialer's first link is established before this side has made
+	// the group, and its second may come meanwhile.
+	made    chan struct{}
 	port    uint16 // the listener's
 	process uint64 // the dialer's
 	// tcpPort is the TCP source port the dialer keeps for the group's TCP
@@ -34,15 +39,25 @@ type acceptedGroup struct {
 }
 
 // findAcceptedGroup is the group a join names, if it is a group of the
-// listener's port made by the same dialer.
-func findAcceptedGroup(h wire.Hello, port uint16) *group.Mux {
+// listener's port made by the same dialer. A group still being made is
+// waited for, up to ctx's end: the dialer's first link is up as soon as
+// this side accepted it, before the group exists, and the dialer joins
+// its other paths at once.
+func findAcceptedGroup(ctx context.Context, h wire.Hello, port uint16) *group.Mux {
 	acceptedGroups.Lock()
-	defer acceptedGroups.Unlock()
 	g := acceptedGroups.m[h.Group]
+	acceptedGroups.Unlock()
 	if g == nil || g.port != port || g.process != h.Process {
 		return nil
 	}
-	return g.mux // nil while the group is being made
+	select {
+	case <-g.made:
+	case <-ctx.Done():
+		return nil
+	}
+	acceptedGroups.Lock()
+	defer acceptedGroups.Unlock()
+	return g.mux // nil if the making failed
 }
 
 // reserveAcceptedGroup gives a group being made an id of its own; the
@@ -58,7 +73,7 @@ func reserveAcceptedGroup(port uint16, h wire.Hello, dialer netip.Addr) uint64 {
 	for acceptedGroups.m[id] != nil {
 		id = randomID()
 	}
-	g := &acceptedGroup{port: port, process: h.Process, dialers: []netip.Addr{dialer}}
+	g := &acceptedGroup{port: port, process: h.Process, dialers: []netip.Addr{dialer}, made: make(chan struct{})}
 	if h.Features&wire.FeatureGroupMove != 0 && h.TCPPort != 0 {
 		g.tcpPort = h.TCPPort
 		acceptedGroups.byTCPPort[g.tcpPort] = append(acceptedGroups.byTCPPort[g.tcpPort], g)
@@ -85,11 +100,13 @@ const maxGroupDialers = 16
 func setAcceptedGroup(id uint64, m *group.Mux) {
 	acceptedGroups.Lock()
 	defer acceptedGroups.Unlock()
+	g := acceptedGroups.m[id]
+	g.mux = m
+	close(g.made)
 	if m == nil {
 		dropAcceptedGroupLocked(id)
 		return
 	}
-	acceptedGroups.m[id].mux = m
 	go func() {
 		<-m.Done()
 		acceptedGroups.Lock()
@@ -133,7 +150,7 @@ func (s *rdmaSide) acceptGroup(ctx context.Context, req *cm.Request, h wire.Hell
 	port := s.addr.Port()
 	var joins *group.Mux
 	if h.Group != 0 {
-		if joins = findAcceptedGroup(h, port); joins == nil {
+		if joins = findAcceptedGroup(ctx, h, port); joins == nil {
 			req.ID.Reject([]byte(rejectPrefix + unknownGroupReason))
 			req.ID.Close()
 			return errUnknownGroup
@@ -240,6 +257,7 @@ func (s *rdmaSide) serveGroup(m *group.Mux) {
 		if err != nil {
 			<-s.slots
 			s.handshakeFailures.Add(1)
+			slog.Debug("rdmanet: a link group's stream could not be served; closed", "addr", s.addr, "err", err)
 			continue
 		}
 		s.handshakes.Add(1)

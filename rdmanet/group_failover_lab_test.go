@@ -326,8 +326,12 @@ func openGroupLab(t *testing.T, env labenv.Env, n int, twoPaths bool, cfg rdmane
 		case <-timeout.C:
 			for i, c := range gl.clients {
 				if gl.servers[i] == nil {
-					t.Errorf("no server end for %v", c.LocalAddr())
+					t.Errorf("no server end for %v: %+v", c.LocalAddr(), c.(*rdmanet.Conn).Info())
 				}
+			}
+			t.Logf("%d accepted not paired; listener %+v", len(lost), ln.Stats())
+			for _, g := range rdmanet.Groups() {
+				t.Logf("group %+v", g)
 			}
 			t.FailNow()
 		}

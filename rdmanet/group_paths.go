@@ -299,9 +299,13 @@ func (g *groupPaths) join(p *groupPath, done <-chan struct{}) error {
 	if err != nil {
 		var refused *ServerRefusedError
 		switch {
-		case errors.As(err, &refused) && refused.Reason == unknownGroupReason:
+		case errors.As(err, &refused) && refused.Reason == unknownGroupReason && g.mux.Stats().Links == 0:
 			// The server's group ended (its last link failed long enough,
-			// or the server restarted): so does this one, at once.
+			// or the server restarted): so does this one, at once. While
+			// a link of the group works, the server has it: the path
+			// reached another process at the port, or an older server
+			// that refused a join of a group it was still making; the
+			// path is tried again later, as for any failure.
 			g.mux.End(fmt.Errorf("%w: the server no longer has the group (%s)", group.ErrDown, p))
 		case nothingListens(err) && g.mux.Stats().Links == 0:
 			// The server's process is gone: its streams cannot move.

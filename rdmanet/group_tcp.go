@@ -1,6 +1,7 @@
 package rdmanet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -136,7 +137,9 @@ func anyTCPJoins() bool {
 // dialer why not (refuse).
 func (l *Listener) serveTCPGroupJoin(tc *net.TCPConn, h wire.Hello, refuse func(error)) {
 	port := l.rdma.addr.Port()
-	m := findAcceptedGroup(h, port)
+	ctx, cancel := context.WithTimeout(context.Background(), acceptTimeout)
+	m := findAcceptedGroup(ctx, h, port)
+	cancel()
 	if m == nil || h.Features&wire.FeatureGroupMove == 0 {
 		refuse(errUnknownGroup)
 		return

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -26,6 +27,9 @@ import (
 // before the address makes its connection a resumable session.
 const peerEnv = "RDMANET_TEST_PEER"
 
+// debugEnv, when set, makes the test binary log at Debug.
+const debugEnv = "RDMANET_TEST_DEBUG"
+
 func TestMain(m *testing.M) {
 	if addr := os.Getenv(peerEnv); addr != "" {
 		os.Exit(runPeer(addr))
@@ -41,6 +45,9 @@ func TestMain(m *testing.M) {
 	}
 	if os.Getenv(spinEnv) != "" {
 		spin()
+	}
+	if os.Getenv(debugEnv) != "" {
+		slog.SetLogLoggerLevel(slog.LevelDebug) // rdmanet's own Debug lines, to stderr
 	}
 	os.Exit(m.Run())
 }
