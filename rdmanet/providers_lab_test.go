@@ -69,9 +69,9 @@ func plainAndSession(name string, cfg func(rdmanet.Config) rdmanet.Config) []str
 	}
 }
 
-// TestLabDataPaths: nettest's whole net.Conn suite and a stream each way
-// at once, on every data path, plain and as a session; both ends say
-// which data path they run.
+// TestLabDataPaths: nettest's whole net.Conn suite on every data path,
+// with rdmanet's default Config and as a session; both ends say which
+// data path and protocol they run, and whether they are a session.
 func TestLabDataPaths(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	for _, dp := range dataPaths(env) {
@@ -82,8 +82,15 @@ func TestLabDataPaths(t *testing.T) {
 				nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 					c1, c2, stop = pipe(t, dp.env, cfg)
 					for _, c := range []net.Conn{c1, c2} {
-						if got := c.(*rdmanet.Conn).Info().DataPath; got != dp.want {
+						rc := c.(*rdmanet.Conn)
+						if got := rc.Info().DataPath; got != dp.want {
 							t.Fatalf("data path %q, want %q", got, dp.want)
+						}
+						if p := rc.Protocol(); p != rdmanet.ProtocolRdmanet {
+							t.Fatalf("connection speaks %q, want %q", p, rdmanet.ProtocolRdmanet)
+						}
+						if got, want := rc.Session().Resumable, cfg.ResumeTimeout > 0; got != want {
+							t.Fatalf("connection is a session: %v, want %v", got, want)
 						}
 					}
 					return c1, c2, stop, nil
