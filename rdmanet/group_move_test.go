@@ -303,3 +303,62 @@ func TestGroupOpenLostWithItsLink(t *testing.T) {
 		t.Errorf("links %+v, want one with both streams", ls)
 	}
 }
+
+// TestGroupOpensLostUpToABound: a dial whose opens are each lost with
+// their link (every link fails under it in turn) opens again
+// openLostRetries times, then gives up with group.ErrOpenLost, which
+// dialStream answers with a connection of its own.
+func TestGroupOpensLostUpToABound(t *testing.T) {
+	goroutineCheck(t)
+	a, b, path1, path2 := movingGroups(t, 4, false)
+	paths := [][2]*link.Pipe{path1, path2}
+	for len(paths) < openLostRetries+1 {
+		pc := groupBase(4)
+		qa, qb := linktest.NewPipes(t, pc, pc)
+		if err := b.AddLink(qb); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.AddLink(qa); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, [2]*link.Pipe{qa, qb})
+	}
+	for _, p := range paths {
+		p[1].SetDelay(time.Hour) // the listener's answers never land
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), linktest.HangGuard)
+	defer cancel()
+	opened := make(chan error, 1)
+	go func() {
+		s, err := openStream(ctx, a, 7)
+		if s != nil {
+			s.Close()
+		}
+		opened <- err
+	}()
+	posted := make([]uint64, len(paths))
+	for lost := range len(paths) {
+		s, err := b.Accept(ctx)
+		if err != nil {
+			t.Fatalf("open %d: %v", lost+1, err)
+		}
+		defer s.Close()
+		// The link the open came on: the one whose dialer's end posted.
+		on := -1
+		for i, p := range paths {
+			if n := p[0].Stats().Posted; n > posted[i] {
+				posted[i], on = n, i
+			}
+		}
+		if on < 0 {
+			t.Fatalf("open %d came on no link", lost+1)
+		}
+		paths[on][0].Cut(errors.New("test: port down"))
+	}
+	if err := <-opened; !errors.Is(err, group.ErrOpenLost) {
+		t.Errorf("openStream after %d opens lost: %v, want group.ErrOpenLost", len(paths), err)
+	}
+	if st := b.Stats(); st.Accepted != uint64(len(paths)) {
+		t.Errorf("the listener accepted %d streams, want %d", st.Accepted, len(paths))
+	}
+}
