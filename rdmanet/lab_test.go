@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -421,6 +422,7 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	var wg sync.WaitGroup
 	errs := make(chan error, pairs)
 	next := make(chan int)
+	dials := make([]time.Duration, pairs) // each dial's time, for the log
 	var latest struct {
 		sync.Mutex
 		write time.Time // when the last echo began
@@ -430,7 +432,9 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
+				began := time.Now()
 				c, err := d.Dial("rdma", ln.Addr().String())
+				dials[i] = time.Since(began)
 				if err != nil {
 					ents, _ := os.ReadDir("/proc/self/fd")
 					errs <- fmt.Errorf("connection %d (%d descriptors open of %d): %w", i, len(ents), lim.Cur, err)
@@ -479,6 +483,20 @@ func manyConnections(t *testing.T, p labenv.Pair, pairs int) {
 	t.Logf("%d pairs on %s in %v: %d descriptors open (%d before, limit %d), %d goroutines (%d before); a pair: %.1f KiB pinned, %.0f KiB RSS (the provider's queues mapped in, the Go heap)",
 		pairs, p.Provider, time.Since(start).Round(time.Millisecond), open, fds, lim.Cur, runtime.NumGoroutine(), goroutines,
 		float64(pinnedBytes(t)-pinned)/1024/float64(pairs), float64(benchkit.ProcStatus("VmRSS")-rss)/1024/float64(pairs))
+	// The run's time moved from 45 s to over 4 minutes between quiet runs
+	// at 5,000 pairs on rxe: whether the dials slow as connections add up,
+	// or some wait seconds, says where to look.
+	half := pairs / 2
+	first, second := slices.Clone(dials[:half]), slices.Clone(dials[half:])
+	slices.Sort(dials)
+	slices.Sort(first)
+	slices.Sort(second)
+	q := func(ds []time.Duration, f float64) time.Duration {
+		return ds[int(f*float64(len(ds)-1))].Round(time.Millisecond)
+	}
+	slow := len(dials) - sort.Search(len(dials), func(i int) bool { return dials[i] >= time.Second })
+	t.Logf("dials: p50 %v, p99 %v, max %v, %d of a second or more; first half p50 %v p99 %v, second half p50 %v p99 %v",
+		q(dials, 0.5), q(dials, 0.99), q(dials, 1), slow, q(first, 0.5), q(first, 0.99), q(second, 0.5), q(second, 0.99))
 	// An idle connection has no goroutine: beside the server's echo
 	// goroutine a pair, only the devices' and the listener's own remain
 	// (a few), once the services that took the last completions end.
