@@ -87,12 +87,21 @@ func TestLabGroupFailover(t *testing.T) {
 // the listener's port, every stream moves onto it, and every byte
 // arrives once. Once path 1 heals, every stream moves back to RDMA and
 // the TCP link is retired. It runs under the race detector.
+//
+// A KeepAlive of 30 s: the links fail by their queue pairs' retries (a
+// group link's ACK timeout, about a second into the loss), with bytes in
+// flight. With the default 3 s, make test under load (the race detector
+// and two busy loops) once took both paths for dead in a stall ("nothing
+// heard from the peer for 9.84s"), moved the streams to TCP and made
+// both RDMA links again around the drop: they stayed up, with no stream
+// and nothing posted, and the group never had the one TCP link this test
+// waits for.
 func TestLabGroupToTCP(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	checkLeaks(t)
 	paths := env.Paths()
 	const n = 100
-	gl := openGroupLab(t, env, n, true, rdmanet.Config{})
+	gl := openGroupLab(t, env, n, true, rdmanet.Config{KeepAlive: 30 * time.Second})
 	waitGroup(t, "two links", func(g rdmanet.GroupInfo) bool { return spread(g, n) })
 	gl.streamThrough(t, 16<<10, func() {
 		paths[0].DropAll(t)
