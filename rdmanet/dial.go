@@ -46,7 +46,11 @@ type Dialer struct {
 	// that minute, on any port, is busy, not without RDMA: the dial waits
 	// up to 10 s for its answer instead (at most half of what its context
 	// has left), and if it falls back all the same the failure is not
-	// remembered (the fallback's Error says PeerAnswers).
+	// remembered (the fallback's Error says PeerAnswers). A dial whose own
+	// steps before the request (resolving the route, making its queues,
+	// registering memory) were slow, as on a loaded host, waits 10 times as
+	// long as they took if that is longer, up to the same 10 s: its
+	// handshake is slow, which is not a host without RDMA.
 	RDMATimeout time.Duration
 	// FailoverAddrs are other addresses of the same server ("ip" or
 	// "ip:port"; the port defaults to the dialed one), for a resumable
@@ -211,6 +215,7 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []netip.
 	if err != nil {
 		return nil, err
 	}
+	setupStart := time.Now()
 	var c *Conn
 	defer func() {
 		if err != nil && id != nil {
@@ -260,7 +265,7 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []netip.
 	} else if c.rdma.Needs() != 0 {
 		return nil, noImmediate(c.rdma, "Config.ValkeyCompatible speaks Valkey's protocol only")
 	}
-	peer, err := connectAnswered(ctx, id, dst, hello, answerWait)
+	peer, err := connectAnswered(ctx, id, dst, hello, answerWait, time.Since(setupStart))
 	if err != nil {
 		if watchUnanswered(err, dst, id, c.discard) {
 			id = nil // the watch owns it, and c, now
@@ -310,13 +315,19 @@ func dial(ctx context.Context, src netip.Addr, dst netip.AddrPort, alts []netip.
 // (answerContext; the rest is bounded by ctx). A peer that did not answer
 // in time is errNoAnswer or errNoBusyAnswer, the ID still open; a reject
 // with an rdmanet server's reason is a *ServerRefusedError.
-func connectAnswered(ctx context.Context, id *cm.ID, dst netip.AddrPort, private []byte, answerWait time.Duration) (cm.ConnParam, error) {
+//
+// setup is how long the dial's own steps before the request took (address
+// and route resolution, the wait for a set-up turn, its queues and memory):
+// a dial whose own steps were slow waits longer (loadedAnswerWait).
+func connectAnswered(ctx context.Context, id *cm.ID, dst netip.AddrPort, private []byte, answerWait, setup time.Duration) (cm.ConnParam, error) {
+	answerWait = loadedAnswerWait(ctx, answerWait, setup)
 	connectCtx, stopWait := answerContext(ctx, dst, answerWait, busyAnswerWait)
 	defer stopWait()
+	sent := time.Now()
 	peer, err := id.Connect(connectCtx, dialParam(private))
 	if err != nil {
 		if cause := context.Cause(connectCtx); ctx.Err() == nil && (cause == errNoAnswer || cause == errNoBusyAnswer) {
-			return peer, cause
+			return peer, fmt.Errorf("%w (waited %v; this dial's own set-up took %v)", cause, time.Since(sent).Round(time.Millisecond), setup.Round(time.Millisecond))
 		}
 		return peer, withRejectReason(err)
 	}

@@ -348,6 +348,7 @@ func dialGroupLink(ctx context.Context, cfg Config, src netip.Addr, dst netip.Ad
 	if err != nil {
 		return nil, wire.Hello{}, err
 	}
+	setupStart := time.Now()
 	var l *rdmalink.Link
 	defer func() {
 		if err != nil && cid != nil {
@@ -372,7 +373,7 @@ func dialGroupLink(ctx context.Context, cfg Config, src netip.Addr, dst netip.Ad
 	hello := wire.Hello{Version: wire.HelloVersion, Features: groupOffer | groupStreamOffer | wire.FeatureGroupMove | wire.LinkFeatures,
 		RecvDepth: groupRecvDepth, RingSize: groupLinkRing, Needs: l.Needs(), Process: processID(), Group: id, TCPPort: tcpPort}
 	setGroupAckTimeout(cid)
-	peer, err := connectAnswered(ctx, cid, dst, hello.Encode(), answerWait)
+	peer, err := connectAnswered(ctx, cid, dst, hello.Encode(), answerWait, time.Since(setupStart))
 	if err != nil {
 		var refused *ServerRefusedError
 		switch {

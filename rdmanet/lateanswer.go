@@ -73,6 +73,28 @@ func answerContext(ctx context.Context, dst netip.AddrPort, answerWait, busyWait
 	}
 }
 
+// setupAnswerFactor times a dial's own set-up is the least it waits for
+// the peer's answer (loadedAnswerWait). The steps before the request
+// (resolving the route, making the queue pair, registering memory) are the
+// same kernel and CPU work the listener does before it can answer, and a
+// process that took long over them is loaded, and reads its answer late:
+// under the lab's emulated CPU with the host loaded, a first dial's set-up
+// took hundreds of milliseconds and its answer came after the default
+// RDMATimeout, so a slow handshake fell back to TCP as if the peer had no
+// RDMA. On an idle host the set-up takes milliseconds, and RDMATimeout
+// stands.
+const setupAnswerFactor = 10
+
+// loadedAnswerWait is answerWait, raised to setupAnswerFactor x setup, at
+// most busyAnswerWait and half of what ctx has left. Zero answerWait
+// (no fallback: ctx alone bounds the wait) stays zero.
+func loadedAnswerWait(ctx context.Context, answerWait, setup time.Duration) time.Duration {
+	if answerWait <= 0 {
+		return answerWait
+	}
+	return max(answerWait, fallbackRoom(ctx, min(setupAnswerFactor*setup, busyAnswerWait)))
+}
+
 // fallbackRoom is wait, cut to half of what ctx has left.
 func fallbackRoom(ctx context.Context, wait time.Duration) time.Duration {
 	if dl, ok := ctx.Deadline(); ok {

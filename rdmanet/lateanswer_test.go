@@ -141,6 +141,33 @@ func TestFallbackRoom(t *testing.T) {
 	}
 }
 
+// TestLoadedAnswerWait: a dial whose own set-up was slow waits longer for
+// the answer, within busyAnswerWait and half the caller's time; one whose
+// set-up was quick waits RDMATimeout, and one that may not fall back is
+// not given a wait at all.
+func TestLoadedAnswerWait(t *testing.T) {
+	bg := context.Background()
+	short, cancel := context.WithTimeout(bg, 4*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name              string
+		ctx               context.Context
+		answerWait, setup time.Duration
+		least, most       time.Duration
+	}{
+		{"an idle host's set-up", bg, time.Second, 5 * time.Millisecond, time.Second, time.Second},
+		{"a loaded host's set-up", bg, time.Second, 400 * time.Millisecond, 4 * time.Second, 4 * time.Second},
+		{"a set-up slower than the busy wait's", bg, time.Second, time.Minute, busyAnswerWait, busyAnswerWait},
+		{"a longer RDMATimeout", bg, 30 * time.Second, time.Minute, 30 * time.Second, 30 * time.Second},
+		{"little time left to fall back in", short, time.Second, time.Minute, time.Second, 2 * time.Second},
+		{"a dial that never falls back", bg, 0, time.Minute, 0, 0},
+	} {
+		if got := loadedAnswerWait(tc.ctx, tc.answerWait, tc.setup); got < tc.least || got > tc.most {
+			t.Errorf("%s (RDMATimeout %v, set-up %v): waits %v, want %v to %v", tc.name, tc.answerWait, tc.setup, got, tc.least, tc.most)
+		}
+	}
+}
+
 // fakeRequest is a connection request whose answer the test gives.
 type fakeRequest struct {
 	answer               chan cm.Event
