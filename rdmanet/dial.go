@@ -153,11 +153,9 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 			c, viaGroup, err = dialStream(ctx, src, dst, alts, cfg, answerWait)
 		}
 		if !viaGroup {
-			c, err = dial(ctx, src, dst, alts, cfg, answerWait)
-			// A passing clash of ports (iWARP): another ID has another.
-			for try := 1; errors.Is(err, cm.ErrLocalPortBusy) && try < maxPortTries && ctx.Err() == nil; try++ {
-				c, err = dial(ctx, src, dst, alts, cfg, answerWait)
-			}
+			c, err = dialRetrying(ctx, dst, policy, func() (*Conn, error) {
+				return dial(ctx, src, dst, alts, cfg, answerWait)
+			})
 		}
 		if err == nil {
 			failures.Answered(dst)
@@ -195,11 +193,35 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 }
 
 // maxPortTries is how many connection requests, each from an ID of its
-// own, a dial makes while rdma_connect finds its local port busy
-// (cm.ErrLocalPortBusy: on iWARP, the kernel still holds a connection of
-// the same ports). rdma_cm picks each ID's port at random, so a second
-// clash in a row is rare; the third's error is the dial's.
+// own, a dial makes while they fail for a passing reason (dialRetrying).
+// rdma_cm picks each ID's port at random, so a second clash of ports in a
+// row is rare; the third's error is the dial's.
 const maxPortTries = 3
+
+// dialRetrying makes attempt, and makes it again while it fails for a
+// passing reason and ctx lasts, up to maxPortTries in all:
+//   - rdma_connect found its local port busy (cm.ErrLocalPortBusy: on
+//     iWARP, the kernel still holds a connection of the same ports), which
+//     another ID's port does not meet;
+//   - in a dial that may not fall back (an "rdma" network), the request
+//     timed out toward a host that answered over RDMA within the failure
+//     memory's TTL: a busy peer, as a TCP dialer sends its SYN again. (In
+//     the lab, with the host loaded and 5,000 connections open on
+//     Soft-iWARP, the kernel's own connect timed out, UNREACHABLE.) A dial
+//     that may fall back waited for a busy peer already (busyAnswerWait)
+//     and goes to TCP instead.
+func dialRetrying(ctx context.Context, dst netip.AddrPort, policy fallback.Policy, attempt func() (*Conn, error)) (c *Conn, err error) {
+	c, err = attempt()
+	for try := 1; err != nil && try < maxPortTries && ctx.Err() == nil; try++ {
+		busyTimeout := policy == fallback.RDMAOnly && fallback.Classify(err) == fallback.ReasonTimeout && failures.Answers(dst)
+		if !errors.Is(err, cm.ErrLocalPortBusy) && !busyTimeout {
+			break
+		}
+		slog.Debug("rdmanet: the connection request failed for a passing reason; making it again", "addr", dst, "try", try+1, "err", err)
+		c, err = attempt()
+	}
+	return c, err
+}
 
 // dial makes an RDMA connection. answerWait, if positive, bounds the wait
 // for the peer's answer to the connection request (the rest is bounded by

@@ -3,9 +3,11 @@ package rdmanet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -165,6 +167,61 @@ func TestLoadedAnswerWait(t *testing.T) {
 		if got := loadedAnswerWait(tc.ctx, tc.answerWait, tc.setup); got < tc.least || got > tc.most {
 			t.Errorf("%s (RDMATimeout %v, set-up %v): waits %v, want %v to %v", tc.name, tc.answerWait, tc.setup, got, tc.least, tc.most)
 		}
+	}
+}
+
+// TestDialRetrying: a request that fails for a passing reason is made
+// again, up to maxPortTries in all and while the context lasts; any other
+// failure, and a timeout toward a host not known to answer or in a dial
+// that may fall back, is the dial's at once.
+func TestDialRetrying(t *testing.T) {
+	ForgetFailures()
+	t.Cleanup(ForgetFailures)
+	busy := netip.MustParseAddrPort("198.18.0.7:7471")
+	failures.Answered(busy)
+	unknown := netip.MustParseAddrPort("198.18.0.8:7471")
+	timedOut := &cm.EventError{Op: "connect", Event: cm.EventUnreachable, Status: -int(syscall.ETIMEDOUT)}
+	portBusy := fmt.Errorf("%w: %w", cm.ErrLocalPortBusy, syscall.EADDRNOTAVAIL)
+	refused := &cm.EventError{Op: "connect", Event: cm.EventRejected, Status: cm.RejectInvalidServiceID}
+	ok := &Conn{}
+	for _, tc := range []struct {
+		name   string
+		dst    netip.AddrPort
+		policy fallback.Policy
+		fails  []error // the attempts' errors, in turn; past them, success
+		tries  int
+		ok     bool
+	}{
+		{"a port clash, then success", unknown, fallback.Auto, []error{portBusy}, 2, true},
+		{"port clashes past the bound", unknown, fallback.Auto, []error{portBusy, portBusy, portBusy, portBusy}, maxPortTries, false},
+		{"rdma only: a busy host's timeouts, then success", busy, fallback.RDMAOnly, []error{timedOut, timedOut}, 3, true},
+		{"rdma only: a busy host's timeouts past the bound", busy, fallback.RDMAOnly, []error{timedOut, timedOut, timedOut, timedOut}, maxPortTries, false},
+		{"rdma only: a timeout toward a host not known to answer", unknown, fallback.RDMAOnly, []error{timedOut}, 1, false},
+		{"may fall back: a busy host's timeout", busy, fallback.Auto, []error{timedOut}, 1, false},
+		{"refused", busy, fallback.RDMAOnly, []error{refused}, 1, false},
+	} {
+		tries := 0
+		c, err := dialRetrying(context.Background(), tc.dst, tc.policy, func() (*Conn, error) {
+			tries++
+			if tries <= len(tc.fails) {
+				return nil, tc.fails[tries-1]
+			}
+			return ok, nil
+		})
+		if tries != tc.tries || (err == nil) != tc.ok || (c == ok) != tc.ok {
+			t.Errorf("%s: %d tries, %v, %v; want %d tries, success %v", tc.name, tries, c, err, tc.tries, tc.ok)
+		}
+	}
+	// The caller's context ends: no further try.
+	ctx, cancel := context.WithCancel(context.Background())
+	tries := 0
+	_, err := dialRetrying(ctx, busy, fallback.RDMAOnly, func() (*Conn, error) {
+		tries++
+		cancel()
+		return nil, portBusy
+	})
+	if tries != 1 || err == nil {
+		t.Errorf("context ended in the first try: %d tries, %v; want 1 and its error", tries, err)
 	}
 }
 
