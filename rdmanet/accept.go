@@ -150,9 +150,10 @@ type rdmaSide struct {
 	// listen makes the listening ID again after a failure; handshake makes
 	// a request a connection; pause waits d unless the listener closes
 	// first. Tests replace them.
-	listen    listenFunc
-	handshake func(ctx context.Context, req *cm.Request) (net.Conn, error)
-	pause     func(ctx context.Context, d time.Duration) bool
+	listen       listenFunc
+	tcpListening func(netip.AddrPort) (bool, error) // the iWARP listen watch's question; tests give fakes
+	handshake    func(ctx context.Context, req *cm.Request) (net.Conn, error)
+	pause        func(ctx context.Context, d time.Duration) bool
 
 	slots chan struct{} // Backlog of them; see the comment at the top
 	ready chan net.Conn // established, waiting for Accept; room for every slot
@@ -169,10 +170,16 @@ type rdmaSide struct {
 
 	sessions                           *sessionTable // the resumable sessions this side accepted
 	resumes, refusedResumes, tcpSniffs atomic.Uint64
+
+	// serving is the listening ID run serves now (under mu), for the
+	// iWARP listen watch (watchIWARPListen) to close; lostListen says the
+	// watch closed it.
+	servingID  requestSource
+	lostListen atomic.Bool
 }
 
 func newRDMASide(addr netip.AddrPort, cfg Config, backlog int) *rdmaSide {
-	s := &rdmaSide{cfg: cfg, addr: addr, listen: listenCM, pause: pause,
+	s := &rdmaSide{cfg: cfg, addr: addr, listen: listenCM, tcpListening: tcpListening, pause: pause,
 		slots: make(chan struct{}, backlog), ready: make(chan net.Conn, backlog), sessions: newSessionTable()}
 	s.handshake = s.accept
 	s.ctx, s.stop = context.WithCancel(context.Background())
@@ -183,6 +190,10 @@ func newRDMASide(addr netip.AddrPort, cfg Config, backlog int) *rdmaSide {
 func (s *rdmaSide) start(id requestSource) {
 	s.wg.Add(1)
 	go s.run(id)
+	if s.listensOnIWARP() {
+		s.wg.Add(1)
+		go s.watchIWARPListen(iwarpListenCheck)
+	}
 }
 
 // close stops taking requests, ends every handshake, closes the listening
@@ -255,8 +266,17 @@ func (s *rdmaSide) run(id requestSource) {
 	// or the new ID fails before serving a request.
 	var delay time.Duration
 	for {
+		s.mu.Lock()
+		s.servingID = id
+		s.mu.Unlock()
 		served, err := s.serve(id)
+		s.mu.Lock()
+		s.servingID = nil
+		s.mu.Unlock()
 		id.Close()
+		if s.lostListen.Swap(false) && s.ctx.Err() == nil {
+			err = errIWARPListenLost
+		}
 		if err == nil {
 			return // closed
 		}

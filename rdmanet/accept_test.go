@@ -540,3 +540,89 @@ func TestListenFuncsFailWithNilSource(t *testing.T) {
 		}
 	}
 }
+
+// TestIWARPListenWatch: an iWARP listener whose provider lost its
+// listening socket is made again on the same address and port, once the
+// socket is found missing twice in a row; a single miss (a listener being
+// made again has no socket for a moment) changes nothing, and a kernel
+// that cannot be asked ends the watch.
+func TestIWARPListenWatch(t *testing.T) {
+	r := newRig(t, false, 4)
+	s := r.l.rdma
+	type answer struct {
+		ok  bool
+		err error
+	}
+	answers := make(chan answer)
+	s.tcpListening = func(ap netip.AddrPort) (bool, error) {
+		if ap != s.addr {
+			t.Errorf("looked for a socket on %v, want %v", ap, s.addr)
+		}
+		select {
+		case a := <-answers:
+			return a.ok, a.err
+		case <-s.ctx.Done():
+			return true, nil
+		}
+	}
+	give := func(a answer) {
+		t.Helper()
+		select {
+		case answers <- a:
+		case <-time.After(hangGuard):
+			t.Fatal("the watch did not look for the socket")
+		}
+	}
+	s.wg.Add(1)
+	go s.watchIWARPListen(time.Millisecond)
+
+	give(answer{ok: true})
+	give(answer{ok: false})
+	give(answer{ok: true})
+	give(answer{ok: false})
+	give(answer{ok: true}) // one miss at a time: never closed
+	if r.first.isClosed() {
+		t.Fatal("a single miss closed the listening ID")
+	}
+	give(answer{ok: false})
+	give(answer{ok: false})
+	if d := r.nextPause(); d != minBackoff {
+		t.Errorf("pause %v, want %v", d, minBackoff)
+	}
+	reply := r.nextListen()
+	if !r.first.isClosed() {
+		t.Error("the listening ID whose socket was lost is open")
+	}
+	if why := r.l.RDMAError(); !errors.Is(why, errIWARPListenLost) {
+		t.Errorf("RDMAError = %v, want errIWARPListenLost", why)
+	}
+	second := newFakeSource()
+	reply <- listenReply{src: second}
+	for deadline := time.Now().Add(hangGuard); second.calls.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the new listening ID is never asked for requests")
+		}
+	}
+	if st := r.l.Stats(); st.Stops != 1 || st.Restarts != 1 {
+		t.Errorf("Stats %+v, want one stop and one restart", st)
+	}
+	// The new ID is watched too; a kernel that cannot be asked ends it.
+	give(answer{ok: false})
+	give(answer{err: syscall.EPROTONOSUPPORT})
+	select {
+	case answers <- answer{ok: false}:
+		t.Error("the watch went on after the kernel could not be asked")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if second.isClosed() {
+		t.Error("the watch closed the new listening ID")
+	}
+	accepted := r.accept()
+	far := r.serveRequest(second)
+	defer far.Close()
+	if res := r.result(accepted); res.err != nil {
+		t.Fatal(res.err)
+	} else {
+		res.c.Close()
+	}
+}
