@@ -202,6 +202,17 @@ func (r *rig) nextListen() chan listenReply {
 	}
 }
 
+// waitAsked waits until the side asks src, a new listening ID, for a
+// request.
+func (r *rig) waitAsked(src *fakeSource) {
+	r.t.Helper()
+	for deadline := time.Now().Add(hangGuard); src.calls.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			r.t.Fatal("the new listening ID is never asked for requests")
+		}
+	}
+}
+
 // nextShake is the next handshake the side starts.
 func (r *rig) nextShake() handshake {
 	r.t.Helper()
@@ -355,11 +366,7 @@ func TestListenerRelistens(t *testing.T) {
 
 	second := newFakeSource()
 	reply <- listenReply{src: second}
-	for deadline := time.Now().Add(hangGuard); second.calls.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the new listening ID is never asked for requests")
-		}
-	}
+	r.waitAsked(second)
 	r.wantTransports(fallback.RDMA, fallback.TCP)
 	if why := r.l.RDMAError(); why != nil {
 		t.Errorf("RDMAError = %v after listening again", why)
@@ -598,11 +605,7 @@ func TestIWARPListenWatch(t *testing.T) {
 	}
 	second := newFakeSource()
 	reply <- listenReply{src: second}
-	for deadline := time.Now().Add(hangGuard); second.calls.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the new listening ID is never asked for requests")
-		}
-	}
+	r.waitAsked(second)
 	if st := r.l.Stats(); st.Stops != 1 || st.Restarts != 1 {
 		t.Errorf("Stats %+v, want one stop and one restart", st)
 	}
