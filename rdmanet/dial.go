@@ -47,11 +47,12 @@ type Dialer struct {
 	// that minute, on any port, is busy, not without RDMA: the dial waits
 	// up to 10 s for its answer instead (at most half of what its context
 	// has left), and if it falls back all the same the failure is not
-	// remembered (the fallback's Error says PeerAnswers). A dial whose own
-	// steps before the request (resolving the route, making its queues,
-	// registering memory) were slow, as on a loaded host, waits 10 times as
-	// long as they took if that is longer, up to the same 10 s: its
-	// handshake is slow, which is not a host without RDMA.
+	// remembered (the fallback's Error says PeerAnswers). With the default,
+	// a dial whose own steps before the request (resolving the route,
+	// making its queues, registering memory) were slow, as on a loaded
+	// host, waits 10 times as long as they took if that is longer, up to
+	// the same 10 s: its handshake is slow, which is not a host without
+	// RDMA. Another timeout set here is kept as given.
 	RDMATimeout time.Duration
 	// FailoverAddrs are other addresses of the same server ("ip" or
 	// "ip:port"; the port defaults to the dialed one), for a resumable

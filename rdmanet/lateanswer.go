@@ -86,10 +86,12 @@ func answerContext(ctx context.Context, dst netip.AddrPort, answerWait, busyWait
 const setupAnswerFactor = 10
 
 // loadedAnswerWait is answerWait, raised to setupAnswerFactor x setup, at
-// most busyAnswerWait and half of what ctx has left. Zero answerWait
-// (no fallback: ctx alone bounds the wait) stays zero.
+// most busyAnswerWait and half of what ctx has left, when it is the
+// default RDMATimeout: a timeout the caller chose (a test's 1 ms, to see
+// a fallback) is kept as given, and zero (no fallback: ctx alone bounds
+// the wait) stays zero.
 func loadedAnswerWait(ctx context.Context, answerWait, setup time.Duration) time.Duration {
-	if answerWait <= 0 {
+	if answerWait != defaultRDMATimeout {
 		return answerWait
 	}
 	return max(answerWait, fallbackRoom(ctx, min(setupAnswerFactor*setup, busyAnswerWait)))

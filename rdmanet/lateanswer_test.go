@@ -143,9 +143,10 @@ func TestFallbackRoom(t *testing.T) {
 	}
 }
 
-// TestLoadedAnswerWait: a dial whose own set-up was slow waits longer for
-// the answer, within busyAnswerWait and half the caller's time; one whose
-// set-up was quick waits RDMATimeout, and one that may not fall back is
+// TestLoadedAnswerWait: a dial with the default RDMATimeout whose own
+// set-up was slow waits longer for the answer, within busyAnswerWait and
+// half the caller's time; one whose set-up was quick waits RDMATimeout, a
+// timeout the caller set is kept, and a dial that may not fall back is
 // not given a wait at all.
 func TestLoadedAnswerWait(t *testing.T) {
 	bg := context.Background()
@@ -161,6 +162,7 @@ func TestLoadedAnswerWait(t *testing.T) {
 		{"a loaded host's set-up", bg, time.Second, 400 * time.Millisecond, 4 * time.Second, 4 * time.Second},
 		{"a set-up slower than the busy wait's", bg, time.Second, time.Minute, busyAnswerWait, busyAnswerWait},
 		{"a longer RDMATimeout", bg, 30 * time.Second, time.Minute, 30 * time.Second, 30 * time.Second},
+		{"a shorter RDMATimeout, set by the caller", bg, time.Millisecond, 400 * time.Millisecond, time.Millisecond, time.Millisecond},
 		{"little time left to fall back in", short, time.Second, time.Minute, time.Second, 2 * time.Second},
 		{"a dial that never falls back", bg, 0, time.Minute, 0, 0},
 	} {
