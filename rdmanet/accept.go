@@ -171,7 +171,7 @@ type rdmaSide struct {
 	sessions                           *sessionTable // the resumable sessions this side accepted
 	resumes, refusedResumes, tcpSniffs atomic.Uint64
 
-	// serving is the listening ID run serves now (under mu), for the
+	// servingID is the listening ID run serves now (under mu), for the
 	// iWARP listen watch (watchIWARPListen) to close; lostListen says the
 	// watch closed it.
 	servingID  requestSource

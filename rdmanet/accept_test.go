@@ -256,6 +256,20 @@ func (r *rig) serveRequest(src *fakeSource) net.Conn {
 	return far
 }
 
+// acceptFrom has Accept return a connection whose request src gives, and
+// closes it.
+func (r *rig) acceptFrom(src *fakeSource) {
+	r.t.Helper()
+	accepted := r.accept()
+	far := r.serveRequest(src)
+	defer far.Close()
+	res := r.result(accepted)
+	if res.err != nil {
+		r.t.Fatal(res.err)
+	}
+	res.c.Close()
+}
+
 func (r *rig) wantTransports(want ...fallback.Transport) {
 	r.t.Helper()
 	if got := r.l.Transports(); !slices.Equal(got, want) {
@@ -374,14 +388,7 @@ func TestListenerRelistens(t *testing.T) {
 	if st := r.l.Stats(); st.Stops != 1 || st.Restarts != 1 {
 		t.Errorf("Stats %+v, want one stop and one restart", st)
 	}
-	accepted = r.accept()
-	far := r.serveRequest(second)
-	defer far.Close()
-	if res := r.result(accepted); res.err != nil {
-		t.Fatal(res.err)
-	} else {
-		res.c.Close()
-	}
+	r.acceptFrom(second)
 	r.l.Close()
 	if !second.isClosed() {
 		t.Error("Close left the new listening ID open")
@@ -427,15 +434,8 @@ func TestRDMAListenerAcceptReturnsOnlyConnections(t *testing.T) {
 func TestStalledHandshakeDelaysNoOther(t *testing.T) {
 	r := newRig(t, false, 4)
 	r.first.results <- fakeResult{req: &cm.Request{}}
-	r.nextShake() // never answered
-	accepted := r.accept()
-	far := r.serveRequest(r.first) // its handshake started while the first one is stalled
-	defer far.Close()
-	if res := r.result(accepted); res.err != nil {
-		t.Fatal(res.err)
-	} else {
-		res.c.Close()
-	}
+	r.nextShake()         // never answered
+	r.acceptFrom(r.first) // its handshake started while the first one is stalled
 	if st := r.l.Stats(); st.Handshaking != 1 || st.Handshakes != 1 {
 		t.Errorf("Stats %+v; want one handshake done and the stalled one still going", st)
 	}
@@ -620,12 +620,5 @@ func TestIWARPListenWatch(t *testing.T) {
 	if second.isClosed() {
 		t.Error("the watch closed the new listening ID")
 	}
-	accepted := r.accept()
-	far := r.serveRequest(second)
-	defer far.Close()
-	if res := r.result(accepted); res.err != nil {
-		t.Fatal(res.err)
-	} else {
-		res.c.Close()
-	}
+	r.acceptFrom(second)
 }
