@@ -5,7 +5,6 @@ package rdmanet_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -35,15 +34,7 @@ func TestLabIWARPListenerLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
+	go echoAll(t, ln, 8) // the test's three connections, with room
 	rdmanet.ForgetFailures()
 	defer rdmanet.ForgetFailures()
 	d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(p.AddrA, 0)}, Timeout: 30 * time.Second, Config: cfg}
