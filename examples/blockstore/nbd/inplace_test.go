@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -141,7 +142,7 @@ func TestServerInPlace(t *testing.T) {
 							}
 						}()
 					}
-					s := NewServer(backend, Options{NoInPlace: off})
+					s := NewServer(backend, Options{NoInPlace: off, Logger: slog.New(slog.NewTextHandler(tlogWriter{t}, nil))})
 					served := make(chan error, 1)
 					go func() { served <- s.Serve(ln) }()
 					// The client in place too, unless NoInPlace.
@@ -210,3 +211,7 @@ func TestServerInPlace(t *testing.T) {
 		}
 	}
 }
+
+type tlogWriter struct{ t *testing.T }
+
+func (w tlogWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
