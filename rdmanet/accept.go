@@ -122,9 +122,10 @@ type ListenerStats struct {
 	// ENOMEM, an interrupted wait) were retried after a pause.
 	RequestErrors uint64
 	// Stops is how often the listening ID failed (a device removed, an
-	// address change, another error); Restarts how often it was made again
-	// on the same address and port. Between the two the listener serves TCP
-	// alone.
+	// address change, another error, an iWARP listener's socket lost);
+	// Restarts how often it was made again on the same address and port.
+	// Between the two the listener serves TCP alone. A lost iWARP socket
+	// is never followed by a restart (RDMAError says why).
 	Stops, Restarts uint64
 	// Sessions is how many resumable sessions the listener keeps now.
 	// Resumes counts sessions resumed on a new link (RDMA or TCP);
@@ -171,11 +172,10 @@ type rdmaSide struct {
 	sessions                           *sessionTable // the resumable sessions this side accepted
 	resumes, refusedResumes, tcpSniffs atomic.Uint64
 
-	// servingID is the listening ID run serves now (under mu), for the
-	// iWARP listen watch (watchIWARPListen) to close; lostListen says the
-	// watch closed it.
-	servingID  requestSource
-	lostListen atomic.Bool
+	// servingID is the listening ID run serves now, for the iWARP listen
+	// watch (watchIWARPListen); lostID is the one the watch found without
+	// its socket, which run keeps instead of closing. Both under mu.
+	servingID, lostID requestSource
 }
 
 func newRDMASide(addr netip.AddrPort, cfg Config, backlog int) *rdmaSide {
@@ -272,11 +272,15 @@ func (s *rdmaSide) run(id requestSource) {
 		served, err := s.serve(id)
 		s.mu.Lock()
 		s.servingID = nil
+		lost := s.lostID == id
 		s.mu.Unlock()
-		id.Close()
-		if s.lostListen.Swap(false) && s.ctx.Err() == nil {
-			err = errIWARPListenLost
+		if lost {
+			// Neither destroyed nor made again: the ID holds the port
+			// (listen_iwarp.go).
+			keepLostListener(id)
+			return
 		}
+		id.Close()
 		if err == nil {
 			return // closed
 		}

@@ -549,76 +549,100 @@ func TestListenFuncsFailWithNilSource(t *testing.T) {
 }
 
 // TestIWARPListenWatch: an iWARP listener whose provider lost its
-// listening socket is made again on the same address and port, once the
-// socket is found missing twice in a row; a single miss (a listener being
-// made again has no socket for a moment) changes nothing, and a kernel
-// that cannot be asked ends the watch.
+// listening socket, found missing twice in a row, says so (RDMAError, a
+// stop) and keeps its listening ID, neither closed nor made again, even
+// by the listener's Close (listen_iwarp.go: destroying it corrupts siw's
+// memory); a single miss (a listener being made again has no socket for
+// a moment) changes nothing, and a kernel that cannot be asked ends the
+// watch.
 func TestIWARPListenWatch(t *testing.T) {
-	r := newRig(t, false, 4)
-	s := r.l.rdma
 	type answer struct {
 		ok  bool
 		err error
 	}
-	answers := make(chan answer)
-	s.tcpListening = func(ap netip.AddrPort) (bool, error) {
-		if ap != s.addr {
-			t.Errorf("looked for a socket on %v, want %v", ap, s.addr)
+	// watched starts the watch on a rig's side, with the kernel's answers
+	// given by give.
+	watched := func() (r *rig, give func(answer) bool) {
+		r = newRig(t, false, 4)
+		s := r.l.rdma
+		answers := make(chan answer)
+		s.tcpListening = func(ap netip.AddrPort) (bool, error) {
+			if ap != s.addr {
+				t.Errorf("looked for a socket on %v, want %v", ap, s.addr)
+			}
+			select {
+			case a := <-answers:
+				return a.ok, a.err
+			case <-s.ctx.Done():
+				return true, nil
+			}
 		}
-		select {
-		case a := <-answers:
-			return a.ok, a.err
-		case <-s.ctx.Done():
-			return true, nil
+		s.wg.Add(1)
+		go s.watchIWARPListen(time.Millisecond)
+		return r, func(a answer) bool {
+			select {
+			case answers <- a:
+				return true
+			case <-time.After(50 * time.Millisecond):
+				return false
+			}
 		}
 	}
-	give := func(a answer) {
-		t.Helper()
-		select {
-		case answers <- a:
-		case <-time.After(hangGuard):
+
+	r, give := watched()
+	for _, a := range []answer{{ok: true}, {ok: false}, {ok: true}, {ok: false}, {ok: true}} {
+		if !give(a) {
 			t.Fatal("the watch did not look for the socket")
 		}
 	}
-	s.wg.Add(1)
-	go s.watchIWARPListen(time.Millisecond)
-
-	give(answer{ok: true})
-	give(answer{ok: false})
-	give(answer{ok: true})
-	give(answer{ok: false})
-	give(answer{ok: true}) // one miss at a time: never closed
-	if r.first.isClosed() {
-		t.Fatal("a single miss closed the listening ID")
+	if why := r.l.RDMAError(); why != nil || r.first.isClosed() {
+		t.Fatalf("single misses: RDMAError %v, listening ID closed %v", why, r.first.isClosed())
 	}
-	give(answer{ok: false})
-	give(answer{ok: false})
-	if d := r.nextPause(); d != minBackoff {
-		t.Errorf("pause %v, want %v", d, minBackoff)
+	if !give(answer{ok: false}) || !give(answer{ok: false}) {
+		t.Fatal("the watch did not look for the socket")
 	}
-	reply := r.nextListen()
-	if !r.first.isClosed() {
-		t.Error("the listening ID whose socket was lost is open")
+	for deadline := time.Now().Add(hangGuard); r.l.RDMAError() == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("two misses in a row: RDMAError is nil")
+		}
 	}
 	if why := r.l.RDMAError(); !errors.Is(why, errIWARPListenLost) {
 		t.Errorf("RDMAError = %v, want errIWARPListenLost", why)
 	}
-	second := newFakeSource()
-	reply <- listenReply{src: second}
-	r.waitAsked(second)
-	if st := r.l.Stats(); st.Stops != 1 || st.Restarts != 1 {
-		t.Errorf("Stats %+v, want one stop and one restart", st)
+	if give(answer{ok: true}) {
+		t.Error("the watch went on after the loss")
 	}
-	// The new ID is watched too; a kernel that cannot be asked ends it.
-	give(answer{ok: false})
-	give(answer{err: syscall.EPROTONOSUPPORT})
 	select {
-	case answers <- answer{ok: false}:
-		t.Error("the watch went on after the kernel could not be asked")
+	case d := <-r.pauses:
+		t.Errorf("the listener paused %v to listen again; the lost ID holds its port", d)
+	case <-r.listen:
+		t.Error("the listener listened again; the lost ID holds its port")
 	case <-time.After(50 * time.Millisecond):
 	}
-	if second.isClosed() {
-		t.Error("the watch closed the new listening ID")
+	if st := r.l.Stats(); st.Stops != 1 || st.Restarts != 0 {
+		t.Errorf("Stats %+v, want one stop and no restart", st)
 	}
-	r.acceptFrom(second)
+	r.l.Close()
+	if r.first.isClosed() {
+		t.Error("the lost listening ID was closed")
+	}
+	lostListeners.Lock()
+	kept := slices.Contains(lostListeners.ids, requestSource(r.first))
+	lostListeners.Unlock()
+	if !kept {
+		t.Error("the lost listening ID is not kept")
+	}
+
+	// A kernel that cannot be asked ends the watch, and nothing else.
+	r, give = watched()
+	if !give(answer{ok: false}) || !give(answer{err: syscall.EPROTONOSUPPORT}) {
+		t.Fatal("the watch did not look for the socket")
+	}
+	if give(answer{ok: false}) {
+		t.Error("the watch went on after the kernel could not be asked")
+	}
+	if why := r.l.RDMAError(); why != nil || r.first.isClosed() {
+		t.Errorf("after the watch ended: RDMAError %v, listening ID closed %v", why, r.first.isClosed())
+	}
+	r.acceptFrom(r.first)
 }

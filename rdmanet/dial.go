@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rdmanet/sdk/cm"
@@ -211,48 +210,18 @@ const maxPortTries = 3
 //     the lab, with the host loaded and 5,000 connections open on
 //     Soft-iWARP, the kernel's own connect timed out, UNREACHABLE.) A dial
 //     that may fall back waited for a busy peer already (busyAnswerWait)
-//     and goes to TCP instead;
-//   - in a dial that may not fall back, an iWARP refusal (TCP's reset)
-//     from such a host: its provider may have lost its listening socket,
-//     which an rdmanet listener makes again within a few seconds
-//     (listen_iwarp.go), so the request is made again after
-//     iwarpRefusalWaits.
+//     and goes to TCP instead.
 func dialRetrying(ctx context.Context, dst netip.AddrPort, policy fallback.Policy, attempt func() (*Conn, error)) (c *Conn, err error) {
-	return dialRetryingWith(ctx, dst, policy, attempt, pause)
-}
-
-// dialRetryingWith is dialRetrying with the pause between an iWARP
-// refusal and the next request (tests give one that does not wait).
-func dialRetryingWith(ctx context.Context, dst netip.AddrPort, policy fallback.Policy, attempt func() (*Conn, error), wait func(context.Context, time.Duration) bool) (c *Conn, err error) {
 	c, err = attempt()
 	for try := 1; err != nil && try < maxPortTries && ctx.Err() == nil; try++ {
-		rdmaOnlyToAnswering := policy == fallback.RDMAOnly && failures.Answers(dst)
-		busyTimeout := rdmaOnlyToAnswering && fallback.Classify(err) == fallback.ReasonTimeout
-		iwarpRefusal := rdmaOnlyToAnswering && isIWARPRefusal(err)
-		if !errors.Is(err, cm.ErrLocalPortBusy) && !busyTimeout && !iwarpRefusal {
+		busyTimeout := policy == fallback.RDMAOnly && failures.Answers(dst) && fallback.Classify(err) == fallback.ReasonTimeout
+		if !errors.Is(err, cm.ErrLocalPortBusy) && !busyTimeout {
 			break
 		}
 		slog.Debug("rdmanet: the connection request failed for a passing reason; making it again", "addr", dst, "try", try+1, "err", err)
-		if iwarpRefusal && !wait(ctx, iwarpRefusalWaits[try-1]) {
-			break
-		}
 		c, err = attempt()
 	}
 	return c, err
-}
-
-// iwarpRefusalWaits are the pauses before each request made again after
-// an iWARP refusal: together longer than an iWARP listener takes to find
-// its socket lost and listen again (2 x iwarpListenCheck, and a pause).
-var iwarpRefusalWaits = [maxPortTries - 1]time.Duration{500 * time.Millisecond, 2500 * time.Millisecond}
-
-// isIWARPRefusal reports a connection request refused as iWARP refuses
-// one: rdma_cm's REJECTED with TCP's errno (ECONNREFUSED, ECONNRESET), where
-// InfiniBand and RoCE give a reject reason of the CM's.
-func isIWARPRefusal(err error) bool {
-	var ee *cm.EventError
-	return errors.As(err, &ee) && ee.Event == cm.EventRejected &&
-		(ee.Status == -int(syscall.ECONNREFUSED) || ee.Status == -int(syscall.ECONNRESET))
 }
 
 // dial makes an RDMA connection. answerWait, if positive, bounds the wait

@@ -185,10 +185,6 @@ func TestDialRetrying(t *testing.T) {
 	timedOut := &cm.EventError{Op: "connect", Event: cm.EventUnreachable, Status: -int(syscall.ETIMEDOUT)}
 	portBusy := fmt.Errorf("%w: %w", cm.ErrLocalPortBusy, syscall.EADDRNOTAVAIL)
 	refused := &cm.EventError{Op: "connect", Event: cm.EventRejected, Status: cm.RejectInvalidServiceID}
-	iwarpRefused := &cm.EventError{Op: "connect", Event: cm.EventRejected, Status: -int(syscall.ECONNREFUSED)}
-	iwarpReset := &cm.EventError{Op: "connect", Event: cm.EventRejected, Status: -int(syscall.ECONNRESET)}
-	var waits []time.Duration
-	noWait := func(_ context.Context, d time.Duration) bool { waits = append(waits, d); return true }
 	ok := &Conn{}
 	for _, tc := range []struct {
 		name   string
@@ -205,46 +201,24 @@ func TestDialRetrying(t *testing.T) {
 		{"rdma only: a timeout toward a host not known to answer", unknown, fallback.RDMAOnly, []error{timedOut}, 1, false},
 		{"may fall back: a busy host's timeout", busy, fallback.Auto, []error{timedOut}, 1, false},
 		{"refused by a CM (nothing listens)", busy, fallback.RDMAOnly, []error{refused}, 1, false},
-		{"rdma only: iWARP refusals from a busy host, then success", busy, fallback.RDMAOnly, []error{iwarpRefused, iwarpReset}, 3, true},
-		{"rdma only: iWARP refusals past the bound", busy, fallback.RDMAOnly, []error{iwarpRefused, iwarpRefused, iwarpRefused}, maxPortTries, false},
-		{"rdma only: an iWARP refusal from a host not known to answer", unknown, fallback.RDMAOnly, []error{iwarpRefused}, 1, false},
-		{"may fall back: an iWARP refusal", busy, fallback.Auto, []error{iwarpRefused}, 1, false},
+		{"refused by iWARP (TCP's reset)", busy, fallback.RDMAOnly, []error{&cm.EventError{Op: "connect", Event: cm.EventRejected, Status: -int(syscall.ECONNREFUSED)}}, 1, false},
 	} {
 		tries := 0
-		waits = nil
-		c, err := dialRetryingWith(context.Background(), tc.dst, tc.policy, func() (*Conn, error) {
+		c, err := dialRetrying(context.Background(), tc.dst, tc.policy, func() (*Conn, error) {
 			tries++
 			if tries <= len(tc.fails) {
 				return nil, tc.fails[tries-1]
 			}
 			return ok, nil
-		}, noWait)
+		})
 		if tries != tc.tries || (err == nil) != tc.ok || (c == ok) != tc.ok {
 			t.Errorf("%s: %d tries, %v, %v; want %d tries, success %v", tc.name, tries, c, err, tc.tries, tc.ok)
 		}
-		for i, d := range waits {
-			if d != iwarpRefusalWaits[i] {
-				t.Errorf("%s: waits %v, want the first %d of %v", tc.name, waits, len(waits), iwarpRefusalWaits)
-				break
-			}
-		}
-		if iwarp := len(tc.fails) > 0 && isIWARPRefusal(tc.fails[0]); !iwarp && len(waits) > 0 {
-			t.Errorf("%s: waited %v", tc.name, waits)
-		}
-	}
-	// The caller's context ends in the pause after an iWARP refusal.
-	tries := 0
-	c, err := dialRetryingWith(context.Background(), busy, fallback.RDMAOnly, func() (*Conn, error) {
-		tries++
-		return nil, iwarpRefused
-	}, func(context.Context, time.Duration) bool { return false })
-	if tries != 1 || c != nil || !isIWARPRefusal(err) {
-		t.Errorf("context ended in the pause: %d tries, %v, %v; want 1 and the refusal", tries, c, err)
 	}
 	// The caller's context ends: no further try.
 	ctx, cancel := context.WithCancel(context.Background())
-	tries = 0
-	_, err = dialRetrying(ctx, busy, fallback.RDMAOnly, func() (*Conn, error) {
+	tries := 0
+	_, err := dialRetrying(ctx, busy, fallback.RDMAOnly, func() (*Conn, error) {
 		tries++
 		cancel()
 		return nil, portBusy

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"syscall"
 	"time"
 
@@ -67,20 +68,29 @@ func iwarpPortError(err error) *fallback.Error {
 // lab, with a few hundred connections opened at once, the listening socket
 // was gone within seconds while the rdma_cm ID listened on, reporting
 // nothing, and every later request was refused by TCP's reset, as if
-// nothing listened. (An accepted socket copies its listener's callbacks
-// and endpoint; one that closes before siw takes it from the accept queue
-// reports its close on the listener's endpoint, which siw then releases.)
-// So an iWARP listener asks the kernel every iwarpListenCheck whether the
+// nothing listened. An accepted socket copies its listener's callbacks and
+// endpoint, and one that closes before siw has taken it from the accept
+// queue reports its close on the listener's endpoint: siw's work handler
+// then releases the listening socket and drops its reference to the
+// endpoint (siw_cm.c, SIW_CM_WORK_PEER_CLOSE).
+//
+// Such a listener cannot be made again in the process. Destroying its ID
+// makes siw release the endpoint a second time (siw_drop_listeners): in the
+// lab that was a "refcount_t: underflow; use-after-free" warning, and on
+// the next destroy a "list_del corruption" BUG that killed the thread
+// inside rdma_destroy_id, holding the listener's Close forever. And while
+// the ID lives, rdma_cm holds its port, so a new ID cannot listen there.
+// So an iWARP listener asks the kernel every iwarpListenCheck whether its
 // socket is still there (tcpListening), and when it is not, twice in a
-// row, makes the listener again on the same address and port, as after
-// any failure of the listening ID (rdmaSide.run).
+// row, says so: the listener's RDMAError and a warning name the loss, and
+// its ID is kept, never destroyed (keepLostListener), until the process
+// exits and the kernel tears it down.
 
-// iwarpListenCheck is how often an iWARP listener's socket is looked for:
-// a listener that lost it refuses every request until it is made again.
+// iwarpListenCheck is how often an iWARP listener's socket is looked for.
 const iwarpListenCheck = time.Second
 
-// errIWARPListenLost is why an iWARP listener was made again.
-var errIWARPListenLost = errors.New("rdmanet: the iWARP provider's listening TCP socket is gone (the kernel dropped it); listening again")
+// errIWARPListenLost is why an iWARP listener no longer takes requests.
+var errIWARPListenLost = errors.New("rdmanet: the iWARP provider dropped this listener's TCP socket (Soft-iWARP in Linux 6.1 does when a connection closes before it is accepted); RDMA requests to this port are refused until the process restarts: the listening ID is kept, since destroying it would corrupt the kernel's memory")
 
 // listensOnIWARP reports whether the side's listener takes iWARP
 // requests: an iWARP device's address, or the wildcard address of a host
@@ -97,8 +107,9 @@ func (s *rdmaSide) listensOnIWARP() bool {
 }
 
 // watchIWARPListen looks for the listener's socket every period until the
-// side closes, and closes the listening ID that lost it, so that run makes
-// it again. A kernel that cannot be asked ends the watch.
+// side closes or the socket is lost. A loss it reports (a stop, RDMAError,
+// a warning), and marks the listening ID lost, for run to keep instead of
+// destroying. A kernel that cannot be asked ends the watch.
 func (s *rdmaSide) watchIWARPListen(period time.Duration) {
 	defer s.wg.Done()
 	t := time.NewTicker(period)
@@ -132,10 +143,30 @@ func (s *rdmaSide) watchIWARPListen(period time.Duration) {
 		}
 		missed = 0
 		s.mu.Lock()
-		if s.servingID == id {
-			s.lostListen.Store(true)
-			id.Close()
+		lost := s.servingID == id
+		if lost {
+			s.lostID = id
+			s.why = &fallback.Error{Reason: fallback.ReasonRDMAError, Err: errIWARPListenLost}
 		}
 		s.mu.Unlock()
+		if lost {
+			s.stops.Add(1)
+			slog.Warn("rdmanet: the RDMA listener lost its iWARP socket", "addr", s.addr, "err", errIWARPListenLost)
+			return
+		}
 	}
+}
+
+// lostListeners keeps the listening IDs whose iWARP socket was lost, and
+// so their event channels, for the process's life (see above).
+var lostListeners struct {
+	sync.Mutex
+	ids []requestSource
+}
+
+// keepLostListener keeps id, never to be closed.
+func keepLostListener(id requestSource) {
+	lostListeners.Lock()
+	lostListeners.ids = append(lostListeners.ids, id)
+	lostListeners.Unlock()
 }
