@@ -129,21 +129,23 @@ func (m *Mem) regFor(domain any) (r *memReg, start bool, err error) {
 }
 
 // run makes r with reg. A registration made after m closed is dropped
-// here, as Close did not see it made.
+// here, as Close did not see it made, before r is ready: Close, which
+// waits for that, returns with nothing of m registered.
 func (m *Mem) run(r *memReg, reg func() (func(), error)) {
 	drop, err := reg()
 	m.mu.Lock()
 	closed := m.closed
-	if closed {
-		r.err = ErrMemClosed
-	} else {
+	if !closed {
 		r.drop, r.err = drop, err
 	}
-	close(r.ready)
 	m.mu.Unlock()
-	if closed && err == nil {
-		drop()
+	if closed {
+		if err == nil {
+			drop()
+		}
+		r.err = ErrMemClosed
 	}
+	close(r.ready)
 }
 
 // Forget drops m's registration in domain, which ends: the domain drops

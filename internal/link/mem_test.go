@@ -18,7 +18,8 @@ func TestMemRegisterAsync(t *testing.T) {
 	reg := func() (func(), error) {
 		regs.Add(1)
 		<-release
-		return func() { drops.Add(1) }, nil
+		// A slow drop: Close must not return before it ends.
+		return func() { time.Sleep(10 * time.Millisecond); drops.Add(1) }, nil
 	}
 	start := func(run func()) {
 		starts.Add(1)
@@ -88,7 +89,8 @@ func TestMemCloseWhileRegistering(t *testing.T) {
 	var drops atomic.Int32
 	reg := func() (func(), error) {
 		<-release
-		return func() { drops.Add(1) }, nil
+		// A slow drop: Close must not return before it ends.
+		return func() { time.Sleep(10 * time.Millisecond); drops.Add(1) }, nil
 	}
 	if err := m.RegisterAsync("device", reg, func(run func()) { go run() }); err != ErrMemRegistering {
 		t.Fatal(err)
