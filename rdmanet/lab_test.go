@@ -324,14 +324,14 @@ func TestLabDialNoListener(t *testing.T) {
 // manyPairs is TestLabManyConnections' count of pairs. The race pass of
 // scripts/lab-test opens 250 (the same paths as 1,000, which took 4
 // minutes of it under load); a pass without the race detector opens issue
-// 24's 5,000 (10,000 ends) in an 8 GiB VM. With the default Config
+// 24's 5,000 (10,000 ends) on rxe in an 8 GiB VM. With the default Config
 // an end's queues hold about 290 KiB of the kernel's memory on rxe (222
 // KiB of it mapped into the process), so 5,000 pairs need about 3 GiB for
 // queues alone.
 var manyPairs = flag.Int("many.pairs", 250, "connection pairs TestLabManyConnections opens at once")
 
 // TestLabManyConnections opens -many.pairs connection pairs (5,000 pairs,
-// 10,000 ends, in scripts/lab-test) with the default Config in one process
+// 10,000 ends, on rxe in scripts/lab-test) with the default Config in one process
 // on rxe and on siw, under the lab's limit of 4,096 descriptors, dialed 16
 // at a time; each makes a round trip, over RDMA (the "rdma" network never
 // falls back). Then it closes them and checks that everything is back to
