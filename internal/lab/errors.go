@@ -74,6 +74,21 @@ func (e *QEMUError) Error() string {
 
 func (e *QEMUError) Unwrap() error { return e.Err }
 
+// BootError reports a VM whose guest did not start the command in time;
+// the VM was killed.
+type BootError struct {
+	After   time.Duration
+	Console string // the end of the guest's console output
+}
+
+func (e *BootError) Error() string {
+	msg := fmt.Sprintf("the guest did not start the command within %v of the boot; killed the VM", e.After)
+	if e.Console != "" {
+		msg += "; end of the guest console:\n" + e.Console
+	}
+	return msg
+}
+
 // NoStatusError reports a VM that stopped without the guest reporting the
 // command's exit status.
 type NoStatusError struct {

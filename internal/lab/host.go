@@ -74,6 +74,28 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		ctx, cancel = context.WithTimeoutCause(ctx, cfg.Timeout, &TimeoutError{After: cfg.Timeout})
 		defer cancel()
 	}
+	for try := 1; ; try++ {
+		status, err := bootOnce(ctx, cfg, m, sp)
+		var be *BootError
+		if !errors.As(err, &be) || try == bootTries {
+			return status, err
+		}
+		// The command never started, so running it again is safe.
+		fmt.Fprintf(cfg.Stderr, "lab: %v; booting again\n", err)
+	}
+}
+
+// bootTimeout bounds a boot, until the guest starts the command: boots
+// take 5-20 s, about a minute on a loaded host. One make test's VM spent
+// 9 minutes with its CPUs busy and never printed a line.
+const bootTimeout = 3 * time.Minute
+
+// bootTries is how many boots Run makes while they time out.
+const bootTries = 2
+
+// bootOnce boots the lab in a run directory of its own and runs the
+// command there.
+func bootOnce(ctx context.Context, cfg Config, m machine, sp spec) (int, error) {
 	runDir, err := os.MkdirTemp("", "rdmanet-lab-")
 	if err != nil {
 		return 0, err
@@ -83,7 +105,8 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err := writeRunDir(runDir, m.hostTmp, sp); err != nil {
 		return 0, err
 	}
-	b := &boot{cfg: cfg, machine: m}
+	b := &boot{cfg: cfg, machine: m, bootTimeout: bootTimeout, startedc: make(chan struct{})}
+	b.started = b.startedc
 	return b.run(ctx)
 }
 
@@ -257,6 +280,13 @@ type boot struct {
 	stdout, stderr stream      // the command's output
 	console        *tailBuffer // the end of the console, unless verbose
 
+	// bootTimeout bounds the time until the guest starts the command
+	// (msgStart, which closes startedc once); started is run's view of it.
+	bootTimeout time.Duration
+	startedc    chan struct{}
+	started     <-chan struct{}
+	startOnce   sync.Once
+
 	mu        sync.Mutex
 	status    int
 	hasStatus bool
@@ -333,12 +363,28 @@ func (b *boot) run(ctx context.Context) (int, error) {
 	go func() { waitc <- cmd.Wait() }()
 
 	var waitErr error
-	select {
-	case waitErr = <-waitc:
-	case <-ctx.Done():
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-waitc
-		return 0, context.Cause(ctx)
+	bootLimit := time.NewTimer(b.bootTimeout)
+	defer bootLimit.Stop()
+	for done := false; !done; {
+		select {
+		case waitErr = <-waitc:
+			done = true
+		case <-ctx.Done():
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-waitc
+			return 0, context.Cause(ctx)
+		case <-b.started:
+			bootLimit.Stop()
+			b.started = nil // the command runs: only ctx bounds it now
+		case <-bootLimit.C:
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-waitc
+			be := &BootError{After: b.bootTimeout}
+			if b.console != nil {
+				be.Console = b.console.String()
+			}
+			return 0, be
+		}
 	}
 
 	// QEMU is gone, so its sockets are closed and the copies end; closing
@@ -375,6 +421,7 @@ func (b *boot) control(c net.Conn) {
 		}
 		switch {
 		case f[0] == msgStart:
+			b.startOnce.Do(func() { close(b.startedc) })
 			if b.cfg.Verbose || b.cfg.ReportBoot {
 				fmt.Fprintf(b.cfg.Stderr, "lab: booted in %.1fs\n", time.Since(b.start).Seconds())
 			}

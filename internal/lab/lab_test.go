@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -266,4 +267,34 @@ func TestRunUnknownCommand(t *testing.T) {
 	if _, err := Run(context.Background(), Config{}); err == nil {
 		t.Error("Run without a command succeeded")
 	}
+}
+
+// TestBootTimeout: a VM whose guest never starts the command (here a
+// "QEMU" that sleeps) is killed after the boot timeout, with a BootError;
+// it does not wait for the run's own limit.
+func TestBootTimeout(t *testing.T) {
+	dir := t.TempDir()
+	qemu := filepath.Join(dir, "qemu")
+	script := "#!/bin/sh\nexec sleep 60\n"
+	if err := os.WriteFile(qemu, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	b := &boot{
+		cfg:         Config{Stdout: io.Discard, Stderr: io.Discard},
+		machine:     machine{qemu: qemu, kernel: "/k", initrd: "/i", memoryMiB: 64, cpus: 1, runDir: dir, hostTmp: dir},
+		bootTimeout: 300 * time.Millisecond,
+		startedc:    started,
+		started:     started,
+	}
+	begin := time.Now()
+	_, err := b.run(context.Background())
+	var be *BootError
+	if !errors.As(err, &be) || be.After != b.bootTimeout {
+		t.Fatalf("run: %v, want a BootError after %v", err, b.bootTimeout)
+	}
+	if took := time.Since(begin); took > 20*time.Second {
+		t.Errorf("run returned after %v", took)
+	}
+	t.Logf("%v", err)
 }
