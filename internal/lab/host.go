@@ -105,8 +105,7 @@ func bootOnce(ctx context.Context, cfg Config, m machine, sp spec) (int, error) 
 	if err := writeRunDir(runDir, m.hostTmp, sp); err != nil {
 		return 0, err
 	}
-	b := &boot{cfg: cfg, machine: m, bootTimeout: bootTimeout, startedc: make(chan struct{})}
-	b.started = b.startedc
+	b := &boot{cfg: cfg, machine: m, bootTimeout: bootTimeout, started: make(chan struct{})}
 	return b.run(ctx)
 }
 
@@ -281,10 +280,9 @@ type boot struct {
 	console        *tailBuffer // the end of the console, unless verbose
 
 	// bootTimeout bounds the time until the guest starts the command
-	// (msgStart, which closes startedc once); started is run's view of it.
+	// (msgStart, which closes started once).
 	bootTimeout time.Duration
-	startedc    chan struct{}
-	started     <-chan struct{}
+	started     chan struct{}
 	startOnce   sync.Once
 
 	mu        sync.Mutex
@@ -365,6 +363,7 @@ func (b *boot) run(ctx context.Context) (int, error) {
 	var waitErr error
 	bootLimit := time.NewTimer(b.bootTimeout)
 	defer bootLimit.Stop()
+	started := b.started
 	for done := false; !done; {
 		select {
 		case waitErr = <-waitc:
@@ -373,9 +372,9 @@ func (b *boot) run(ctx context.Context) (int, error) {
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-waitc
 			return 0, context.Cause(ctx)
-		case <-b.started:
+		case <-started:
 			bootLimit.Stop()
-			b.started = nil // the command runs: only ctx bounds it now
+			started = nil // the command runs: only ctx bounds it now
 		case <-bootLimit.C:
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-waitc
@@ -421,7 +420,7 @@ func (b *boot) control(c net.Conn) {
 		}
 		switch {
 		case f[0] == msgStart:
-			b.startOnce.Do(func() { close(b.startedc) })
+			b.startOnce.Do(func() { close(b.started) })
 			if b.cfg.Verbose || b.cfg.ReportBoot {
 				fmt.Fprintf(b.cfg.Stderr, "lab: booted in %.1fs\n", time.Since(b.start).Seconds())
 			}

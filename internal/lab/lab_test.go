@@ -279,13 +279,11 @@ func TestBootTimeout(t *testing.T) {
 	if err := os.WriteFile(qemu, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	started := make(chan struct{})
 	b := &boot{
 		cfg:         Config{Stdout: io.Discard, Stderr: io.Discard},
 		machine:     machine{qemu: qemu, kernel: "/k", initrd: "/i", memoryMiB: 64, cpus: 1, runDir: dir, hostTmp: dir},
 		bootTimeout: 300 * time.Millisecond,
-		startedc:    started,
-		started:     started,
+		started:     make(chan struct{}),
 	}
 	begin := time.Now()
 	_, err := b.run(context.Background())
