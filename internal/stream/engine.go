@@ -277,11 +277,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Features&wire.FeatureOpenRing != 0 && (cfg.Features&wire.FeatureRing == 0 || cfg.PeerRing == nil) {
 		return nil, errors.New("stream: rings named by the open need the ring and the peer's named ring")
 	}
-	// Honour the peer's receives: never more requests in flight than it
-	// keeps posted, so none finds the peer without a receive (an RNR wait
-	// for an rdmanet peer, a fatal error for a peer that accepted with an
-	// RNR retry count of 0, as Valkey's clients get).
-	e.sq = NewSendQueue(min(cfg.Caps.SendDepth, peerDepth), uint64(len(cfg.SendRing)))
+	e.sq = NewSendQueue(sendDepth(cfg.Caps, peerDepth), uint64(len(cfg.SendRing)))
 	if cfg.Caps.RecvCredit && (cfg.Features&wire.FeatureRing == 0 || !cfg.PeerHello) {
 		return nil, errors.New("stream: receive credit needs the ring and the peer's Hello")
 	}
@@ -419,7 +415,7 @@ func (e *Engine) Relink(caps link.Caps, recvAddr uint64, recvKey uint32) error {
 	e.placeMems()
 	// Bytes still to be sent again from an earlier Relink go with this one.
 	e.postedBefore += e.sq.posted
-	e.sq = e.sq.Relink(min(caps.SendDepth, int(e.cfg.Peer.RecvDepth)), e.resend)
+	e.sq = e.sq.Relink(sendDepth(caps, int(e.cfg.Peer.RecvDepth)), e.resend)
 	e.send.(*SendRing).Relink(e.resend)
 	clear(e.out)
 	e.out = e.out[:0]
@@ -1248,4 +1244,20 @@ func (e *Engine) resendData() {
 		e.ctl.want |= wantShutdown
 		e.flushControl()
 	}
+}
+
+// sendDepth is the send queue's depth on a link with caps toward a peer
+// whose Hello says it keeps peerDepth receives posted. It honours the
+// peer's receives: never more requests in flight than it keeps posted, so
+// none finds the peer without a receive (an RNR wait for an rdmanet peer, a
+// fatal error for a peer that accepted with an RNR retry count of 0, as
+// Valkey's clients get). With grants, peerDepth is only the peer's first
+// grant (a group stream's 8), which grows: the credit already keeps every
+// message within the receives given, and a depth of 8 would signal every
+// other request (a send completion in each round trip).
+func sendDepth(caps link.Caps, peerDepth int) int {
+	if caps.RecvCredit && caps.RecvGrant {
+		return caps.SendDepth
+	}
+	return min(caps.SendDepth, peerDepth)
 }

@@ -304,3 +304,59 @@ func TestEngineTakesGrants(t *testing.T) {
 		t.Fatalf("credit beyond the messages sent without grants: %v, want a protocol error", e.Err())
 	}
 }
+
+// TestEngineGrantsSignalByOwnDepth: with grants, the peer's first grant (a
+// group stream's 8) bounds nothing but the credit, which grows: the send
+// queue is the link's own depth, and a request and answer exchange signals
+// a data write every quarter of it, not every other one (a group stream's
+// round trip took a send completion each).
+func TestEngineGrantsSignalByOwnDepth(t *testing.T) {
+	const ring, first, depth = 64 << 10, 8, 63
+	e, err := New(Config{
+		Features: wire.FeatureRing | wire.FeatureShutdown, PeerHello: true,
+		Peer:     wire.Hello{Version: 1, Features: wire.FeatureRing | wire.FeatureShutdown, RecvDepth: first, RingSize: ring},
+		Caps:     link.Caps{SendDepth: depth, RecvDepth: first, ControlDepth: 4, RecvCredit: true, RecvGrant: true},
+		SendRing: make([]byte, ring), RecvRing: make([]byte, ring), RecvAddr: 0x1000, RecvKey: 7,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &granter{recorder: &recorder{}, give: func(held, n int) int { return n }}
+	e.Start()
+	e.Flush(g)
+	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: ring, RKey: 9})
+	e.Flush(g)
+	completeAll(e, g.recorder)
+	// The peer grants well beyond its first 8 receives.
+	control(e, wire.Message{Op: wire.OpCredit, Receives: 200})
+	const exchanges = 60
+	buf := make([]byte, 64)
+	signaled := 0
+	for i := range exchanges {
+		if n, err := e.Write(buf); n != len(buf) || err != nil {
+			t.Fatalf("exchange %d: Write: %d, %v", i, n, err)
+		}
+		e.Flush(g)
+		for _, wr := range g.sent {
+			if wr.Kind == link.SendData && wr.Signaled {
+				signaled++
+			}
+		}
+		completeAll(e, g.recorder)
+		// The answer.
+		e.Handle(&link.Completion{Kind: link.DataArrived, N: uint32(len(buf))})
+		e.AfterCompletions()
+		if n, err := e.Read(buf); n != len(buf) || err != nil {
+			t.Fatalf("exchange %d: Read: %d, %v", i, n, err)
+		}
+		e.Flush(g)
+		completeAll(e, g.recorder)
+	}
+	if e.Err() != nil {
+		t.Fatal(e.Err())
+	}
+	if most := exchanges/(depth/4) + 1; signaled > most {
+		t.Errorf("%d of %d data writes signaled, want at most %d: one every %d requests of the send queue's %d",
+			signaled, exchanges, most, depth/4, depth)
+	}
+}
