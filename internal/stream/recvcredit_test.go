@@ -305,29 +305,17 @@ func TestEngineTakesGrants(t *testing.T) {
 	}
 }
 
-// TestEngineGrantsSignalByOwnDepth: with grants, the peer's first grant (a
-// group stream's 8) bounds nothing but the credit, which grows: the send
-// queue is the link's own depth, and a request and answer exchange signals
-// a data write every quarter of it, not every other one (a group stream's
-// round trip took a send completion each).
+// TestEngineGrantsSignalByOwnDepth: with grants, the peer's first grant
+// (its Hello's RecvDepth, 16 here; a group stream's 8) bounds nothing but
+// the credit, which grows: the send queue is the link's own depth, and a
+// request and answer exchange signals a data write every quarter of it,
+// not every quarter of the first grant (a group stream's round trip took
+// a send completion each).
 func TestEngineGrantsSignalByOwnDepth(t *testing.T) {
-	const ring, first, depth = 64 << 10, 8, 63
-	e, err := New(Config{
-		Features: wire.FeatureRing | wire.FeatureShutdown, PeerHello: true,
-		Peer:     wire.Hello{Version: 1, Features: wire.FeatureRing | wire.FeatureShutdown, RecvDepth: first, RingSize: ring},
-		Caps:     link.Caps{SendDepth: depth, RecvDepth: first, ControlDepth: 4, RecvCredit: true, RecvGrant: true},
-		SendRing: make([]byte, ring), RecvRing: make([]byte, ring), RecvAddr: 0x1000, RecvKey: 7,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &granter{recorder: &recorder{}, give: func(held, n int) int { return n }}
-	e.Start()
-	e.Flush(g)
-	control(e, wire.Message{Op: wire.OpRegisterXferMemory, Addr: 1 << 20, Length: ring, RKey: 9})
-	e.Flush(g)
+	const depth = 64 // newGrantingEngine's Caps.SendDepth
+	e, g := newGrantingEngine(t, 8, func(held, n int) int { return n })
 	completeAll(e, g.recorder)
-	// The peer grants well beyond its first 8 receives.
+	// The peer grants well beyond its first receives.
 	control(e, wire.Message{Op: wire.OpCredit, Receives: 200})
 	const exchanges = 60
 	buf := make([]byte, 64)
