@@ -894,9 +894,11 @@ func (l *Link) Close() error {
 		l.mu.Unlock()
 		return nil
 	}
+	// gone before woken: a Wait that takes the wake-up must find the
+	// link gone, and say closed, not woken.
+	l.gone.Store(true)
 	l.closed, l.woken = true, true
 	l.mu.Unlock()
-	l.gone.Store(true)
 	if t := l.flushTimer.Load(); t != nil {
 		t.Stop()
 	}
