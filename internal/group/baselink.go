@@ -562,10 +562,12 @@ func (l *baseLink) downLocked(err error) {
 		}
 	}
 	l.maybeCloseLocked()
-	if m.cfg.OnLinkDown != nil {
+	m.afterLinkDownLocked(err)
+	// Only while the group goes on: a group that ended with its last
+	// link (its peer closed it) has no path to make a link on again.
+	if m.cfg.OnLinkDown != nil && m.err == nil {
 		go m.cfg.OnLinkDown(l.base, err)
 	}
-	m.afterLinkDownLocked(err)
 }
 
 // maybeCloseLocked closes a link that ended once no stream is on it or

@@ -200,6 +200,28 @@ func TestMoveToLinkAdded(t *testing.T) {
 	ping(t, y, x, []byte("and back"), 3)
 }
 
+// TestLinkDownOnlyWhileGoingOn: a group whose peer closes it ends with its
+// last link, and its OnLinkDown is not called: there is no path to make a
+// link on again, and no connection to move (the owner logged a failed link
+// for every group that ended).
+func TestLinkDownOnlyWhileGoingOn(t *testing.T) {
+	ca := moveConfig(true)
+	var downs atomic.Int32
+	ca.OnLinkDown = func(link.Carrier, error) { downs.Add(1) }
+	a, b, _, _ := muxPair(t, ca, moveConfig(false), baseConfig())
+	x, y := openPair(t, a, b)
+	x.Close()
+	y.Close()
+	b.Close()
+	if err := waitErr(t, a); err == nil {
+		t.Fatal("the dialer's group goes on")
+	}
+	time.Sleep(50 * time.Millisecond) // OnLinkDown runs on a goroutine of its own
+	if n := downs.Load(); n != 0 {
+		t.Errorf("OnLinkDown called %d times for a group that ended, want none", n)
+	}
+}
+
 // TestMoveTimeout: a stream that no link takes within MoveTimeout ends
 // with a *MoveError (link.Ended, as a session that could not resume), and
 // a group with no link left ends.
