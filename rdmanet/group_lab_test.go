@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/nettest"
-
 	"github.com/rdmanet/sdk/internal/labenv"
 	"github.com/rdmanet/sdk/rdmanet"
 	"github.com/rdmanet/sdk/verbs"
@@ -21,9 +19,10 @@ import (
 const hangGuard = 2 * time.Minute
 
 // TestLabGroups: with link groups at both ends, on rxe and on siw, every
-// connection after the first is a stream of one RDMA connection: nettest
-// passes on the streams, and 50 connections open at once still hold the
-// group's two queue pairs (one at each end) and no more. Once the
+// connection after the first is a stream of one RDMA connection: 50
+// connections open at once still hold the group's two queue pairs (one at
+// each end) and no more (nettest passes on a group's streams on every data
+// path in TestLabDataPaths). Once the
 // listener and the connections close, the group goes too.
 func TestLabGroups(t *testing.T) {
 	env := labenv.RequireRDMA(t)
@@ -38,46 +37,18 @@ func TestLabGroups(t *testing.T) {
 			}
 			defer ln.Close()
 			d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(p.AddrA, 0)}, Config: cfg, Timeout: 20 * time.Second}
-			pair := func() (net.Conn, net.Conn, error) {
-				accepted := make(chan net.Conn, 1)
-				go func() {
-					c, err := ln.Accept()
-					if err != nil {
-						t.Error(err)
-					}
-					accepted <- c
-				}()
-				c1, err := d.Dial("rdma", ln.Addr().String())
-				if err != nil {
-					// The stream may still be accepted (the answer came
-					// after the dial gave up): close it then, or it holds
-					// the group, and every later leak check fails.
-					go func() {
-						if c := <-accepted; c != nil {
-							c.Close()
-						}
-					}()
-					return nil, nil, err
-				}
-				c2 := <-accepted
-				if c2 == nil {
-					c1.Close()
-					return nil, nil, io.ErrUnexpectedEOF
-				}
-				for _, c := range []net.Conn{c1, c2} {
-					if !rdmanet.GroupStream(c.(*rdmanet.Conn)) {
-						t.Errorf("%v to %v is not a group's stream", c.LocalAddr(), c.RemoteAddr())
-					}
-				}
-				return c1, c2, nil
+			// The group, made by a first connection: the 50 below use it.
+			c1, c2, err := listenerPair(ln, d)
+			if err != nil {
+				t.Fatal(err)
 			}
-			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
-				c1, c2, err = pair()
-				if err != nil {
-					return nil, nil, nil, err
+			for _, c := range []net.Conn{c1, c2} {
+				if !rdmanet.GroupStream(c.(*rdmanet.Conn)) {
+					t.Errorf("%v to %v is not a group's stream", c.LocalAddr(), c.RemoteAddr())
 				}
-				return c1, c2, func() { c1.Close(); c2.Close() }, nil
-			})
+			}
+			c1.Close()
+			c2.Close()
 
 			before := rdmanet.ReadMetrics()
 			// 50 dials at once; each server end echoes what it reads, and
@@ -127,8 +98,8 @@ func TestLabGroups(t *testing.T) {
 			if qps := verbs.Resources().QPs; qps != 2 {
 				t.Errorf("%d queue pairs with %d connections open, want the group's 2", qps, conns)
 			}
-			// Both ends of the one group are this process's; nettest's
-			// streams go as their connections finish closing.
+			// Both ends of the one group are this process's; the first
+			// pair's streams go as their connections finish closing.
 			var groups []rdmanet.GroupInfo
 			sides := map[string]int{}
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {

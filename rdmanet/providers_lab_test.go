@@ -5,6 +5,7 @@ package rdmanet_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -70,8 +71,11 @@ func plainAndSession(name string, cfg func(rdmanet.Config) rdmanet.Config) []str
 }
 
 // TestLabDataPaths: nettest's whole net.Conn suite on every data path,
-// with rdmanet's default Config and as a session; both ends say which
-// data path and protocol they run, and whether they are a session.
+// with rdmanet's default Config (the streams of one link group, its
+// listener's) and as a session; both ends say which data path and
+// protocol they run, and whether they are a group's stream or a session.
+// The first dial to a listener makes its group (TestLabGroups, and most
+// tests' pipes, make new ones).
 func TestLabDataPaths(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	for _, dp := range dataPaths(env) {
@@ -79,18 +83,37 @@ func TestLabDataPaths(t *testing.T) {
 			name, cfg := ps.name, ps.cfg
 			t.Run(name, func(t *testing.T) {
 				checkLeaks(t)
+				lc := rdmanet.ListenConfig{Config: cfg}
+				ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(dp.env.AddrB, 0).String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ln.Close()
+				d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(dp.env.AddrA, 0)}, Timeout: 20 * time.Second, Config: cfg}
+				session := cfg.ResumeTimeout > 0
 				nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
-					c1, c2, stop = pipe(t, dp.env, cfg)
+					c1, c2, err = listenerPair(ln, d)
+					if err != nil {
+						return nil, nil, nil, err
+					}
+					stop = func() { c1.Close(); c2.Close() }
 					for _, c := range []net.Conn{c1, c2} {
 						rc := c.(*rdmanet.Conn)
 						if got := rc.Info().DataPath; got != dp.want {
-							t.Fatalf("data path %q, want %q", got, dp.want)
+							stop()
+							return nil, nil, nil, fmt.Errorf("data path %q, want %q", got, dp.want)
 						}
 						if p := rc.Protocol(); p != rdmanet.ProtocolRdmanet {
-							t.Fatalf("connection speaks %q, want %q", p, rdmanet.ProtocolRdmanet)
+							stop()
+							return nil, nil, nil, fmt.Errorf("connection speaks %q, want %q", p, rdmanet.ProtocolRdmanet)
 						}
-						if got, want := rc.Session().Resumable, cfg.ResumeTimeout > 0; got != want {
-							t.Fatalf("connection is a session: %v, want %v", got, want)
+						if got := rc.Session().Resumable; got != session {
+							stop()
+							return nil, nil, nil, fmt.Errorf("connection is a session: %v, want %v", got, session)
+						}
+						if got := rdmanet.GroupStream(rc); got != !session {
+							stop()
+							return nil, nil, nil, fmt.Errorf("connection is a group's stream: %v, want %v", got, !session)
 						}
 					}
 					return c1, c2, stop, nil
