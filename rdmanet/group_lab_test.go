@@ -2,6 +2,7 @@ package rdmanet_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -17,6 +18,39 @@ import (
 // hangGuard bounds the waits of TestLabGroups: it only turns a hang into
 // a failure.
 const hangGuard = 2 * time.Minute
+
+// listenerPair dials ln with d and returns the two ends, ln's Accept's
+// second: connections one listener makes one after another, as a server
+// takes them (with rdmanet's default Config, streams of one link group).
+func listenerPair(ln *rdmanet.Listener, d rdmanet.Dialer) (client, server net.Conn, err error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	accepted := make(chan result, 1)
+	go func() {
+		c, err := ln.Accept()
+		accepted <- result{c, err}
+	}()
+	client, err = d.Dial("rdma", ln.Addr().String())
+	if err != nil {
+		// The connection may still be accepted (the answer came after
+		// the dial gave up): close it then, or it holds its group, and
+		// every later leak check fails.
+		go func() {
+			if r := <-accepted; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		return nil, nil, fmt.Errorf("dial %v: %w", ln.Addr(), err)
+	}
+	r := <-accepted
+	if r.err != nil {
+		client.Close()
+		return nil, nil, r.err
+	}
+	return client, r.c, nil
+}
 
 // TestLabGroups: with link groups at both ends, on rxe and on siw, every
 // connection after the first is a stream of one RDMA connection: 50

@@ -84,39 +84,6 @@ func dialPair(a, b netip.Addr, cfg rdmanet.Config, timeout time.Duration) (clien
 	return client, r.c, ln, nil
 }
 
-// listenerPair dials ln with d and returns the two ends, ln's Accept's
-// second: connections one listener makes one after another, as a server
-// takes them (with rdmanet's default Config, streams of one link group).
-func listenerPair(ln *rdmanet.Listener, d rdmanet.Dialer) (client, server net.Conn, err error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	accepted := make(chan result, 1)
-	go func() {
-		c, err := ln.Accept()
-		accepted <- result{c, err}
-	}()
-	client, err = d.Dial("rdma", ln.Addr().String())
-	if err != nil {
-		// The connection may still be accepted (the answer came after
-		// the dial gave up): close it then, or it holds its group, and
-		// every later leak check fails.
-		go func() {
-			if r := <-accepted; r.c != nil {
-				r.c.Close()
-			}
-		}()
-		return nil, nil, fmt.Errorf("dial %v: %w", ln.Addr(), err)
-	}
-	r := <-accepted
-	if r.err != nil {
-		client.Close()
-		return nil, nil, r.err
-	}
-	return client, r.c, nil
-}
-
 // modes are the two wire protocols: rdmanet's extensions, which two rdmanet
 // peers agree on by default, and Valkey's protocol, forced.
 var modes = []struct {
