@@ -383,9 +383,18 @@ func (b *bench) groupsRound(run *groupsRun, round int) {
 	for _, kd := range []kind{pingpong, stream} {
 		// Own and stream one after the other, groupsRTTPairs times: each
 		// pair's ratio is taken (groupsSection), so that a slow spell of
-		// the host hits both of a pair.
-		for range groupsRTTPairs {
-			for _, st := range []bool{false, true} {
+		// the host hits both of a pair. Each starts once the one before
+		// has let go of everything (a group's end flushes 16,128
+		// receives at each end), and which goes first alternates.
+		for i := range groupsRTTPairs {
+			order := []bool{false, true}
+			if i%2 == 1 {
+				order = []bool{true, false}
+			}
+			for _, st := range order {
+				if note := b.settleGroups(); note != "" {
+					fmt.Fprintln(b.log, prefix("round trips and streams"), note)
+				}
 				m := groupModeOwn
 				if st {
 					m = groupModeStream
