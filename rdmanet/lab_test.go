@@ -62,26 +62,12 @@ func dialPair(a, b netip.Addr, cfg rdmanet.Config, timeout time.Duration) (clien
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	accepted := make(chan result, 1)
-	go func() {
-		c, err := ln.Accept()
-		accepted <- result{c, err}
-	}()
 	d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(a, 0)}, Timeout: timeout, Config: cfg}
-	client, err = d.Dial("rdma", ln.Addr().String())
+	client, server, err = listenerPair(ln, d)
 	if err != nil {
-		return nil, nil, ln, fmt.Errorf("dial %v from %v: %w", ln.Addr(), a, err)
+		return nil, nil, ln, fmt.Errorf("from %v: %w", a, err)
 	}
-	r := <-accepted
-	if r.err != nil {
-		client.Close()
-		return nil, nil, ln, r.err
-	}
-	return client, r.c, ln, nil
+	return client, server, ln, nil
 }
 
 // modes are the two wire protocols: rdmanet's extensions, which two rdmanet
