@@ -19,6 +19,15 @@ import (
 // a failure.
 const hangGuard = 2 * time.Minute
 
+// listenAndDialer listens on "rdma" at b with cfg, and returns the
+// listener and a dialer from a with cfg whose dials take up to timeout.
+func listenAndDialer(a, b netip.Addr, cfg rdmanet.Config, timeout time.Duration) (*rdmanet.Listener, rdmanet.Dialer, error) {
+	lc := rdmanet.ListenConfig{Config: cfg}
+	ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(b, 0).String())
+	d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(a, 0)}, Timeout: timeout, Config: cfg}
+	return ln, d, err
+}
+
 // listenerPair dials ln with d and returns the two ends, ln's Accept's
 // second: connections one listener makes one after another, as a server
 // takes them (with rdmanet's default Config, streams of one link group).
@@ -63,14 +72,11 @@ func TestLabGroups(t *testing.T) {
 	for _, p := range env.Pairs() {
 		t.Run(p.Provider, func(t *testing.T) {
 			checkLeaks(t)
-			cfg := rdmanet.Config{}
-			lc := rdmanet.ListenConfig{Config: cfg}
-			ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(p.AddrB, 0).String())
+			ln, d, err := listenAndDialer(p.AddrA, p.AddrB, rdmanet.Config{}, 20*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer ln.Close()
-			d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(p.AddrA, 0)}, Config: cfg, Timeout: 20 * time.Second}
 			// The group, made by a first connection: the 50 below use it.
 			c1, c2, err := listenerPair(ln, d)
 			if err != nil {

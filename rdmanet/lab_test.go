@@ -57,12 +57,10 @@ func tryPipe(env labenv.Env, cfg rdmanet.Config, timeout time.Duration) (client,
 // dialPair connects a client on a to a server on b over RDMA, and returns
 // the listener too (a session resumes through it).
 func dialPair(a, b netip.Addr, cfg rdmanet.Config, timeout time.Duration) (client, server net.Conn, ln *rdmanet.Listener, err error) {
-	lc := rdmanet.ListenConfig{Config: cfg}
-	ln, err = lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(b, 0).String())
+	ln, d, err := listenAndDialer(a, b, cfg, timeout)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(a, 0)}, Timeout: timeout, Config: cfg}
 	client, server, err = listenerPair(ln, d)
 	if err != nil {
 		return nil, nil, ln, fmt.Errorf("from %v: %w", a, err)

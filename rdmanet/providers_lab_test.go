@@ -83,14 +83,25 @@ func TestLabDataPaths(t *testing.T) {
 			name, cfg := ps.name, ps.cfg
 			t.Run(name, func(t *testing.T) {
 				checkLeaks(t)
-				lc := rdmanet.ListenConfig{Config: cfg}
-				ln, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(dp.env.AddrB, 0).String())
+				ln, d, err := listenAndDialer(dp.env.AddrA, dp.env.AddrB, cfg, 20*time.Second)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer ln.Close()
-				d := rdmanet.Dialer{LocalAddr: &rdmanet.Addr{AddrPort: netip.AddrPortFrom(dp.env.AddrA, 0)}, Timeout: 20 * time.Second, Config: cfg}
 				session := cfg.ResumeTimeout > 0
+				check := func(rc *rdmanet.Conn) error {
+					switch {
+					case rc.Info().DataPath != dp.want:
+						return fmt.Errorf("data path %q, want %q", rc.Info().DataPath, dp.want)
+					case rc.Protocol() != rdmanet.ProtocolRdmanet:
+						return fmt.Errorf("connection speaks %q, want %q", rc.Protocol(), rdmanet.ProtocolRdmanet)
+					case rc.Session().Resumable != session:
+						return fmt.Errorf("connection is a session: %v, want %v", rc.Session().Resumable, session)
+					case rdmanet.GroupStream(rc) == session:
+						return fmt.Errorf("connection is a group's stream: %v, want %v", session, !session)
+					}
+					return nil
+				}
 				nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 					c1, c2, err = listenerPair(ln, d)
 					if err != nil {
@@ -98,22 +109,9 @@ func TestLabDataPaths(t *testing.T) {
 					}
 					stop = func() { c1.Close(); c2.Close() }
 					for _, c := range []net.Conn{c1, c2} {
-						rc := c.(*rdmanet.Conn)
-						if got := rc.Info().DataPath; got != dp.want {
+						if err := check(c.(*rdmanet.Conn)); err != nil {
 							stop()
-							return nil, nil, nil, fmt.Errorf("data path %q, want %q", got, dp.want)
-						}
-						if p := rc.Protocol(); p != rdmanet.ProtocolRdmanet {
-							stop()
-							return nil, nil, nil, fmt.Errorf("connection speaks %q, want %q", p, rdmanet.ProtocolRdmanet)
-						}
-						if got := rc.Session().Resumable; got != session {
-							stop()
-							return nil, nil, nil, fmt.Errorf("connection is a session: %v, want %v", got, session)
-						}
-						if got := rdmanet.GroupStream(rc); got != !session {
-							stop()
-							return nil, nil, nil, fmt.Errorf("connection is a group's stream: %v, want %v", got, !session)
+							return nil, nil, nil, err
 						}
 					}
 					return c1, c2, stop, nil
