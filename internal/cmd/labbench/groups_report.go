@@ -151,11 +151,10 @@ func (r report) groupsSection(w *strings.Builder) {
 		v, ok, why := ratio(st, own, have, row.get)
 		ratioCell := "–"
 		if rs := pairRatios(owns, sts, row.get); len(rs) > 0 {
-			slices.Sort(rs)
-			v, ok, why = rs[(len(rs)-1)/2], true, ""
+			v, ok, why = lowerMedian(rs), true, ""
 			ratioCell = fmt.Sprintf("%.2f (1 pair)", v)
 			if len(rs) > 1 {
-				ratioCell = fmt.Sprintf("%.2f (%d pairs: %.2f–%.2f)", v, len(rs), rs[0], rs[len(rs)-1])
+				ratioCell = fmt.Sprintf("%.2f (%d pairs: %.2f–%.2f)", v, len(rs), slices.Min(rs), slices.Max(rs))
 			}
 		} else if ok {
 			ratioCell = fmt.Sprintf("%.2f", v)

@@ -88,6 +88,13 @@ func combine(rounds []figure) figure {
 	return c
 }
 
+// lowerMedian is the median of vs, the lower middle one of an even count;
+// it sorts vs.
+func lowerMedian(vs []float64) float64 {
+	slices.Sort(vs)
+	return vs[(len(vs)-1)/2]
+}
+
 // primary is a figure's main value: throughput, or the round trip's p50 (its
 // mean for tools that report only that).
 func primary(f figure) float64 {

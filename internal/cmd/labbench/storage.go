@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,8 +232,7 @@ func medianFigure(rounds []storageFigure) storageFigure {
 		for i, f := range oks {
 			vs[i] = v(f)
 		}
-		slices.Sort(vs)
-		return vs[(len(vs)-1)/2]
+		return lowerMedian(vs)
 	}
 	f := storageFigure{how: oks[0].how, missed: len(rounds) - len(oks)}
 	f.mbps = med(func(f storageFigure) float64 { return f.mbps })
