@@ -196,21 +196,48 @@ func TestLabCloseWrite(t *testing.T) {
 
 // stream writes size bytes in random pieces and returns their hash.
 func stream(w io.Writer, size int, seed uint64, maxPiece int) ([32]byte, error) {
+	sum, _, err := streamWhile(w, func(sent int) int { return size - sent }, seed, maxPiece)
+	return sum, err
+}
+
+// streamWhile writes random pieces of at most maxPiece bytes, and of at
+// most left(sent) bytes, until left says none are left; it returns their
+// hash and how many it wrote.
+func streamWhile(w io.Writer, left func(sent int) int, seed uint64, maxPiece int) ([32]byte, int, error) {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	h := sha256.New()
 	buf := make([]byte, maxPiece)
-	for size > 0 {
-		n := min(size, 1+rng.IntN(maxPiece))
+	sent := 0
+	for l := left(0); l > 0; l = left(sent) {
+		n := min(l, 1+rng.IntN(maxPiece))
 		for i := range buf[:n] {
 			buf[i] = byte(rng.Uint32())
 		}
 		h.Write(buf[:n])
 		if _, err := w.Write(buf[:n]); err != nil {
-			return [32]byte{}, err
+			return [32]byte{}, sent, err
 		}
-		size -= n
+		sent += n
 	}
-	return [32]byte(h.Sum(nil)), nil
+	return [32]byte(h.Sum(nil)), sent, nil
+}
+
+// streamPast is streamWhile's left for a stream that must still flow after
+// something happens (a move, a failover): it writes at least min bytes, and
+// once done is closed, after more bytes past the point where it saw it.
+func streamPast(min int, done <-chan struct{}, after int) func(sent int) int {
+	end := -1
+	return func(sent int) int {
+		if end < 0 {
+			select {
+			case <-done:
+				end = sent + after
+			default:
+				return max(min-sent, after)
+			}
+		}
+		return max(min, end) - sent
+	}
 }
 
 // drain reads size bytes in reads of a random size and returns their hash.

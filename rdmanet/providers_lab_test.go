@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"testing"
@@ -277,16 +278,20 @@ func TestLabSessionLetsGo(t *testing.T) {
 			defer ns.Close()
 			sides := map[string]*rdmanet.Conn{"client": nc.(*rdmanet.Conn), "server": ns.(*rdmanet.Conn)}
 
-			// 8 MiB each way outlasts the four moves (about a second
-			// each) under the race detector, at under 1 MB/s.
-			const size = 8 << 20
+			// Each way streams until the fourth move, and 1 MiB past it.
+			moved := make(chan struct{})
 			sums := make([][2][32]byte, 2)
+			counts := make([][2]int, 2)
 			done := make(chan struct{}, 4)
 			for i, ends := range [][2]net.Conn{{nc, ns}, {ns, nc}} {
 				go func() {
 					defer func() { done <- struct{}{} }()
 					var err error
-					if sums[i][0], err = stream(ends[0], size, uint64(i), 64<<10); err != nil {
+					sums[i][0], counts[i][0], err = streamWhile(ends[0], streamPast(1<<20, moved, 1<<20), uint64(i), 64<<10)
+					if err == nil {
+						err = ends[0].(*rdmanet.Conn).CloseWrite()
+					}
+					if err != nil {
 						t.Errorf("direction %d: write: %v", i, err)
 					}
 				}()
@@ -294,9 +299,10 @@ func TestLabSessionLetsGo(t *testing.T) {
 					defer func() { done <- struct{}{} }()
 					var n int64
 					var err error
-					if sums[i][1], n, err = drain(ends[1], size); err != nil || n != size {
+					if sums[i][1], n, err = drain(ends[1], math.MaxInt); err != nil {
 						t.Errorf("direction %d: read %d bytes: %v", i, n, err)
 					}
+					counts[i][1] = int(n)
 				}()
 			}
 			for k, side := range []string{"server", "client", "server", "client"} {
@@ -305,12 +311,13 @@ func TestLabSessionLetsGo(t *testing.T) {
 				}
 				waitSessions(t, sides, "a resume", func(st rdmanet.SessionState) bool { return st.Failovers > k && !st.Suspended })
 			}
+			close(moved)
 			for range 4 {
 				<-done
 			}
 			for i := range sums {
-				if sums[i][0] != sums[i][1] {
-					t.Errorf("direction %d: SHA-256 differs", i)
+				if sums[i][0] != sums[i][1] || counts[i][0] != counts[i][1] {
+					t.Errorf("direction %d: wrote %d bytes, read %d; SHA-256 differs: %v", i, counts[i][0], counts[i][1], sums[i][0] != sums[i][1])
 				}
 			}
 			for name, c := range sides {
