@@ -198,6 +198,15 @@ type PeerRingNamer interface {
 // (internal/linktest) tells misuse from a broken link.
 var ErrMisuse = errors.New("misuse")
 
+// Emptier is a link that knows whether its last Poll took everything it
+// had: it polled its completion queue itself, not only what another
+// link's poll had set aside for it, and found it short. A caller that
+// must leave nothing behind (a poll after Arm) then needs no poll more,
+// which finds nothing. A link that says false says nothing.
+type Emptier interface {
+	Emptied() bool
+}
+
 // PathWatcher is a link that shares its path (its device and the peer)
 // with other links and knows their progress: when a send last completed
 // and a message last arrived on any of them. A connection whose own

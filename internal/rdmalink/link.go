@@ -52,6 +52,7 @@ type Link struct {
 	unposted int // the first receive slot never posted (Config.PostFirst)
 	sendWRs  []verbs.SendWR
 	wcs      [pollBatch]verbs.WorkCompletion
+	emptied  bool // the last Poll drained the shared queue and took all it had (Emptied)
 	// tag is the slot and generation every work request's id carries
 	// (wrTag); sendIDs are the engine's ids of the sends posted, by their
 	// place in the send queue (sendNext is the next's), so that a send's
@@ -550,6 +551,11 @@ func (l *Link) Poll(cs []link.Completion) (int, error) {
 	}
 }
 
+// Emptied reports whether the last Poll drained the shared queue and took
+// all the link had then (link.Emptier): a Poll that took only what other
+// links' polls set aside for it says false.
+func (l *Link) Emptied() bool { return l.emptied }
+
 // pollOnce is one pass of Poll; took says whether it took completions,
 // even if none of them meant anything.
 func (l *Link) pollOnce(cs []link.Completion) (n int, took bool, err error) {
@@ -571,6 +577,7 @@ func (l *Link) pollOnce(cs []link.Completion) (n int, took bool, err error) {
 	// end recorded after the drain may have completions that came after it
 	// on the queue still: it waits for the next Poll.
 	drained := !l.hasPending()
+	l.emptied = false
 	var end link.Completion
 	ended := false
 	if drained {
@@ -582,6 +589,7 @@ func (l *Link) pollOnce(cs []link.Completion) (n int, took bool, err error) {
 	wcs := l.wcs[:min(len(cs), len(l.wcs))]
 	got := l.takePending(wcs)
 	took = got > 0
+	l.emptied = drained && got < len(wcs)
 	sent, heard := false, false // recorded on the peer group, once a Poll
 	for i := range wcs[:got] {
 		wc := &wcs[i]
