@@ -3,8 +3,8 @@ package group
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/sdk/internal/link"
@@ -13,15 +13,16 @@ import (
 
 // baseLink is one of a group's links and what the group keeps of it: its
 // send queue (the requests outstanding, the streams that wait their turn),
-// its pool of receives and the goroutine that waits on it. Under the
+// its pool of receives and who watches it (kick). Under the
 // mux's lock, as every stream's state is: a stream moves between links
 // with no lock of its own to hand over.
 type baseLink struct {
-	m     *Mux
-	base  link.Carrier
-	bc    link.Caps
-	index int           // the order it was added in, for names
-	done  chan struct{} // run returned
+	m       *Mux
+	base    link.Carrier
+	emptier link.Emptier // base, if it says when a Poll took all it had
+	bc      link.Caps
+	index   int           // the order it was added in, for names
+	done    chan struct{} // closed by finishLocked
 	// lastResort: a TCP link (Caps.Transport "tcp"). No stream opens on
 	// it; streams move to it only when no other link works, and leave it
 	// for the first that does, which then retires it (retireLastResortLocked).
@@ -59,12 +60,22 @@ type baseLink struct {
 	sent, hear   time.Time
 	posted       uint64
 	mostQueued   int
-	woke         bool // a stream's waiter was woken (Stream.signalLocked)
-	// signals are the streams whose signals run's drain deferred until
-	// it let go of the mux's lock (Mux.deferTo); wakeups is give's
-	// scratch, used by run alone once the lock is let go.
+	// signals are the streams whose signals a leader's or a service's
+	// drain deferred until it let go of the mux's lock (Mux.deferTo);
+	// wakeups is the service's scratch for give.
 	signals []*Stream
 	wakeups []wakeup
+
+	// Watching the base link (kick): the stream whose Wait leads, whether
+	// it sleeps in the base link's Wait now (asleep: a signal to it must
+	// wake the base link), the streams asleep in Wait on their cond that
+	// may lead next, the service's state, and whether done was closed.
+	leader    *Stream
+	asleep    bool
+	followers []*Stream
+	svc       atomic.Int32
+	serviceFn func() // service, bound once: a go statement on a method value allocates each time
+	finished  bool
 }
 
 // sent is one base request outstanding.
@@ -78,71 +89,113 @@ type sent struct {
 
 func (l *baseLink) name() string { return l.bc.Name }
 
-// run waits on the base link and hands its completions to the streams,
-// until the link or the group ends.
-func (l *baseLink) run() {
-	defer close(l.done)
+// Who watches the base link. A stream's Wait leads: it sleeps in the
+// base link's Wait itself (Stream.leadLocked), so that the completion it
+// waits for wakes its own goroutine and no other, as on a link of its own,
+// and hands what it takes to the other streams. With no leader, the base
+// link is left armed, and its notify function (kick) starts a short
+// service that takes what came and arms it again: an idle group has no
+// goroutine. Either way the base link is armed whenever nobody holds the
+// mux's lock to drain it, so no completion goes untold.
+const (
+	svcIdle    = iota
+	svcRunning // a service runs (or is about to)
+	svcAgain   // and a kick came since it began: it runs once more
+)
+
+// kick is the base link's notify function: a completion came, or the link
+// ended, while no Wait ran on it. It must not block.
+func (l *baseLink) kick() {
 	for {
-		alive, woke := l.drain()
-		if !alive {
-			return
-		}
-		if woke {
-			// The goroutine a completion woke is runnable on this P: let
-			// it take its completion before this one's Arm and Poll, calls
-			// into C, run in its place (a stream's round trip took 2.5 x a
-			// connection's of its own in the lab; 1.4 x with this).
-			runtime.Gosched()
-		}
-		if err := l.base.Arm(); err != nil {
-			l.fail(err)
-			return
-		}
-		if alive, _ := l.drain(); !alive {
-			return
-		}
-		err := l.base.Wait()
-		m := l.m
-		m.mu.Lock()
-		over := m.closed || l.err != nil
-		m.mu.Unlock()
-		if over {
-			return
-		}
-		if err != nil && !errors.Is(err, link.ErrWoken) {
-			l.fail(err)
+		switch l.svc.Load() {
+		case svcIdle:
+			if l.svc.CompareAndSwap(svcIdle, svcRunning) {
+				go l.serviceFn()
+				return
+			}
+		case svcRunning:
+			if l.svc.CompareAndSwap(svcRunning, svcAgain) {
+				return
+			}
+		default:
 			return
 		}
 	}
 }
 
-func (l *baseLink) fail(err error) {
-	l.m.mu.Lock()
-	defer l.m.mu.Unlock()
-	l.downLocked(err)
-}
-
-// drain polls the base link until it has nothing more: alive is false
-// once the link or the group ended, and woke says whether a stream's
-// waiter was woken since the last drain.
-func (l *baseLink) drain() (alive, woke bool) {
+// service takes what the base link has and leaves it armed, once more for
+// each kick that came while it ran. One runs at a time, so l.wakeups is
+// its own.
+func (l *baseLink) service() {
 	m := l.m
-	m.mu.Lock()
-	m.deferTo = l
-	l.drainLocked()
-	ws := l.takeSignalsLocked()
-	woke, l.woke = l.woke, false
-	alive = m.err == nil && l.err == nil
-	m.mu.Unlock()
-	give(ws)
-	return alive, woke
+	for {
+		m.mu.Lock()
+		l.svc.Store(svcRunning)
+		ws := l.wakeups[:0]
+		if l.usableLocked() {
+			m.deferTo = l
+			l.settleLocked()
+			ws = l.takeSignalsLocked(ws)
+		}
+		m.mu.Unlock()
+		l.wakeups = give(ws)
+		if l.svc.CompareAndSwap(svcRunning, svcIdle) {
+			return
+		}
+	}
 }
 
-// drainLocked hands every completion the base link has to its stream,
-// then posts what waits.
-func (l *baseLink) drainLocked() {
+// usableLocked reports whether the base link and its group still work.
+func (l *baseLink) usableLocked() bool { return l.err == nil && l.m.err == nil }
+
+// settleLocked arms the base link and takes what came before the Arm: a
+// completion after it raises an event, for the leader's Wait or kick.
+func (l *baseLink) settleLocked() {
+	if !l.usableLocked() {
+		return
+	}
+	if err := l.base.Arm(); err != nil {
+		l.downLocked(err)
+		return
+	}
+	l.drainLocked(true)
+}
+
+// finishLocked closes done once the link (or the group) ended and no
+// leader sleeps in its Wait: from then on nobody calls the base link
+// without the mux's lock, and under it nobody calls a link that ended, so
+// it may be closed.
+func (l *baseLink) finishLocked() {
+	if l.finished || l.usableLocked() || l.asleep {
+		return
+	}
+	l.finished = true
+	l.base.SetNotify(nil)
+	close(l.done)
+}
+
+// handLeadLocked wakes a stream that waits on l to lead, when l has no
+// leader: the next completion then wakes one goroutine, not kick's and
+// then the stream's.
+func (l *baseLink) handLeadLocked() {
+	if l.leader != nil || len(l.followers) == 0 || !l.usableLocked() {
+		return
+	}
+	s := l.followers[len(l.followers)-1]
+	s.unfollowLocked()
+	s.cond.Broadcast()
+}
+
+// drainLocked hands the completions the base link has to their streams,
+// then posts what waits; it reports whether it took any. With full it
+// polls until a poll finds nothing, or the link says it took all it had
+// (link.Emptier), as a drain after an Arm must: what came before the Arm
+// raises no event. Otherwise it stops at a poll that
+// comes back short, which saves a poll of an empty queue when an Arm and
+// a full drain follow, or nothing relies on it (a Read that polls).
+func (l *baseLink) drainLocked(full bool) (took bool) {
 	if l.draining || l.err != nil {
-		return // a stream's call from within a completion: the drain goes on after it
+		return false // a stream's call from within a completion: the drain goes on after it
 	}
 	l.draining = true
 	defer func() { l.draining = false }()
@@ -158,12 +211,17 @@ func (l *baseLink) drainLocked() {
 		if k == 0 {
 			break
 		}
+		took = true
 		for i := range k {
 			l.completeLocked(&l.cs[i])
 		}
 		clear(l.cs[:k])
+		if k < len(l.cs) && (!full || l.emptier != nil && l.emptier.Emptied()) {
+			break
+		}
 	}
 	l.pumpLocked()
+	return took
 }
 
 // completeLocked takes one completion of the base link.
@@ -550,7 +608,7 @@ func (l *baseLink) downLocked(err error) {
 		m.stats.LinksDown++
 	}
 	l.base.Disconnect()
-	l.base.Wake() // run may sleep on a link that says nothing more
+	l.base.Wake() // a leader may sleep on a link that says nothing more
 	l.ready.reset()
 	l.queued, l.groupq, l.groupWait, l.movesWaiting = 0, nil, nil, nil
 	l.fifo, l.n = nil, 0
@@ -561,6 +619,7 @@ func (l *baseLink) downLocked(err error) {
 			s.suspendLocked(err)
 		}
 	}
+	l.finishLocked()
 	l.maybeCloseLocked()
 	m.afterLinkDownLocked(err)
 	// Only while the group goes on: a group that ended with its last
@@ -571,7 +630,7 @@ func (l *baseLink) downLocked(err error) {
 }
 
 // maybeCloseLocked closes a link that ended once no stream is on it or
-// holds a ring registered on it, and run stopped polling it. The link
+// holds a ring registered on it, and no leader sleeps in its Wait (done). The link
 // holds the memory of the rings it made, which streams that moved away
 // still use.
 func (l *baseLink) maybeCloseLocked() {

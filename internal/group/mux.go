@@ -33,8 +33,10 @@
 //     groupRequests outstanding from each side, and their answers, so the
 //     group reserves twice that many receives for them and needs no credit.
 //
-// One goroutine a base link waits on it and hands each completion to its
-// stream; a stream with no Read or Write in flight has none. A stream's
+// A stream's Wait sleeps in its base link's Wait as that link's leader
+// and hands each completion it takes to its stream; with no Wait, the base
+// link's notify starts a short service that does it, so an idle group has
+// no goroutine (baseLink.kick). A stream's
 // name (its tag) is the group's, not a link's, so it keeps it when it
 // moves.
 package group
@@ -269,9 +271,9 @@ type Mux struct {
 	// ends or retires.
 	acceptReady chan struct{}
 
-	// deferTo is the link whose run goroutine drains it now, holding the
-	// lock: the streams' signals wait in its list until the lock is let
-	// go (baseLink.drain).
+	// deferTo is the link that a leader or a service drains now, holding
+	// the lock: the streams' signals wait in its list until the lock is
+	// let go (takeSignalsLocked).
 	deferTo *baseLink
 
 	suspended []*Stream // waiting for a move, oldest first
@@ -348,9 +350,12 @@ func (m *Mux) addLocked(base link.Carrier) *baseLink {
 		firstID:    1,
 		lastResort: bc.Transport == "tcp",
 	}
+	l.emptier, _ = base.(link.Emptier)
+	l.serviceFn = l.service
 	m.added++
 	m.links = append(m.links, l)
-	go l.run()
+	base.SetNotify(l.kick)
+	l.kick() // a first service arms it and takes what came
 	return l
 }
 
@@ -558,7 +563,7 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 	m.free = append(m.free, slot)
 	m.stats.Streams--
 	if m.closed && m.stats.Streams == 0 {
-		// Close ran: the links go with the last stream, once no run polls
+		// Close ran: the links go with the last stream, once no leader sleeps in
 		// them.
 		go func() {
 			<-m.done
@@ -568,7 +573,7 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 		}()
 	}
 	if m.retiring && m.stats.Streams == 0 {
-		go m.Close() // not under the lock, and not on a run goroutine, which Close waits for
+		go m.Close() // not under the lock, and not on a leader's goroutine, which Close waits for
 	}
 	if m.cfg.IdleClose > 0 && m.stats.Streams == 0 {
 		m.idleSince = time.Now()
@@ -691,16 +696,17 @@ func (m *Mux) endLocked(err error) {
 		}
 	}
 	m.suspended = nil
-	runs := make([]chan struct{}, 0, len(m.links))
+	dones := make([]chan struct{}, 0, len(m.links))
 	for _, l := range m.links {
 		l.ready.reset()
 		l.groupq, l.groupWait = nil, nil
 		l.base.Disconnect() // the peer's end of each link learns at once
-		l.base.Wake()       // run may sleep on a link that says nothing more
-		runs = append(runs, l.done)
+		l.base.Wake()       // a leader may sleep on a link that says nothing more
+		l.finishLocked()
+		dones = append(dones, l.done)
 	}
 	go func() {
-		for _, d := range runs {
+		for _, d := range dones {
 			<-d
 		}
 		close(m.done)

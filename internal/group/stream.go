@@ -1,6 +1,7 @@
 package group
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -85,9 +86,15 @@ type Stream struct {
 	waits  int
 	notify func()
 	cond   sync.Cond // on the mux's lock
-	// signalQueued: a drain of the run goroutine's queued the stream's
+	// signalQueued: a leader's or a service's drain queued the stream's
 	// signal, to be given once it let go of the mux's lock.
 	signalQueued bool
+	// Its Wait leads on leads (sleeps in its base link's Wait), or
+	// follows on following (asleep on cond, at followIdx in its
+	// followers); scratch is its signals to give as a leader.
+	leads, following *baseLink
+	followIdx        int
+	scratch          []wakeup
 }
 
 type streamState uint8
@@ -550,9 +557,7 @@ func (s *Stream) terminateLocked(c link.Completion) {
 }
 
 func (s *Stream) signalLocked() {
-	if s.l != nil {
-		s.l.woke = true
-	}
+	s.wakeLeaderLocked()
 	if d := s.m.deferTo; d != nil {
 		if !s.signalQueued {
 			s.signalQueued = true
@@ -566,6 +571,14 @@ func (s *Stream) signalLocked() {
 	}
 }
 
+// wakeLeaderLocked wakes the stream's Wait where it sleeps in a base
+// link's Wait, as a leader: its cond wakes only a follower.
+func (s *Stream) wakeLeaderLocked() {
+	if l := s.leads; l != nil && l.asleep {
+		l.base.Wake()
+	}
+}
+
 // wakeup is a stream's signal given after the mux's lock was let go.
 type wakeup struct {
 	cond   *sync.Cond // nil: nobody waits
@@ -573,12 +586,12 @@ type wakeup struct {
 }
 
 // takeSignalsLocked ends the deferral of the streams' signals that l's
-// drain began, and says what to give once the lock is let go: a reader
-// woken while the drain holds the lock would only wait for the lock, and
-// be woken again when it is free (two wake-ups for one completion).
-func (l *baseLink) takeSignalsLocked() []wakeup {
+// drain began, and says in ws what to give once the lock is let go: a
+// reader woken while the drain holds the lock would only wait for the
+// lock, and be woken again when it is free (two wake-ups for one
+// completion).
+func (l *baseLink) takeSignalsLocked(ws []wakeup) []wakeup {
 	l.m.deferTo = nil
-	ws := l.wakeups[:0]
 	for i, s := range l.signals {
 		s.signalQueued = false
 		w := wakeup{}
@@ -591,12 +604,12 @@ func (l *baseLink) takeSignalsLocked() []wakeup {
 		l.signals[i] = nil
 	}
 	l.signals = l.signals[:0]
-	l.wakeups = ws
 	return ws
 }
 
-// give wakes the streams takeSignalsLocked named, with no lock held.
-func give(ws []wakeup) {
+// give wakes the streams takeSignalsLocked named, with no lock held, and
+// returns ws emptied, to be used again.
+func give(ws []wakeup) []wakeup {
 	for i, w := range ws {
 		if w.cond != nil {
 			w.cond.Broadcast()
@@ -606,6 +619,7 @@ func give(ws []wakeup) {
 		}
 		ws[i] = wakeup{}
 	}
+	return ws[:0]
 }
 
 // PostRecv gives n receives the peer's messages took back to the group's
@@ -658,10 +672,10 @@ func (s *Stream) Poll(cs []link.Completion) (int, error) {
 		return 0, s.closedError("Poll")
 	}
 	if len(s.cq) == 0 && s.l != nil {
-		// Take what the base link has, rather than wait for its goroutine
-		// to hand it over: a Read that polls before it sleeps (adaptive
-		// polling, connfd) finds its answer with no wake-up.
-		s.l.drainLocked()
+		// Take what the base link has, rather than wait for a leader or a
+		// service to hand it over: a Read that polls before it sleeps
+		// (adaptive polling, connfd) finds its answer with no wake-up.
+		s.l.drainLocked(false)
 	}
 	n := 0
 	for n < len(cs) && n < len(s.cq) {
@@ -698,6 +712,10 @@ func (s *Stream) Arm() error {
 	return nil
 }
 
+// Wait sleeps until the stream's Arm is answered, it is woken, or it
+// ends. The first Wait on a base link leads (leadLocked); the others sleep
+// on their cond until a completion, the leader or kick's service wakes
+// them.
 func (s *Stream) Wait() error {
 	m := s.m
 	m.mu.Lock()
@@ -717,8 +735,79 @@ func (s *Stream) Wait() error {
 		case s.down:
 			return nil
 		}
-		s.cond.Wait()
+		if l := s.l; l != nil && l.leader == nil && l.usableLocked() {
+			s.leadLocked(l)
+			continue
+		}
+		s.followLocked()
 	}
+}
+
+// readyLocked reports whether a Wait has something to return for.
+func (s *Stream) readyLocked() bool { return s.closed || s.woken || s.event || s.down }
+
+// leadLocked sleeps in l's Wait until the stream has something to return
+// for, and takes each time what l has, for every stream on it: it arms l
+// and then drains it (settleLocked), before it sleeps and after each
+// wake-up, so that when it stops leading, l is left armed (kick's watch);
+// and then a follower, if any, is woken to lead. The
+// mux's lock is let go while it sleeps and while it gives the other
+// streams their signals.
+func (s *Stream) leadLocked(l *baseLink) {
+	m := s.m
+	l.leader, s.leads = s, l
+	ws := s.scratch[:0]
+	m.deferTo = l
+	l.settleLocked()
+	for {
+		if ws = l.takeSignalsLocked(ws); len(ws) > 0 {
+			m.mu.Unlock()
+			ws = give(ws)
+			m.mu.Lock()
+		}
+		if s.readyLocked() || s.l != l || !l.usableLocked() {
+			break
+		}
+		l.asleep = true
+		m.mu.Unlock()
+		err := l.base.Wait()
+		m.mu.Lock()
+		l.asleep = false
+		if err != nil && !errors.Is(err, link.ErrWoken) {
+			l.downLocked(err)
+		}
+		m.deferTo = l
+		l.settleLocked()
+	}
+	l.leader, s.leads = nil, nil
+	s.scratch = ws
+	l.finishLocked()
+	l.handLeadLocked()
+}
+
+// followLocked sleeps on the stream's cond, as one that may lead its link
+// next (handLeadLocked).
+func (s *Stream) followLocked() {
+	if l := s.l; l != nil {
+		s.following, s.followIdx = l, len(l.followers)
+		l.followers = append(l.followers, s)
+	}
+	s.cond.Wait()
+	s.unfollowLocked()
+}
+
+// unfollowLocked takes the stream out of its link's followers.
+func (s *Stream) unfollowLocked() {
+	l := s.following
+	if l == nil {
+		return
+	}
+	last := len(l.followers) - 1
+	moved := l.followers[last]
+	l.followers[s.followIdx], moved.followIdx = moved, s.followIdx
+	l.followers[last] = nil
+	l.followers = l.followers[:last]
+	s.following = nil
 }
 
 func (s *Stream) Wake() {
@@ -727,6 +816,7 @@ func (s *Stream) Wake() {
 	defer m.mu.Unlock()
 	s.woken = true
 	s.cond.Broadcast()
+	s.wakeLeaderLocked()
 }
 
 func (s *Stream) SetNotify(f func()) {
@@ -757,7 +847,7 @@ func (s *Stream) disconnectLocked() {
 	m := s.m
 	// What landed comes before Disconnected, polled or not.
 	if s.l != nil {
-		s.l.drainLocked()
+		s.l.drainLocked(true)
 	}
 	if s.disconnecting {
 		return
@@ -799,6 +889,7 @@ func (s *Stream) Close() error {
 	s.closed = true
 	s.cq = nil
 	s.cond.Broadcast()
+	s.wakeLeaderLocked()
 	m.maybeFreeLocked(s)
 	return nil
 }
