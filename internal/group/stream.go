@@ -78,14 +78,16 @@ type Stream struct {
 	cause                       error
 	fails, resumes, tookResumes uint32
 
-	cq     []entry
-	down   bool // the terminal completion was queued
-	armed  bool
-	event  bool
-	woken  bool
-	waits  int
-	notify func()
-	cond   sync.Cond // on the mux's lock
+	cq    []entry
+	down  bool // the terminal completion was queued
+	armed bool
+	event bool
+	woken bool
+	// justArmed: no Poll since the last Arm
+	justArmed bool
+	waits     int
+	notify    func()
+	cond      sync.Cond // on the mux's lock
 	// signalQueued: a leader's or a service's drain queued the stream's
 	// signal, to be given once it let go of the mux's lock.
 	signalQueued bool
@@ -671,12 +673,16 @@ func (s *Stream) Poll(cs []link.Completion) (int, error) {
 	if s.closed {
 		return 0, s.closedError("Poll")
 	}
-	if len(s.cq) == 0 && s.l != nil {
+	if len(s.cq) == 0 && s.l != nil && !s.justArmed {
 		// Take what the base link has, rather than wait for a leader or a
 		// service to hand it over: a Read that polls before it sleeps
 		// (adaptive polling, connfd) finds its answer with no wake-up.
+		// The poll that follows an Arm need not: the base link is armed
+		// whenever nobody drains it, so what comes raises an event, and a
+		// Wait that follows leads and drains it first.
 		s.l.drainLocked(false)
 	}
+	s.justArmed = false
 	n := 0
 	for n < len(cs) && n < len(s.cq) {
 		e := s.cq[n]
@@ -708,7 +714,7 @@ func (s *Stream) Arm() error {
 	if s.closed {
 		return s.closedError("Arm")
 	}
-	s.armed, s.event = true, false
+	s.armed, s.event, s.justArmed = true, false, true
 	return nil
 }
 
