@@ -174,7 +174,7 @@ func DefaultConfig() Config {
 	return Config{
 		SendRing: 64 << 10, RecvRing: 64 << 10,
 		SendDepth: 16, ControlDepth: 4,
-		FirstGrant: 8, MaxGrant: 64,
+		FirstGrant: 8, MaxGrant: 256,
 		MaxStreams: 4096, Backlog: 128,
 	}
 }
