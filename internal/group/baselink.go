@@ -60,21 +60,22 @@ type baseLink struct {
 	sent, hear   time.Time
 	posted       uint64
 	mostQueued   int
-	// signals are the streams whose signals a leader's or a service's
-	// drain deferred until it let go of the mux's lock (Mux.deferTo);
-	// wakeups is the service's scratch for give.
+	// signals are the streams whose signals a leader's or the service's
+	// drain deferred until it let go of the mux's lock (Mux.deferTo).
 	signals []*Stream
-	wakeups []wakeup
 
-	// Watching the base link (kick): the stream whose Wait leads, whether
-	// it sleeps in the base link's Wait now (asleep: a signal to it must
-	// wake the base link), the streams asleep in Wait on their cond that
-	// may lead next, the service's state, and whether done was closed.
-	leader    *Stream
+	// Watching the base link (kick): whether a waiter leads (a stream's
+	// Wait, an Open or an Accept: leadLocked), whether it sleeps in the
+	// base link's Wait now (asleep: a signal to it must wake the base
+	// link), the streams asleep in Wait on their cond that may lead next,
+	// the service's kicks, and whether done was closed.
+	leading   bool
+	yields    bool // the leader stops leading once a stream's Wait follows
 	asleep    bool
 	followers []*Stream
-	svc       atomic.Int32
-	serviceFn func() // service, bound once: a go statement on a method value allocates each time
+	kicks     chan struct{} // the service's (capacity 1)
+	serving   atomic.Bool   // a service goroutine runs
+	quit      chan struct{} // closed by finishLocked: the service returns
 	finished  bool
 }
 
@@ -93,56 +94,69 @@ func (l *baseLink) name() string { return l.bc.Name }
 // base link's Wait itself (Stream.leadLocked), so that the completion it
 // waits for wakes its own goroutine and no other, as on a link of its own,
 // and hands what it takes to the other streams. With no leader, the base
-// link is left armed, and its notify function (kick) starts a short
-// service that takes what came and arms it again: an idle group has no
-// goroutine. Either way the base link is armed whenever nobody holds the
-// mux's lock to drain it, so no completion goes untold.
-const (
-	svcIdle    = iota
-	svcRunning // a service runs (or is about to)
-	svcAgain   // and a kick came since it began: it runs once more
-)
+// link is left armed, and its notify function (kick) wakes the link's
+// service goroutine, which takes what came and arms it again. Either way
+// the base link is armed whenever nobody holds the mux's lock to drain it,
+// so no completion goes untold.
+//
+// The service goroutine starts at a kick and ends after serviceLinger with
+// none, so an idle group has no goroutine; it sleeps on a channel between
+// kicks, not in the link's Wait. A goroutine started for each kick cost
+// more than its work, growing its stack each time (17% of a host ping
+// pong's CPU, in runtime.newstack).
+const serviceLinger = 100 * time.Millisecond
 
 // kick is the base link's notify function: a completion came, or the link
 // ended, while no Wait ran on it. It must not block.
 func (l *baseLink) kick() {
-	for {
-		switch l.svc.Load() {
-		case svcIdle:
-			if l.svc.CompareAndSwap(svcIdle, svcRunning) {
-				go l.serviceFn()
-				return
-			}
-		case svcRunning:
-			if l.svc.CompareAndSwap(svcRunning, svcAgain) {
-				return
-			}
-		default:
-			return
-		}
+	select {
+	case l.kicks <- struct{}{}:
+	default: // a service has one to take already
+	}
+	if l.serving.CompareAndSwap(false, true) {
+		go l.service()
 	}
 }
 
-// service takes what the base link has and leaves it armed, once more for
-// each kick that came while it ran. One runs at a time, so l.wakeups is
-// its own.
+// service takes what the base link has and leaves it armed, at each kick,
+// until none comes for serviceLinger or the link ends. A kick that finds
+// it ending starts another, and both may serve: they take the mux's lock
+// to do it.
 func (l *baseLink) service() {
-	m := l.m
+	var ws []wakeup
+	idle := time.NewTimer(serviceLinger)
+	defer idle.Stop()
 	for {
-		m.mu.Lock()
-		l.svc.Store(svcRunning)
-		ws := l.wakeups[:0]
-		if l.usableLocked() {
-			m.deferTo = l
-			l.settleLocked()
-			ws = l.takeSignalsLocked(ws)
+		select {
+		case <-l.kicks:
+			ws = l.serve(ws)
+			idle.Reset(serviceLinger)
+			continue
+		case <-idle.C:
+		case <-l.quit:
 		}
-		m.mu.Unlock()
-		l.wakeups = give(ws)
-		if l.svc.CompareAndSwap(svcRunning, svcIdle) {
-			return
+		l.serving.Store(false)
+		// A kick that came before the Store started no service.
+		select {
+		case <-l.kicks:
+			l.serve(ws)
+		default:
 		}
+		return
 	}
+}
+
+// serve is one kick's work: it takes what the base link has and arms it.
+func (l *baseLink) serve(ws []wakeup) []wakeup {
+	m := l.m
+	m.mu.Lock()
+	if l.usableLocked() {
+		m.deferTo = l
+		l.settleLocked()
+		ws = l.takeSignalsLocked(ws)
+	}
+	m.mu.Unlock()
+	return give(ws)
 }
 
 // usableLocked reports whether the base link and its group still work.
@@ -171,14 +185,63 @@ func (l *baseLink) finishLocked() {
 	}
 	l.finished = true
 	l.base.SetNotify(nil)
+	close(l.quit)
 	close(l.done)
+}
+
+// leadableLocked reports whether a waiter may lead l: it works, and
+// nobody leads it.
+func (l *baseLink) leadableLocked() bool { return !l.leading && l.usableLocked() }
+
+// leadLocked sleeps in l's Wait until done reports true or l ends, and
+// takes each time what l has, for every stream on it: it arms l and then
+// drains it (settleLocked), before it sleeps and after each wake-up, so
+// that when it stops leading, l is left armed (kick's watch); and then a
+// follower, if any, is woken to lead. The mux's lock is let go while it
+// sleeps and while it gives the streams their signals (ws: the caller's
+// scratch). Whatever makes done true must wake l's Wait (a stream's
+// wakeLeaderLocked, a completion, the link's end), unless done is the
+// leader's own drain's doing. A leader that yields (an Open or an Accept)
+// stops leading once a stream's Wait follows, and hands it the lead: a
+// listener's Accept, which waits for as long as the listener lives, must
+// not make every stream's wake-up two.
+func (l *baseLink) leadLocked(done func() bool, yield bool, scratch *[]wakeup) {
+	m := l.m
+	l.leading, l.yields = true, yield
+	ws := (*scratch)[:0]
+	m.deferTo = l
+	l.settleLocked()
+	for {
+		if ws = l.takeSignalsLocked(ws); len(ws) > 0 {
+			m.mu.Unlock()
+			ws = give(ws)
+			m.mu.Lock()
+		}
+		if done() || !l.usableLocked() || yield && len(l.followers) > 0 {
+			break
+		}
+		l.asleep = true
+		m.mu.Unlock()
+		err := l.base.Wait()
+		m.mu.Lock()
+		l.asleep = false
+		if err != nil && !errors.Is(err, link.ErrWoken) {
+			l.downLocked(err)
+		}
+		m.deferTo = l
+		l.settleLocked()
+	}
+	l.leading, l.yields = false, false
+	*scratch = ws
+	l.finishLocked()
+	l.handLeadLocked()
 }
 
 // handLeadLocked wakes a stream that waits on l to lead, when l has no
 // leader: the next completion then wakes one goroutine, not kick's and
 // then the stream's.
 func (l *baseLink) handLeadLocked() {
-	if l.leader != nil || len(l.followers) == 0 || !l.usableLocked() {
+	if !l.leadableLocked() || len(l.followers) == 0 {
 		return
 	}
 	s := l.followers[len(l.followers)-1]
@@ -508,7 +571,7 @@ func (l *baseLink) groupMessageLocked(b *[wire.MessageSize]byte) {
 			s.state = refused
 			s.openErr = &RefusedError{Reason: g.Reason}
 			s.peerClosed = true
-			close(s.opened)
+			s.openedLocked()
 			if s.abandoned {
 				s.closed = true // its opener gave up: nobody else will close it
 			}
@@ -517,7 +580,7 @@ func (l *baseLink) groupMessageLocked(b *[wire.MessageSize]byte) {
 		}
 		s.acceptedLocked(g)
 		s.announced = true
-		close(s.opened)
+		s.openedLocked()
 		if s.abandoned {
 			s.disconnectLocked()
 			s.closed = true

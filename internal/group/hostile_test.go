@@ -382,7 +382,7 @@ func TestManyCloseAtOnce(t *testing.T) {
 // nobody's to close: the group frees them itself, and its link closes
 // with the streams that were handed out.
 func TestEndFreesStreamsNobodyHolds(t *testing.T) {
-	a, b, pa, _ := muxPair(t, group.DefaultConfig(), group.DefaultConfig(), baseConfig())
+	a, b, pa, pb := muxPair(t, group.DefaultConfig(), group.DefaultConfig(), baseConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), linktest.HangGuard)
 	defer cancel()
 	held, err := a.Open(ctx, 7) // b's to accept; nobody does
@@ -391,10 +391,18 @@ func TestEndFreesStreamsNobodyHolds(t *testing.T) {
 	}
 	x, y := openPair(t, a, b)
 	gone, stop := context.WithCancel(ctx)
-	stop() // an open whose opener gives up at once
+	stop()
 	if _, err := a.Open(gone, 7); err == nil {
 		t.Fatal("an open with a context that ended succeeded")
 	}
+	// An open whose opener gives up before the answer comes.
+	pb.SetDelay(200 * time.Millisecond)
+	soon, stop := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer stop()
+	if _, err := a.Open(soon, 7); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an open whose answer came after its context ended: %v, want %v", err, context.DeadlineExceeded)
+	}
+	pb.SetDelay(0)
 	b.Close()
 	waitErr(t, a)
 	a.Close()

@@ -87,7 +87,7 @@ func (s *Stream) suspendLocked(cause error) {
 		// in this group if another link works.
 		s.state, s.openErr = refused, fmt.Errorf("%w: %w", ErrOpenLost, cause)
 		s.peerClosed = true
-		close(s.opened)
+		s.openedLocked()
 		if s.abandoned {
 			s.closed = true
 		}

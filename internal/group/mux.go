@@ -35,8 +35,8 @@
 //
 // A stream's Wait sleeps in its base link's Wait as that link's leader
 // and hands each completion it takes to its stream; with no Wait, the base
-// link's notify starts a short service that does it, so an idle group has
-// no goroutine (baseLink.kick). A stream's
+// link's notify wakes the link's service goroutine, which does it, and
+// which ends when the link is idle (baseLink.kick). A stream's
 // name (its tag) is the group's, not a link's, so it keeps it when it
 // moves.
 package group
@@ -268,8 +268,11 @@ type Mux struct {
 	ports   uint16 // the last port given to a stream this side opened
 	accepts []*Stream
 	// acceptReady is signaled when accepts gains a stream or the group
-	// ends or retires.
-	acceptReady chan struct{}
+	// ends or retires (acceptSignalLocked); acceptLeads is the link an
+	// Accept leads while it waits, and acceptScratch its signals to give.
+	acceptReady   chan struct{}
+	acceptLeads   *baseLink
+	acceptScratch []wakeup
 
 	// deferTo is the link that a leader or a service drains now, holding
 	// the lock: the streams' signals wait in its list until the lock is
@@ -351,11 +354,11 @@ func (m *Mux) addLocked(base link.Carrier) *baseLink {
 		lastResort: bc.Transport == "tcp",
 	}
 	l.emptier, _ = base.(link.Emptier)
-	l.serviceFn = l.service
 	m.added++
 	m.links = append(m.links, l)
+	l.kicks, l.quit = make(chan struct{}, 1), make(chan struct{})
 	base.SetNotify(l.kick)
-	l.kick() // a first service arms it and takes what came
+	l.kick() // a service arms it and takes what came
 	return l
 }
 
@@ -489,10 +492,7 @@ func (m *Mux) openedByPeerLocked(l *baseLink, g wire.GroupMessage) {
 	m.stats.Accepted++
 	l.sendGroupLocked(s.ringMessage(wire.OpStreamAccept, g.From))
 	m.accepts = append(m.accepts, s)
-	select {
-	case m.acceptReady <- struct{}{}:
-	default:
-	}
+	m.acceptSignalLocked()
 }
 
 // newStreamLocked makes a stream on l with a slot, rings and its first
@@ -629,10 +629,7 @@ func (m *Mux) Retire() {
 		return
 	}
 	m.retiring = true
-	select {
-	case m.acceptReady <- struct{}{}:
-	default:
-	}
+	m.acceptSignalLocked()
 	// Streams nobody accepted end as a listener's unaccepted connections do.
 	queued := m.accepts
 	m.accepts = nil
@@ -667,7 +664,7 @@ func (m *Mux) endLocked(err error) {
 		s.dropQueuedLocked()
 		if s.state == opening {
 			s.state, s.openErr = refused, err
-			close(s.opened)
+			s.openedLocked()
 		}
 		if s.abandoned {
 			s.closed = true // its opener gave up: nobody else will close it
@@ -714,10 +711,7 @@ func (m *Mux) endLocked(err error) {
 	if !m.closed && m.cfg.OnEnd != nil {
 		go m.cfg.OnEnd(err)
 	}
-	select {
-	case m.acceptReady <- struct{}{}:
-	default:
-	}
+	m.acceptSignalLocked()
 }
 
 // disconnected marks a base link that was disconnected, not failed: its
@@ -745,6 +739,9 @@ func (m *Mux) End(err error) {
 // picks, and returns it once the peer accepted it. A refused stream is a
 // *RefusedError; a bound of this side's, ErrLimit.
 func (m *Mux) Open(ctx context.Context, port uint16) (*Stream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // as net.Dialer: not even the open goes
+	}
 	m.mu.Lock()
 	if m.err != nil {
 		err := m.err
@@ -779,6 +776,15 @@ func (m *Mux) Open(ctx context.Context, port uint16) (*Stream, error) {
 	g := s.ringMessage(wire.OpStreamOpen, 0)
 	g.Port, g.FromPort = port, m.ports
 	l.sendGroupLocked(g)
+	if l.leadableLocked() {
+		// Wait for the answer as the link's leader: it wakes this
+		// goroutine, not a service's and then this one.
+		stop := context.AfterFunc(ctx, l.base.Wake)
+		s.leads = l
+		l.leadLocked(func() bool { return s.state != opening || s.l != l || ctx.Err() != nil }, true, &s.scratch)
+		s.leads = nil
+		stop()
+	}
 	m.mu.Unlock()
 
 	select {
@@ -811,10 +817,7 @@ func (m *Mux) Accept(ctx context.Context) (*Stream, error) {
 			s := m.accepts[0]
 			m.accepts = m.accepts[1:]
 			if len(m.accepts) > 0 {
-				select {
-				case m.acceptReady <- struct{}{}:
-				default:
-				}
+				m.acceptSignalLocked()
 			}
 			m.mu.Unlock()
 			return s, nil
@@ -827,12 +830,48 @@ func (m *Mux) Accept(ctx context.Context) (*Stream, error) {
 			m.mu.Unlock()
 			return nil, err
 		}
+		if l := m.acceptLinkLocked(); l != nil {
+			// Wait for an open as a link's leader (as Open waits for its
+			// answer); acceptReady tells what ended it.
+			stop := context.AfterFunc(ctx, l.base.Wake)
+			m.acceptLeads = l
+			l.leadLocked(func() bool { return len(m.accepts) > 0 || m.err != nil || m.retiring || ctx.Err() != nil }, true, &m.acceptScratch)
+			m.acceptLeads = nil
+			stop()
+		}
 		m.mu.Unlock()
 		select {
 		case <-m.acceptReady:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+}
+
+// acceptLinkLocked is a link an Accept may lead while it waits: the first
+// that works and has no leader, unless another Accept leads one.
+func (m *Mux) acceptLinkLocked() *baseLink {
+	if m.acceptLeads != nil {
+		return nil
+	}
+	for _, l := range m.links {
+		if l.leadableLocked() {
+			return l
+		}
+	}
+	return nil
+}
+
+// acceptSignalLocked tells a waiting Accept that accepts gained a stream,
+// or the group ended or retires: through acceptReady, and by waking the
+// link it leads.
+func (m *Mux) acceptSignalLocked() {
+	select {
+	case m.acceptReady <- struct{}{}:
+	default:
+	}
+	if l := m.acceptLeads; l != nil && l.asleep {
+		l.base.Wake()
 	}
 }
 

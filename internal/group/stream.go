@@ -1,7 +1,6 @@
 package group
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -91,8 +90,8 @@ type Stream struct {
 	// signalQueued: a leader's or a service's drain queued the stream's
 	// signal, to be given once it let go of the mux's lock.
 	signalQueued bool
-	// Its Wait leads on leads (sleeps in its base link's Wait), or
-	// follows on following (asleep on cond, at followIdx in its
+	// Its Wait (or its opener) leads on leads (sleeps in its base link's
+	// Wait), or follows on following (asleep on cond, at followIdx in its
 	// followers); scratch is its signals to give as a leader.
 	leads, following *baseLink
 	followIdx        int
@@ -573,8 +572,16 @@ func (s *Stream) signalLocked() {
 	}
 }
 
-// wakeLeaderLocked wakes the stream's Wait where it sleeps in a base
-// link's Wait, as a leader: its cond wakes only a follower.
+// openedLocked tells the stream's opener that its open was answered (or
+// will not be).
+func (s *Stream) openedLocked() {
+	close(s.opened)
+	s.wakeLeaderLocked()
+}
+
+// wakeLeaderLocked wakes the stream's Wait (or its opener) where it
+// sleeps in a base link's Wait, as a leader: its cond wakes only a
+// follower.
 func (s *Stream) wakeLeaderLocked() {
 	if l := s.leads; l != nil && l.asleep {
 		l.base.Wake()
@@ -741,7 +748,7 @@ func (s *Stream) Wait() error {
 		case s.down:
 			return nil
 		}
-		if l := s.l; l != nil && l.leader == nil && l.usableLocked() {
+		if l := s.l; l != nil && l.leadableLocked() {
 			s.leadLocked(l)
 			continue
 		}
@@ -752,43 +759,12 @@ func (s *Stream) Wait() error {
 // readyLocked reports whether a Wait has something to return for.
 func (s *Stream) readyLocked() bool { return s.closed || s.woken || s.event || s.down }
 
-// leadLocked sleeps in l's Wait until the stream has something to return
-// for, and takes each time what l has, for every stream on it: it arms l
-// and then drains it (settleLocked), before it sleeps and after each
-// wake-up, so that when it stops leading, l is left armed (kick's watch);
-// and then a follower, if any, is woken to lead. The
-// mux's lock is let go while it sleeps and while it gives the other
-// streams their signals.
+// leadLocked is Wait as its base link's leader (baseLink.leadLocked):
+// until the stream has something to return for, or moved.
 func (s *Stream) leadLocked(l *baseLink) {
-	m := s.m
-	l.leader, s.leads = s, l
-	ws := s.scratch[:0]
-	m.deferTo = l
-	l.settleLocked()
-	for {
-		if ws = l.takeSignalsLocked(ws); len(ws) > 0 {
-			m.mu.Unlock()
-			ws = give(ws)
-			m.mu.Lock()
-		}
-		if s.readyLocked() || s.l != l || !l.usableLocked() {
-			break
-		}
-		l.asleep = true
-		m.mu.Unlock()
-		err := l.base.Wait()
-		m.mu.Lock()
-		l.asleep = false
-		if err != nil && !errors.Is(err, link.ErrWoken) {
-			l.downLocked(err)
-		}
-		m.deferTo = l
-		l.settleLocked()
-	}
-	l.leader, s.leads = nil, nil
-	s.scratch = ws
-	l.finishLocked()
-	l.handLeadLocked()
+	s.leads = l
+	l.leadLocked(func() bool { return s.readyLocked() || s.l != l }, false, &s.scratch)
+	s.leads = nil
 }
 
 // followLocked sleeps on the stream's cond, as one that may lead its link
@@ -797,6 +773,9 @@ func (s *Stream) followLocked() {
 	if l := s.l; l != nil {
 		s.following, s.followIdx = l, len(l.followers)
 		l.followers = append(l.followers, s)
+		if l.yields && l.asleep {
+			l.base.Wake() // an Open or an Accept leads: it hands over
+		}
 	}
 	s.cond.Wait()
 	s.unfollowLocked()

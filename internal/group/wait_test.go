@@ -3,7 +3,6 @@ package group_test
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
@@ -11,37 +10,6 @@ import (
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/linktest"
 )
-
-// TestIdleGroupHasNoGoroutine: a group at rest keeps no goroutine of its
-// own, as an idle socket in Go's net keeps none: its base link's notify
-// starts a short service when something comes (baseLink.kick).
-func TestIdleGroupHasNoGoroutine(t *testing.T) {
-	linktest.CheckGoroutines(t)
-	before := runtime.NumGoroutine()
-	spec := specConfig(linktest.DefaultSpec())
-	const groups = 4
-	for range groups {
-		a, b, _, _ := muxPair(t, spec, spec, baseConfig())
-		x, y := openPair(t, a, b)
-		linktest.Post(t, x, linktest.Control(1, 1))
-		if cs := linktest.WaitFor(t, y, 1); cs[0].Kind != link.ControlArrived {
-			t.Fatalf("got %v, want a control message", linktest.Kinds(cs))
-		}
-		t.Cleanup(func() {
-			x.Close()
-			y.Close()
-		})
-	}
-	// A service may still be returning.
-	deadline := time.Now().Add(linktest.HangGuard)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("%d goroutines before %d idle groups, %d with them:\n%s", before, groups, n, buf[:runtime.Stack(buf, true)])
-	}
-}
 
 // TestWaitersOnOneLink: many streams of one base link each sleep in Wait
 // (one leads, sleeping in the base link's Wait; the others follow), and
