@@ -661,7 +661,7 @@ func remoteAccessEnd(t *testing.T, opts Options, a, b link.Link, aFirst, bFirst 
 	t.Helper()
 	if opts.RefusalEnds {
 		// The refused request and the one after it may complete.
-		RefusedEnd(t, "a", WaitEnd(t, a), link.ErrRemoteAccess, aFirst, "send-done 2", "send-done 4", "send-done 5")
+		RefusedEndAtSender(t, "a", WaitEnd(t, a), link.ErrRemoteAccess, aFirst, "send-done 2", "send-done 4", "send-done 5")
 		RefusedEnd(t, "b", WaitEnd(t, b), link.ErrRemoteAccess, bFirst)
 		return
 	}

@@ -191,6 +191,22 @@ func RefusedEnd(t testing.TB, who string, cs []link.Completion, cause error, fir
 	}
 }
 
+// RefusedEndAtSender is RefusedEnd at the end whose request was refused,
+// which may also fail with link.ErrDown (Options.RefusalEnds: on iWARP,
+// the peer's TERMINATE may put its queue pair in error before the request
+// completes).
+func RefusedEndAtSender(t testing.TB, who string, cs []link.Completion, cause error, first []string, maybe ...string) {
+	t.Helper()
+	if len(cs) > 0 {
+		if end := cs[len(cs)-1]; end.Kind == link.Failed && errors.Is(end.Err, link.ErrDown) {
+			CheckEndWith(t, who, cs, end.Kind.String(), first, maybe...)
+			t.Logf("%s ended with %v: its queue pair failed before the refusal came", who, end.Err)
+			return
+		}
+	}
+	RefusedEnd(t, who, cs, cause, first, maybe...)
+}
+
 // Data returns a SendData request writing SendRing[off:off+n] at offset
 // remote of the peer's ring.
 func Data(peer link.Link, off, n, remote uint32, signaled bool, id uint64) link.SendWR {
