@@ -217,14 +217,15 @@ func TestLabSiwModuleBuilds(t *testing.T) {
 	if err != nil || !strings.HasPrefix(magic, k.version+" ") {
 		t.Errorf("vermagic %q, %v; want kernel %s", magic, err, k.version)
 	}
+	// Found in the cache: no build announced (a rebuild took minutes; how
+	// long the lookup takes is the machine's, 7.5 s once with two busy
+	// loops beside make test, so it is logged, not bounded).
 	start := time.Now()
 	again, err := siwModule(k, cache, notify)
 	if err != nil || again != ko || builds != wantBuilds {
 		t.Errorf("second call: %s, %v, %d builds announced; want %s from the cache", again, err, builds, ko)
 	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("finding the cached module took %v", d)
-	}
+	t.Logf("finding the cached module took %v", time.Since(start).Round(time.Millisecond))
 	if labenv.InLab() {
 		return
 	}
