@@ -250,15 +250,14 @@ func (l *baseLink) handLeadLocked() {
 }
 
 // drainLocked hands the completions the base link has to their streams,
-// then posts what waits; it reports whether it took any. With full it
-// polls until a poll finds nothing, or the link says it took all it had
-// (link.Emptier), as a drain after an Arm must: what came before the Arm
-// raises no event. Otherwise it stops at a poll that
-// comes back short, which saves a poll of an empty queue when an Arm and
-// a full drain follow, or nothing relies on it (a Read that polls).
-func (l *baseLink) drainLocked(full bool) (took bool) {
+// then posts what waits. With full it polls until a poll finds nothing,
+// or the link says it took all it had (link.Emptier), as a drain after an
+// Arm must: what came before the Arm raises no event. Otherwise it stops
+// at a poll that comes back short, which saves a poll of an empty queue
+// when nothing relies on it (a Read that polls).
+func (l *baseLink) drainLocked(full bool) {
 	if l.draining || l.err != nil {
-		return false // a stream's call from within a completion: the drain goes on after it
+		return // a stream's call from within a completion: the drain goes on after it
 	}
 	l.draining = true
 	defer func() { l.draining = false }()
@@ -274,7 +273,6 @@ func (l *baseLink) drainLocked(full bool) (took bool) {
 		if k == 0 {
 			break
 		}
-		took = true
 		for i := range k {
 			l.completeLocked(&l.cs[i])
 		}
@@ -284,7 +282,6 @@ func (l *baseLink) drainLocked(full bool) (took bool) {
 		}
 	}
 	l.pumpLocked()
-	return took
 }
 
 // completeLocked takes one completion of the base link.

@@ -563,8 +563,8 @@ func (m *Mux) maybeFreeLocked(s *Stream) {
 	m.free = append(m.free, slot)
 	m.stats.Streams--
 	if m.closed && m.stats.Streams == 0 {
-		// Close ran: the links go with the last stream, once no leader sleeps in
-		// them.
+		// Close ran: the links go with the last stream, once no leader
+		// sleeps in them.
 		go func() {
 			<-m.done
 			m.mu.Lock()
