@@ -365,11 +365,16 @@ var backlogBackoff = []time.Duration{50 * time.Millisecond, 100 * time.Milliseco
 // ended.
 var errListenerGone = errors.New("nothing listens there any more")
 
+// errGroupGone ends a dialer's group whose server refused a join as an
+// unknown group: the server's group ended (its listener closed, or its
+// last link failed long enough).
+var errGroupGone = errors.New("the server no longer has the group")
+
 // groupEnded logs a group that ended other than by Close: at Info when
-// its peer closed it (the link was disconnected, or its listener is gone),
-// at Warn when it failed.
+// its peer closed it (the link was disconnected, its listener is gone, or
+// its group ended), at Warn when it failed.
 func groupEnded(side string, peer netip.AddrPort, err error) {
-	if group.Disconnected(err) || errors.Is(err, group.ErrClosed) || errors.Is(err, errListenerGone) {
+	if group.Disconnected(err) || errors.Is(err, group.ErrClosed) || errors.Is(err, errListenerGone) || errors.Is(err, errGroupGone) {
 		slog.Info("rdmanet: link group closed by its peer", "side", side, "peer", peer, "err", err)
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/internal/group"
@@ -22,7 +23,30 @@ var acceptedGroups struct {
 	sync.Mutex
 	m         map[uint64]*acceptedGroup
 	byTCPPort map[uint16][]*acceptedGroup // those whose dialer keeps a TCP port
+	// ended are the TCP ports of groups that ended here lately, oldest
+	// first: their dialers may not know yet (the listener closed with
+	// a stream still closing at the dialer's end, and the dialer, taking
+	// the disconnect for a failed path, joins over TCP). A join from one
+	// is refused as an unknown group; without this it was taken for a
+	// plain client's connection and handed to Accept.
+	ended []endedGroup
 }
+
+// endedGroup is a TCP port a group's dialer kept, and its addresses.
+type endedGroup struct {
+	tcpPort uint16
+	dialers []netip.Addr
+	at      time.Time
+}
+
+// endedGroupMemory is how long an ended group's TCP port is remembered:
+// more than a dialer tries to move its streams (groupMoveTimeout) after it
+// found its last link dead. maxEndedGroups bounds the memory it takes;
+// the oldest go first.
+const (
+	endedGroupMemory = time.Minute
+	maxEndedGroups   = 1024
+)
 
 type acceptedGroup struct {
 	mux *group.Mux
@@ -122,6 +146,13 @@ func dropAcceptedGroupLocked(id uint64) {
 	}
 	delete(acceptedGroups.m, id)
 	if g.tcpPort != 0 {
+		if g.mux != nil { // its dialer had the group
+			forgetEndedGroupsLocked(time.Now())
+			if len(acceptedGroups.ended) == maxEndedGroups {
+				acceptedGroups.ended = slices.Delete(acceptedGroups.ended, 0, 1)
+			}
+			acceptedGroups.ended = append(acceptedGroups.ended, endedGroup{g.tcpPort, g.dialers, time.Now()})
+		}
 		rest := slices.DeleteFunc(acceptedGroups.byTCPPort[g.tcpPort], func(x *acceptedGroup) bool { return x == g })
 		if len(rest) == 0 {
 			delete(acceptedGroups.byTCPPort, g.tcpPort)
@@ -129,6 +160,16 @@ func dropAcceptedGroupLocked(id uint64) {
 			acceptedGroups.byTCPPort[g.tcpPort] = rest
 		}
 	}
+}
+
+// forgetEndedGroupsLocked drops the ended groups older than
+// endedGroupMemory.
+func forgetEndedGroupsLocked(now time.Time) {
+	n := 0
+	for n < len(acceptedGroups.ended) && now.Sub(acceptedGroups.ended[n].at) > endedGroupMemory {
+		n++
+	}
+	acceptedGroups.ended = slices.Delete(acceptedGroups.ended, 0, n)
 }
 
 // errUnknownGroup refuses a join of a group this process does not have.

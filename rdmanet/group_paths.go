@@ -306,7 +306,7 @@ func (g *groupPaths) join(p *groupPath, done <-chan struct{}) error {
 			// reached another process at the port, or an older server
 			// that refused a join of a group it was still making; the
 			// path is tried again later, as for any failure.
-			g.mux.End(fmt.Errorf("%w: the server no longer has the group (%s)", group.ErrDown, p))
+			g.mux.End(fmt.Errorf("%w: %w (%s)", group.ErrDown, errGroupGone, p))
 		case nothingListens(err) && g.mux.Stats().Links == 0:
 			// The server's process is gone: its streams cannot move.
 			g.mux.End(fmt.Errorf("%w: %w at %s: %w", group.ErrDown, errListenerGone, p.dst, err))

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/rdmanet/sdk/internal/group"
 	"github.com/rdmanet/sdk/internal/tcplink"
@@ -59,7 +60,7 @@ func (g *groupPaths) joinTCP(done <-chan struct{}) error {
 	}
 	var refused *tcpRefusedError
 	if errors.As(err, &refused) && refused.reason == unknownGroupReason {
-		g.mux.End(fmt.Errorf("%w: the server no longer has the group (tcp -> %s)", group.ErrDown, dst))
+		g.mux.End(fmt.Errorf("%w: %w (tcp -> %s)", group.ErrDown, errGroupGone, dst))
 	}
 	if err != nil {
 		tc.Close()
@@ -99,11 +100,19 @@ func (g *groupPaths) noRDMALinkLocked() bool {
 	return true
 }
 
-// tcpJoins are the TCP ports the dialers of this process's accepted
-// groups keep, with their addresses: a TCP connection from one of them
-// may be a group's join (classifyTCP waits for its Hello).
+// tcpJoinFrom reports whether remote is a TCP port the dialer of one of
+// this process's accepted groups keeps, or kept for a group that ended
+// lately: a TCP connection from it may be a group's join (classifyTCP
+// waits for its Hello).
 func tcpJoinFrom(remote netip.AddrPort) bool {
 	acceptedGroups.Lock()
+	forgetEndedGroupsLocked(time.Now())
+	for _, e := range acceptedGroups.ended {
+		if e.tcpPort == remote.Port() && slices.Contains(e.dialers, remote.Addr()) {
+			acceptedGroups.Unlock()
+			return true
+		}
+	}
 	var linkless []*group.Mux
 	for _, g := range acceptedGroups.byTCPPort[remote.Port()] {
 		if slices.Contains(g.dialers, remote.Addr()) {
@@ -126,11 +135,12 @@ func tcpJoinFrom(remote netip.AddrPort) bool {
 }
 
 // anyTCPJoins reports whether some accepted group's dialer keeps a TCP
-// port.
+// port, or kept one for a group that ended lately.
 func anyTCPJoins() bool {
 	acceptedGroups.Lock()
 	defer acceptedGroups.Unlock()
-	return len(acceptedGroups.byTCPPort) > 0
+	forgetEndedGroupsLocked(time.Now())
+	return len(acceptedGroups.byTCPPort) > 0 || len(acceptedGroups.ended) > 0
 }
 
 // serveTCPGroupJoin adds a TCP link to the group h names, or tells the
@@ -141,7 +151,9 @@ func (l *Listener) serveTCPGroupJoin(tc *net.TCPConn, h wire.Hello, refuse func(
 	m := findAcceptedGroup(ctx, h, port)
 	cancel()
 	if m == nil || h.Features&wire.FeatureGroupMove == 0 {
-		refuse(errUnknownGroup)
+		// The reason as an RDMA join's refusal gives it, which joinTCP
+		// looks for: its dialer ends the group.
+		refuse(errors.New(unknownGroupReason))
 		return
 	}
 	accept := wire.Hello{Version: wire.HelloVersion, Features: h.Features & (groupOffer | wire.FeatureGroupMove),
