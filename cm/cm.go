@@ -110,8 +110,13 @@ var (
 	ErrClosed = errors.New("cm: ID is closed")
 	// ErrRejected: the peer (or its host, when nothing listens there) refused.
 	ErrRejected = errors.New("cm: connection rejected")
-	// ErrUnreachable: the peer did not answer or the connection could not be made.
+	// ErrUnreachable: the peer did not answer, or no path reaches it.
 	ErrUnreachable = errors.New("cm: peer unreachable")
+	// ErrConnectFailed: the peer answered, but the connection could not
+	// be established (CONNECT_ERROR: the exchange after the answer
+	// failed, as on a host too busy to finish it in time). Unlike
+	// ErrUnreachable it says nothing of whether RDMA reaches the peer.
+	ErrConnectFailed = errors.New("cm: connection set-up failed after the peer answered")
 	// ErrAddrResolution: no RDMA device reaches the address.
 	ErrAddrResolution = errors.New("cm: address resolution failed")
 	// ErrRouteResolution: no route to the peer over RDMA.
@@ -168,7 +173,9 @@ func (e *EventError) Is(target error) bool {
 	case ErrRejected:
 		return e.Event == EventRejected
 	case ErrUnreachable:
-		return e.Event == EventUnreachable || e.Event == EventConnectError
+		return e.Event == EventUnreachable
+	case ErrConnectFailed:
+		return e.Event == EventConnectError
 	case ErrAddrResolution:
 		return e.Event == EventAddrError
 	case ErrRouteResolution:

@@ -210,12 +210,17 @@ const maxPortTries = 3
 //     the lab, with the host loaded and 5,000 connections open on
 //     Soft-iWARP, the kernel's own connect timed out, UNREACHABLE.) A dial
 //     that may fall back waited for a busy peer already (busyAnswerWait)
-//     and goes to TCP instead.
+//     and goes to TCP instead;
+//   - the peer answered, and the set-up failed after its answer
+//     (cm.ErrConnectFailed: in the lab, with the host loaded and 5,000
+//     connections opening on rxe, "CONNECT_ERROR: operation not
+//     permitted"): RDMA reaches the peer, so the dial does not give it up
+//     for one such failure.
 func dialRetrying(ctx context.Context, dst netip.AddrPort, policy fallback.Policy, attempt func() (*Conn, error)) (c *Conn, err error) {
 	c, err = attempt()
 	for try := 1; err != nil && try < maxPortTries && ctx.Err() == nil; try++ {
 		busyTimeout := policy == fallback.RDMAOnly && failures.Answers(dst) && fallback.Classify(err) == fallback.ReasonTimeout
-		if !errors.Is(err, cm.ErrLocalPortBusy) && !busyTimeout {
+		if !errors.Is(err, cm.ErrLocalPortBusy) && !busyTimeout && !errors.Is(err, cm.ErrConnectFailed) {
 			break
 		}
 		slog.Debug("rdmanet: the connection request failed for a passing reason; making it again", "addr", dst, "try", try+1, "err", err)

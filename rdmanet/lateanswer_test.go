@@ -185,6 +185,10 @@ func TestDialRetrying(t *testing.T) {
 	timedOut := &cm.EventError{Op: "connect", Event: cm.EventUnreachable, Status: -int(syscall.ETIMEDOUT)}
 	portBusy := fmt.Errorf("%w: %w", cm.ErrLocalPortBusy, syscall.EADDRNOTAVAIL)
 	refused := &cm.EventError{Op: "connect", Event: cm.EventRejected, Status: cm.RejectInvalidServiceID}
+	connectErr := &cm.EventError{Op: "connect", Event: cm.EventConnectError, Status: -int(syscall.EPERM)}
+	if r := fallback.Classify(connectErr); fallback.Remembers(r) {
+		t.Errorf("a set-up that failed after the peer answered is classified %s, which the failure memory keeps", r)
+	}
 	ok := &Conn{}
 	for _, tc := range []struct {
 		name   string
@@ -200,6 +204,8 @@ func TestDialRetrying(t *testing.T) {
 		{"rdma only: a busy host's timeouts past the bound", busy, fallback.RDMAOnly, []error{timedOut, timedOut, timedOut, timedOut}, maxPortTries, false},
 		{"rdma only: a timeout toward a host not known to answer", unknown, fallback.RDMAOnly, []error{timedOut}, 1, false},
 		{"may fall back: a busy host's timeout", busy, fallback.Auto, []error{timedOut}, 1, false},
+		{"the set-up failed after the peer answered, then success", unknown, fallback.Auto, []error{connectErr}, 2, true},
+		{"the set-up failed after the peer answered, past the bound", unknown, fallback.Auto, []error{connectErr, connectErr, connectErr}, maxPortTries, false},
 		{"refused by a CM (nothing listens)", busy, fallback.RDMAOnly, []error{refused}, 1, false},
 		{"refused by iWARP (TCP's reset)", busy, fallback.RDMAOnly, []error{&cm.EventError{Op: "connect", Event: cm.EventRejected, Status: -int(syscall.ECONNREFUSED)}}, 1, false},
 	} {
