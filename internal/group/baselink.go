@@ -139,10 +139,9 @@ func (l *baseLink) kick() {
 }
 
 // service takes what the base link has and leaves it armed, at each kick,
-// until none comes for serviceLinger or the link ends; while the link is
-// left unarmed for a poller (recheck), it looks again every spinRecheck
-// instead, and does not end. A kick that finds it ending starts another,
-// and both may serve: they take the mux's lock to do it.
+// until none comes for serviceLinger or the link ends. A kick that finds
+// it ending starts another, and both may serve: they take the mux's lock
+// to do it.
 func (l *baseLink) service(recheck bool) {
 	var ws []wakeup
 	idle := time.NewTimer(serviceLinger)
