@@ -77,12 +77,6 @@ type baseLink struct {
 	serving   atomic.Bool   // a service goroutine runs
 	quit      chan struct{} // closed by finishLocked: the service returns
 	finished  bool
-	// A stream's Read or Write that polls (connfd's adaptive polling)
-	// drains the link itself: polled says one did since the link was last
-	// settled, and unarmed that the service or a yielding leader then
-	// left it unarmed (lazy settleLocked), for that poller to take what
-	// comes with no event.
-	polled, unarmed bool
 }
 
 // sent is one base request outstanding.
@@ -103,28 +97,14 @@ func (l *baseLink) name() string { return l.bc.Name }
 // link is left armed, and its notify function (kick) wakes the link's
 // service goroutine, which takes what came and arms it again. Either way
 // the base link is armed whenever nobody holds the mux's lock to drain it,
-// so no completion goes untold, but while a stream polls it (below).
+// so no completion goes untold.
 //
 // The service goroutine starts at a kick and ends after serviceLinger with
 // none, so an idle group has no goroutine; it sleeps on a channel between
 // kicks, not in the link's Wait. A goroutine started for each kick cost
 // more than its work, growing its stack each time (17% of a host ping
 // pong's CPU, in runtime.newstack).
-//
-// While a stream's Read polls (Stream.Poll drains the link), an armed link
-// would raise an event for each completion the poller takes anyway, and
-// each event woke the service (or a yielding leader) to drain and arm
-// again: more wake-ups a round trip than a connection of its own makes,
-// whose link connfd arms only once it stops polling. So the service and a
-// yielding leader leave the link unarmed while a stream polls it (lazy
-// settleLocked), as connfd's service leaves alone a link a Read polls; the
-// poller's Arm, when it stops, arms the link again (Stream.Arm), and the
-// service looks again every spinRecheck until one does, in case a poller
-// stopped with no Arm (its connection closed or failed).
-const (
-	serviceLinger = 100 * time.Millisecond
-	spinRecheck   = 5 * time.Millisecond
-)
+const serviceLinger = 100 * time.Millisecond
 
 // kick is the base link's notify function: a completion came, or the link
 // ended, while no Wait ran on it. It must not block.
@@ -134,7 +114,7 @@ func (l *baseLink) kick() {
 	default: // a service has one to take already
 	}
 	if l.serving.CompareAndSwap(false, true) {
-		go l.service(false)
+		go l.service()
 	}
 }
 
@@ -142,64 +122,41 @@ func (l *baseLink) kick() {
 // until none comes for serviceLinger or the link ends. A kick that finds
 // it ending starts another, and both may serve: they take the mux's lock
 // to do it.
-func (l *baseLink) service(recheck bool) {
+func (l *baseLink) service() {
 	var ws []wakeup
 	idle := time.NewTimer(serviceLinger)
 	defer idle.Stop()
 	for {
-		if recheck {
-			idle.Reset(spinRecheck)
-		} else {
-			idle.Reset(serviceLinger)
-		}
 		select {
 		case <-l.kicks:
-			ws, recheck = l.serve(ws, false)
+			ws = l.serve(ws)
+			idle.Reset(serviceLinger)
 			continue
 		case <-idle.C:
-			if ws, recheck = l.serve(ws, true); recheck {
-				continue
-			}
 		case <-l.quit:
 		}
 		l.serving.Store(false)
-		// A kick that came before the Store started no service, nor did a
-		// lazy settleLocked that left the link unarmed meanwhile.
+		// A kick that came before the Store started no service.
 		select {
 		case <-l.kicks:
-			ws, recheck = l.serve(ws, false)
+			l.serve(ws)
 		default:
-			recheck = l.unarmedNow()
 		}
-		if !recheck || !l.serving.CompareAndSwap(false, true) {
-			return
-		}
+		return
 	}
 }
 
-// unarmedNow reports whether the link works and was left unarmed.
-func (l *baseLink) unarmedNow() bool {
-	l.m.mu.Lock()
-	defer l.m.mu.Unlock()
-	return l.unarmed && l.usableLocked()
-}
-
-// serve is one kick's work, or a look again at a link left unarmed
-// (recheck): it takes what the base link has and arms it, unless a stream
-// polls it (lazy settleLocked). It reports whether the link was left
-// unarmed.
-func (l *baseLink) serve(ws []wakeup, recheck bool) ([]wakeup, bool) {
+// serve is one kick's work: it takes what the base link has and arms it.
+func (l *baseLink) serve(ws []wakeup) []wakeup {
 	m := l.m
 	m.mu.Lock()
-	unarmed := false
-	if l.usableLocked() && (!recheck || l.unarmed) {
+	if l.usableLocked() {
 		m.deferTo = l
-		l.settleLocked(true)
+		l.settleLocked()
 		ws = l.takeSignalsLocked(ws)
-		unarmed = l.unarmed
 	}
 	m.mu.Unlock()
-	return give(ws), unarmed
+	return give(ws)
 }
 
 // usableLocked reports whether the base link and its group still work.
@@ -207,25 +164,10 @@ func (l *baseLink) usableLocked() bool { return l.err == nil && l.m.err == nil }
 
 // settleLocked arms the base link and takes what came before the Arm: a
 // completion after it raises an event, for the leader's Wait or kick.
-// When lazy, and a stream polled the link since it was last settled, it
-// takes what the link has and leaves it unarmed: the poller takes what
-// comes next and arms the link when it stops (Stream.Arm), and the service
-// looks again in spinRecheck.
-func (l *baseLink) settleLocked(lazy bool) {
+func (l *baseLink) settleLocked() {
 	if !l.usableLocked() {
 		return
 	}
-	if lazy && l.polled {
-		l.polled, l.unarmed = false, true
-		l.drainLocked(false)
-		// A service that runs looks again when its timer fires
-		// (serviceLinger at most); otherwise one starts to.
-		if l.serving.CompareAndSwap(false, true) {
-			go l.service(true)
-		}
-		return
-	}
-	l.polled, l.unarmed = false, false
 	if err := l.base.Arm(); err != nil {
 		l.downLocked(err)
 		return
@@ -268,7 +210,7 @@ func (l *baseLink) leadLocked(done func() bool, yield bool, scratch *[]wakeup) {
 	l.leading, l.yields = true, yield
 	ws := (*scratch)[:0]
 	m.deferTo = l
-	l.settleLocked(yield)
+	l.settleLocked()
 	for {
 		if ws = l.takeSignalsLocked(ws); len(ws) > 0 {
 			m.mu.Unlock()
@@ -287,7 +229,7 @@ func (l *baseLink) leadLocked(done func() bool, yield bool, scratch *[]wakeup) {
 			l.downLocked(err)
 		}
 		m.deferTo = l
-		l.settleLocked(yield)
+		l.settleLocked()
 	}
 	l.leading, l.yields = false, false
 	*scratch = ws

@@ -684,11 +684,9 @@ func (s *Stream) Poll(cs []link.Completion) (int, error) {
 		// Take what the base link has, rather than wait for a leader or a
 		// service to hand it over: a Read that polls before it sleeps
 		// (adaptive polling, connfd) finds its answer with no wake-up.
-		// The poll that follows an Arm need not: the Arm left the base
-		// link armed, so what comes raises an event, and a Wait that
-		// follows leads and drains it first. A poll that drains tells the
-		// service to leave the link unarmed (settleLocked).
-		s.l.polled = true
+		// The poll that follows an Arm need not: the base link is armed
+		// whenever nobody drains it, so what comes raises an event, and a
+		// Wait that follows leads and drains it first.
 		s.l.drainLocked(false)
 	}
 	s.justArmed = false
@@ -724,11 +722,6 @@ func (s *Stream) Arm() error {
 		return s.closedError("Arm")
 	}
 	s.armed, s.event, s.justArmed = true, false, true
-	if l := s.l; l != nil && l.unarmed {
-		// The poller stops, to sleep or with what it polled for: the link
-		// is armed again, for whoever waits next (settleLocked).
-		l.settleLocked(false)
-	}
 	return nil
 }
 
