@@ -93,7 +93,8 @@ type Config struct {
 	ResumeTimeout time.Duration
 	// FailbackInterval is how often, at most, a session that runs on
 	// another path than its first (another RDMA path, or TCP) tries to move
-	// back to the first (default 30 s; negative: never). A try that fails
+	// back to the first, and from TCP to any RDMA path, in the dialer's
+	// order (default 30 s; negative: never). A try that fails
 	// doubles the wait, up to 8 x FailbackInterval. The move is made before
 	// the old link is let go, so it costs no more than a resume.
 	FailbackInterval time.Duration

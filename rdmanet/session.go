@@ -147,7 +147,7 @@ type SessionState struct {
 	// Path is the link the session runs on now ("" while it has none).
 	Path string
 	// Failbacks is how many times the dialer moved the session back to
-	// its first path after it recovered.
+	// its first path after it recovered, or from TCP to another RDMA path.
 	Failbacks int
 	// Suspended: the session lost its link and is resuming.
 	Suspended bool

@@ -17,7 +17,7 @@ type SessionMove struct {
 	// without closing: its keepalive found the path dead first, or its
 	// device failed), "peer-resumed" (the peer resumed the session
 	// elsewhere: it found the path dead first), or "failback" (the dialer
-	// moved back to its first path).
+	// moved back to its first path, or from TCP to an RDMA path).
 	Reason   string
 	From, To fallback.Transport
 }

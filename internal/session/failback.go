@@ -5,13 +5,17 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/rdmanet/sdk/internal/link"
+	"github.com/rdmanet/sdk/internal/wire"
 )
 
 // Failback: a session the dialer moved to another path than its first (the
 // first RDMA path, to the dialed address) tries, every FailbackInterval at
-// most and with backoff, to move back. It makes the new path before it lets
-// go of the old: it resumes on the first path while the current one still
-// runs. If that fails (the path is still broken) nothing has changed. If it
+// most and with backoff, to move back: to the first path, and from TCP to
+// any RDMA path, in their order. It makes the new path before it lets go of
+// the old: it resumes on the new path while the current one still runs. If
+// that fails (every such path is still broken) nothing has changed. If it
 // works, the server lets go of the session's old path for the new one
 // (EndResume), the dialer lets go of its own, and attaches the new path.
 // Each side may see the old path's end, closed by the other, before it let
@@ -42,7 +46,18 @@ func (l *Link) scheduleFailbackLocked() {
 	l.failbackTimer = time.AfterFunc(l.failbackWait, l.failback)
 }
 
-// failback tries once to move the session back to its first path.
+// pathLost reports whether the session has no path (it broke while a
+// failback was under way).
+func (l *Link) pathLost() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.path == nil
+}
+
+// failback tries once to move the session to a path before the one it is
+// on, in their order: back to the first path, or, from TCP, to whichever
+// RDMA path works first (a passing error may have sent the session past
+// one that works: RDMA is not given up for it).
 func (l *Link) failback() {
 	l.mu.Lock()
 	if l.closed || l.noFailback || l.path == nil || l.pathIndex == 0 || l.state != Active {
@@ -53,12 +68,22 @@ func (l *Link) failback() {
 	defer l.work.Done()
 	l.setLocked(Moving)
 	h := l.helloLocked()
-	first, from := l.cfg.Paths[0], l.pathNameLocked()
+	better, from := l.cfg.Paths[:l.pathIndex], l.pathNameLocked()
 	l.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(l.life, failbackAnswerWait)
-	p, peer, err := first.Dial(ctx, h)
-	cancel()
+	var p link.Link
+	var peer wire.Hello
+	var err error
+	to := 0
+	for ; to < len(better); to++ {
+		ctx, cancel := context.WithTimeout(l.life, failbackAnswerWait)
+		p, peer, err = better[to].Dial(ctx, h)
+		cancel()
+		if err == nil || l.life.Err() != nil || l.pathLost() {
+			break // a lost path is resumed from, below, not failed back from
+		}
+		slog.Debug("rdmanet: session could not move back to a path", "session", l.cfg.ID, "path", better[to].Name, "err", err)
+	}
 
 	l.mu.Lock()
 	if err != nil {
@@ -76,7 +101,6 @@ func (l *Link) failback() {
 			l.scheduleFailbackLocked()
 		}
 		l.mu.Unlock()
-		slog.Debug("rdmanet: session could not move back to its first path", "session", l.cfg.ID, "path", first.Name, "err", err)
 		return
 	}
 	if l.closed || l.noFailback {
@@ -97,7 +121,7 @@ func (l *Link) failback() {
 	l.mu.Unlock()
 	<-retired
 
-	if err := l.attach(p, peer, first.Name, 0); err != nil { // moving to active, if it works
+	if err := l.attach(p, peer, better[to].Name, to); err != nil { // moving to active, if it works
 		l.mu.Lock()
 		l.stepEndedLocked(Moving)
 		if !l.closed && l.path == nil {
@@ -109,5 +133,5 @@ func (l *Link) failback() {
 	l.mu.Lock()
 	l.failbacks++
 	l.mu.Unlock()
-	slog.Info("rdmanet: session moved back to its first path", "session", l.cfg.ID, "from", from, "to", first.Name)
+	slog.Info("rdmanet: session moved back to a path before its last", "session", l.cfg.ID, "from", from, "to", better[to].Name)
 }

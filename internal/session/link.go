@@ -114,7 +114,7 @@ var (
 	// way: the dialer tries again (it is not a refusal).
 	ErrBusy = errors.New("rdmanet: a resume of the session is under way")
 	// errFailback fails the path a dialer moves away from.
-	errFailback = fmt.Errorf("rdmanet: the session moves back to its first path: %w", link.ErrDown)
+	errFailback = fmt.Errorf("rdmanet: the session moves back to a path before this one: %w", link.ErrDown)
 	// errResumedElsewhere fails a path whose dialer resumed the session on
 	// a new one while this side's still looked alive: the dialer found it dead.
 	errResumedElsewhere = fmt.Errorf("rdmanet: the peer resumed the session on another link: %w", link.ErrDown)
@@ -478,7 +478,7 @@ func (l *Link) Discard() {
 	})
 }
 
-// StopFailback stops moving back to the first path (the connection is
+// StopFailback stops moving back to an earlier path (the connection is
 // closing: it delivers what was written on the path it has).
 func (l *Link) StopFailback() {
 	l.mu.Lock()

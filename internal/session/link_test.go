@@ -494,6 +494,87 @@ func TestFailback(t *testing.T) {
 	}
 }
 
+// TestFailbackFromTCP: a session that went to TCP because every RDMA path
+// failed moves to the first RDMA path that works again, not only to its
+// first path, and from there back to the first once that works too.
+func TestFailbackFromTCP(t *testing.T) {
+	a1, b1 := pipeOver(nil, nil)
+	defer b1.Close()
+	var mu sync.Mutex
+	var others []*link.Pipe
+	defer func() {
+		for _, b := range others {
+			b.Close()
+		}
+	}()
+	var broken [2]atomic.Bool
+	var tries [2]atomic.Int32
+	path := func(name string, i int, tcp bool) Path {
+		return Path{Name: name, TCP: tcp, Dial: func(context.Context, wire.Hello) (link.Link, wire.Hello, error) {
+			if !tcp {
+				tries[i].Add(1)
+				if broken[i].Load() {
+					return nil, wire.Hello{}, errors.New("test: " + name + " is down")
+				}
+			}
+			a, b := pipeOver(a1.SendRing(), a1.RecvRing())
+			mu.Lock()
+			others = append(others, b)
+			mu.Unlock()
+			return a, wire.Hello{}, nil
+		}}
+	}
+	paths := []Path{path("primary", 0, false), path("secondary", 1, false), path("tcp", 0, true)}
+	r := newRig(t, a1, Config{Paths: paths, FailbackInterval: 5 * time.Millisecond})
+	l := r.l
+	broken[0].Store(true)
+	broken[1].Store(true)
+	l.Lost(fmt.Errorf("test: %w", link.ErrDown))
+	pollFor(t, l, link.Resumed)
+	if s := l.Snapshot(); s.Path != "tcp" {
+		t.Fatalf("resumed on %q, want tcp", s.Path)
+	}
+	// Failback tries the first path, then the second, each time.
+	for end := time.Now().Add(hangGuard); tries[1].Load() < 4; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("failback tried the second path %d times", tries[1].Load())
+		}
+	}
+	if s := l.Snapshot(); s.Path != "tcp" || s.Failbacks != 0 {
+		t.Errorf("failed failbacks changed the session: %+v", s)
+	}
+	broken[1].Store(false)
+	backTo := func(want string, failbacks int) {
+		t.Helper()
+		c := pollFor(t, l, link.Failed)
+		if MoveReason(c.Err) != "failback" || l.Lost(c.Err) {
+			t.Fatalf("the old path's end: %v", c.Err)
+		}
+		pollFor(t, l, link.Resumed)
+		for end := time.Now().Add(hangGuard); l.Snapshot().Failbacks != failbacks; time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("no failback: %+v", l.Snapshot())
+			}
+		}
+		if s := l.Snapshot(); s.Path != want || MoveReason(s.LastMove.Cause) != "failback" {
+			t.Errorf("after the failback: %+v; want on %s", s, want)
+		}
+	}
+	backTo("secondary", 1)
+	// On the second path, failback tries only the first.
+	before, first := tries[1].Load(), tries[0].Load()
+	for end := time.Now().Add(hangGuard); tries[0].Load() < first+3; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("no failback tries from the second path")
+		}
+	}
+	if n := tries[1].Load(); n != before {
+		t.Errorf("on the second path, failback dialed it %d times more", n-before)
+	}
+	broken[0].Store(false)
+	backTo("primary", 2)
+}
+
 // TestCloseDuringRecovery: Close stops a dial under way and returns once
 // it has; a path that comes after is refused and closed.
 func TestCloseDuringRecovery(t *testing.T) {

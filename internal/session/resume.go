@@ -305,7 +305,7 @@ func (l *Link) EndResume(p link.Link, name string) error {
 		return nil
 	}
 	// The dialer let go of the path this side still has (it found it
-	// dead, or it moves back to its first path).
+	// dead, or it moves back to a path before it).
 	if l.closed || l.path != nil && !l.letGoLocked(errResumedElsewhere) {
 		l.stepEndedLocked(Attaching)
 		l.mu.Unlock()
