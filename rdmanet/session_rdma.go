@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -236,8 +237,16 @@ func rdmaResumePaths(mem *ringMem, src netip.Addr, dsts []netip.AddrPort, cfg Co
 		}
 		paths = append(paths, session.Path{
 			Name: name,
-			Dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
-				return dialResume(ctx, from, dst, cfg, mem, h)
+			Dial: func(ctx context.Context, h wire.Hello) (l link.Link, peer wire.Hello, err error) {
+				// A passing failure is not a reason to leave RDMA for
+				// the next path (TCP, maybe), as in a dial.
+				for try := 1; ; try++ {
+					l, peer, err = dialResume(ctx, from, dst, cfg, mem, h)
+					if err == nil || !passingSetupFailure(err) || try == maxPortTries || ctx.Err() != nil {
+						return l, peer, err
+					}
+					slog.Debug("rdmanet: a resume's request failed for a passing reason; making it again", "path", dst, "try", try+1, "err", err)
+				}
 			},
 		})
 	}
