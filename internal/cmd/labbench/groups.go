@@ -274,6 +274,10 @@ type groupFailover struct {
 	movedTo   string        // the group's links then
 
 	stallMax, stallP50 time.Duration // over the streams: the longest gap between reads around the move
+	// stallMovedMax and stallStayedMax are stallMax over the streams that
+	// were on path 1's link at T0 (they moved) and over those on path 2's
+	// (they stayed, and took the moved ones in beside them); -1: none.
+	stallMovedMax, stallStayedMax time.Duration
 
 	failback      time.Duration // T1 to half the streams back on path 1's link
 	movedBack     uint64        // streams moved by then
@@ -1065,6 +1069,13 @@ func (fl *gfFlows) silentSince(t time.Time) int {
 // or before from to the first one after t, or to end if that is later
 // (longestGap), sorted.
 func (fl *gfFlows) stalls(from, t, end time.Time) []time.Duration {
+	ds := fl.streamStalls(from, t, end)
+	slices.Sort(ds)
+	return ds
+}
+
+// streamStalls is stalls in the streams' order.
+func (fl *gfFlows) streamStalls(from, t, end time.Time) []time.Duration {
 	var ds []time.Duration
 	for _, s := range fl.streams {
 		s.mu.Lock()
@@ -1072,8 +1083,27 @@ func (fl *gfFlows) stalls(from, t, end time.Time) []time.Duration {
 		s.mu.Unlock()
 		ds = append(ds, longestGap(reads, from, later(end, firstReadAfter(reads, t))))
 	}
-	slices.Sort(ds)
 	return ds
+}
+
+// onDevice says, for each stream, whether its client's link is on dev.
+func (fl *gfFlows) onDevice(dev string) []bool {
+	on := make([]bool, len(fl.streams))
+	for i, s := range fl.streams {
+		on[i] = s.client.Info().Device == dev
+	}
+	return on
+}
+
+// longestOf is the longest of ds whose in is want; -1 if none is.
+func longestOf(ds []time.Duration, in []bool, want bool) time.Duration {
+	longest := time.Duration(-1)
+	for i, d := range ds {
+		if in[i] == want {
+			longest = max(longest, d)
+		}
+	}
+	return longest
 }
 
 // rate is the throughput the server ends read together over rateWindow.
@@ -1238,6 +1268,13 @@ func (b *bench) groupFailover() (gf groupFailover) {
 		return fail("before the fault", fmt.Errorf("the group is not spread over both paths: %s", groupState(g0, found, paths)))
 	}
 	gf.onPath1 = streamsOn(g0, paths[0].B)
+	var path1Device string
+	for _, l := range g0.Links {
+		if pathOf(l, paths) == "path 1" {
+			path1Device = l.Device
+		}
+	}
+	wasOnPath1 := fl.onDevice(path1Device)
 	fl.forgetReads()
 	heal, t0, err := paths[0].Drop()
 	if err != nil {
@@ -1283,7 +1320,9 @@ func (b *bench) groupFailover() (gf groupFailover) {
 	if err != nil {
 		return fail("after the failover", fmt.Errorf("%w (%d streams read nothing after it)", err, fl.silentSince(movedAt)))
 	}
-	st := fl.stalls(t0, movedAt, windowEnd)
+	each := fl.streamStalls(t0, movedAt, windowEnd)
+	gf.stallMovedMax, gf.stallStayedMax = longestOf(each, wasOnPath1, true), longestOf(each, wasOnPath1, false)
+	st := slices.Sorted(slices.Values(each))
 	gf.stallMax, gf.stallP50 = slices.Max(st), benchkit.NearestRank(st, 50)
 	gf.reached = gfMoved
 	fl.forgetReads()
@@ -1328,8 +1367,8 @@ func (b *bench) groupFailover() (gf groupFailover) {
 func (gf groupFailover) summary() string {
 	var parts []string
 	if gf.reached >= gfMoved {
-		parts = append(parts, fmt.Sprintf("path 1's link down at %s, first move at %s, all %d moved at %s (to %s); stall %s the longest, %s the median stream's (%s with no fault)",
-			optSecs(gf.linkDown), optSecs(gf.firstMove), gf.moved, secs(gf.allMoved), gf.movedTo, secs(gf.stallMax), secs(gf.stallP50), secs(gf.quietStall)))
+		parts = append(parts, fmt.Sprintf("path 1's link down at %s, first move at %s, all %d moved at %s (to %s); stall %s the longest (%s of the streams that moved, %s of those that stayed), %s the median stream's (%s with no fault)",
+			optSecs(gf.linkDown), optSecs(gf.firstMove), gf.moved, secs(gf.allMoved), gf.movedTo, secs(gf.stallMax), secsOrNone(gf.stallMovedMax), secsOrNone(gf.stallStayedMax), secs(gf.stallP50), secs(gf.quietStall)))
 	}
 	if gf.reached >= gfBack {
 		parts = append(parts, fmt.Sprintf("failback %s (%d moved back), its stall %s", secs(gf.failback), gf.movedBack, secs(gf.failbackStall)))
@@ -1355,6 +1394,14 @@ func (gf groupFailover) summary() string {
 		s = strings.TrimPrefix(s+"; ", "; ") + "at the end: " + gf.endProblem
 	}
 	return fmt.Sprintf("%s (%.1fs)", s, gf.took.Seconds())
+}
+
+// secsOrNone is secs, or "none" for a figure of no stream (-1).
+func secsOrNone(d time.Duration) string {
+	if d < 0 {
+		return "none"
+	}
+	return secs(d)
 }
 
 // optSecs is secs, or "not seen" for a negative duration.

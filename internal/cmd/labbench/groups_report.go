@@ -302,8 +302,9 @@ func (r report) groupFailoverPart(w *strings.Builder) {
 	var notes []string
 	if moved {
 		notes = append(notes, fmt.Sprintf("%d streams were on path 1's link at T0; %d moves counted until every stream was on %s; "+
-			"the median stream's stall was %s; with no fault (the before window) the longest gap any stream saw between reads was %s",
-			gf.onPath1, gf.moved, gf.movedTo, secs(gf.stallP50), secs(gf.quietStall)))
+			"the median stream's stall was %s; the longest of the streams that moved (from path 1) was %s, of those that stayed on path 2 %s; "+
+			"with no fault (the before window) the longest gap any stream saw between reads was %s",
+			gf.onPath1, gf.moved, gf.movedTo, secs(gf.stallP50), secsOrNone(gf.stallMovedMax), secsOrNone(gf.stallStayedMax), secs(gf.quietStall)))
 	}
 	if gf.reached >= gfBack {
 		notes = append(notes, fmt.Sprintf("the failback moved %d streams", gf.movedBack))
