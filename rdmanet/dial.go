@@ -216,7 +216,10 @@ const maxPortTries = 3
 //     connections opening on rxe, "CONNECT_ERROR: operation not
 //     permitted"): RDMA reaches the peer, so the dial does not give it up
 //     for one such failure.
-func dialRetrying(ctx context.Context, dst netip.AddrPort, policy fallback.Policy, attempt func() (*Conn, error)) (c *Conn, err error) {
+//
+// A session's resume on an RDMA path retries the same way (with
+// fallback.Auto: a timeout goes on to its next path).
+func dialRetrying[T any](ctx context.Context, dst netip.AddrPort, policy fallback.Policy, attempt func() (T, error)) (c T, err error) {
 	c, err = attempt()
 	for try := 1; err != nil && try < maxPortTries && ctx.Err() == nil; try++ {
 		busyTimeout := policy == fallback.RDMAOnly && failures.Answers(dst) && fallback.Classify(err) == fallback.ReasonTimeout
@@ -231,7 +234,7 @@ func dialRetrying(ctx context.Context, dst netip.AddrPort, policy fallback.Polic
 
 // passingSetupFailure reports whether a connection request failed for a
 // reason that another request meets no more: its local port was busy, or
-// the set-up failed after the peer answered (see dialRetrying).
+// the set-up failed after the peer answered.
 func passingSetupFailure(err error) bool {
 	return errors.Is(err, cm.ErrLocalPortBusy) || errors.Is(err, cm.ErrConnectFailed)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rdmanet/sdk/cm"
 	"github.com/rdmanet/sdk/fallback"
+	"github.com/rdmanet/sdk/internal/wire"
 )
 
 // TestDialMemoryOfABusyPeer: a timeout toward a peer that answers RDMA is
@@ -219,6 +220,24 @@ func TestDialRetrying(t *testing.T) {
 		})
 		if tries != tc.tries || (err == nil) != tc.ok || (c == ok) != tc.ok {
 			t.Errorf("%s: %d tries, %v, %v; want %d tries, success %v", tc.name, tries, c, err, tc.tries, tc.ok)
+		}
+	}
+	// A session's resume path (fallback.Auto: a timeout goes on to the
+	// next path) makes its request again after a passing failure.
+	for _, tc := range []struct {
+		fails []error
+		tries int
+	}{{[]error{connectErr}, 2}, {[]error{portBusy, connectErr}, 3}, {[]error{timedOut}, 1}, {[]error{connectErr, connectErr, connectErr}, maxPortTries}} {
+		tries := 0
+		r, err := dialRetrying(context.Background(), busy, fallback.Auto, func() (resumedLink, error) {
+			tries++
+			if tries <= len(tc.fails) {
+				return resumedLink{}, tc.fails[tries-1]
+			}
+			return resumedLink{peer: wire.Hello{Generation: 7}}, nil
+		})
+		if want := tc.tries > len(tc.fails); tries != tc.tries || (err == nil) != want || (r.peer.Generation == 7) != want {
+			t.Errorf("resume after %v: %d tries, %v; want %d tries", tc.fails, tries, err, tc.tries)
 		}
 	}
 	// The caller's context ends: no further try.

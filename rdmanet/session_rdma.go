@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/cm"
+	"github.com/rdmanet/sdk/fallback"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/session"
@@ -237,20 +237,24 @@ func rdmaResumePaths(mem *ringMem, src netip.Addr, dsts []netip.AddrPort, cfg Co
 		}
 		paths = append(paths, session.Path{
 			Name: name,
-			Dial: func(ctx context.Context, h wire.Hello) (l link.Link, peer wire.Hello, err error) {
+			Dial: func(ctx context.Context, h wire.Hello) (link.Link, wire.Hello, error) {
 				// A passing failure is not a reason to leave RDMA for
 				// the next path (TCP, maybe), as in a dial.
-				for try := 1; ; try++ {
-					l, peer, err = dialResume(ctx, from, dst, cfg, mem, h)
-					if err == nil || !passingSetupFailure(err) || try == maxPortTries || ctx.Err() != nil {
-						return l, peer, err
-					}
-					slog.Debug("rdmanet: a resume's request failed for a passing reason; making it again", "path", dst, "try", try+1, "err", err)
-				}
+				r, err := dialRetrying(ctx, dst, fallback.Auto, func() (resumedLink, error) {
+					l, peer, err := dialResume(ctx, from, dst, cfg, mem, h)
+					return resumedLink{l, peer}, err
+				})
+				return r.l, r.peer, err
 			},
 		})
 	}
 	return paths
+}
+
+// resumedLink is what dialResume makes, as one value for dialRetrying.
+type resumedLink struct {
+	l    link.Link
+	peer wire.Hello
 }
 
 // sameSubnetRDMAAddr is a local address, other than dst itself, on an
