@@ -223,20 +223,13 @@ func dialRetrying[T any](ctx context.Context, dst netip.AddrPort, policy fallbac
 	c, err = attempt()
 	for try := 1; err != nil && try < maxPortTries && ctx.Err() == nil; try++ {
 		busyTimeout := policy == fallback.RDMAOnly && failures.Answers(dst) && fallback.Classify(err) == fallback.ReasonTimeout
-		if !passingSetupFailure(err) && !busyTimeout {
+		if !errors.Is(err, cm.ErrLocalPortBusy) && !busyTimeout && !errors.Is(err, cm.ErrConnectFailed) {
 			break
 		}
 		slog.Debug("rdmanet: the connection request failed for a passing reason; making it again", "addr", dst, "try", try+1, "err", err)
 		c, err = attempt()
 	}
 	return c, err
-}
-
-// passingSetupFailure reports whether a connection request failed for a
-// reason that another request meets no more: its local port was busy, or
-// the set-up failed after the peer answered.
-func passingSetupFailure(err error) bool {
-	return errors.Is(err, cm.ErrLocalPortBusy) || errors.Is(err, cm.ErrConnectFailed)
 }
 
 // dial makes an RDMA connection. answerWait, if positive, bounds the wait
