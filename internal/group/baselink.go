@@ -38,15 +38,26 @@ type baseLink struct {
 	firstID     uint64
 	controls    int
 	sinceSignal int
-	ready       fifo[*Stream]       // streams with requests queued, in turn
-	queued      int                 // stream requests waiting in ready
-	groupq      []wire.GroupMessage // group messages to post, before any stream's
-	groupOut    int                 // this side's group requests unanswered on it
-	groupWait   []wire.GroupMessage // requests waiting for groupOut to drop
-	batch       []link.SendWR
-	pumping     bool
-	draining    bool
-	cs          []link.Completion
+	// Data in flight (Config.LinkInFlight): the bytes of data writes
+	// outstanding, the bytes posted since the last signaled request, and
+	// the signaled requests outstanding, whose completions retire it.
+	inFlight, sinceSignalData, signaledOut int
+	// Streams with requests queued take turns, one request at a time, as
+	// fq_codel's flows do: one that had nothing queued starts in fresh,
+	// served before ready, and goes on in ready after its first turn
+	// (staying there until a turn finds it empty, so that a stream that
+	// posts one request at a time is fresh once a round, not always).
+	// A stream that starts, moves or answers waits for no round of the
+	// others' large writes.
+	fresh, ready fifo[*Stream]
+	queued       int                 // stream requests waiting in fresh and ready
+	groupq       []wire.GroupMessage // group messages to post, before any stream's
+	groupOut     int                 // this side's group requests unanswered on it
+	groupWait    []wire.GroupMessage // requests waiting for groupOut to drop
+	batch        []link.SendWR
+	pumping      bool
+	draining     bool
+	cs           []link.Completion
 
 	// movesWaiting are the peer's StreamMoves to this link that wait for
 	// its receives (roomToMoveLocked), in order.
@@ -86,6 +97,8 @@ type sent struct {
 	id       uint64  // the stream's ID for it
 	signaled bool    // signaled at the stream
 	control  bool
+	based    bool   // signaled on the base link: its completion comes
+	data     uint32 // a data write's bytes (Config.LinkInFlight)
 }
 
 func (l *baseLink) name() string { return l.bc.Name }
@@ -362,6 +375,10 @@ func (l *baseLink) retireLocked(id uint64) {
 		if e.control {
 			l.controls--
 		}
+		l.inFlight -= int(e.data)
+		if e.based {
+			l.signaledOut--
+		}
 		if s := e.s; s != nil && s.l == l {
 			s.inflight--
 			if s.leaving {
@@ -476,22 +493,38 @@ func (l *baseLink) postGroupLocked() {
 func (l *baseLink) readyLocked(s *Stream) {
 	if s.queued.len() > 0 && !s.inReady && s.announced {
 		s.inReady = true
-		l.ready.push(s)
+		l.fresh.push(s)
 	}
 }
 
-// roundLocked posts one request of each stream that has one, in turn, as
-// long as the base link has room; false if it posted nothing. A stream
-// whose next request is a control message with no control slot free, or a
-// StreamClose with too many group requests out, waits its next turn.
+// roundLocked posts one request of each stream that has one, in turn
+// (fresh ones first), as long as the base link has room; false if it
+// posted nothing. A stream whose next request is a control message with
+// no control slot free, or a StreamClose with too many group requests
+// out, waits its next turn.
 func (l *baseLink) roundLocked() bool {
-	posted := false
-	for range l.ready.len() {
+	posted, full := l.turnsLocked(&l.fresh)
+	if !full {
+		var p bool
+		p, _ = l.turnsLocked(&l.ready)
+		posted = posted || p
+	}
+	return posted
+}
+
+// turnsLocked gives each stream in list its turn; full reports that the
+// base link has no room for more now.
+func (l *baseLink) turnsLocked(list *fifo[*Stream]) (posted, full bool) {
+	for range list.len() {
 		if l.n >= len(l.fifo) || len(l.groupq) > 0 {
-			break
+			return posted, true
 		}
-		s := *l.ready.front()
-		l.ready.pop()
+		s := *list.front()
+		if s.queued.len() > 0 && s.l == l && l.overFlightLocked(s.queued.front()) {
+			// It keeps its place: the first in line when data completes.
+			return posted, true
+		}
+		list.pop()
 		if s.queued.len() == 0 || s.l != l {
 			s.inReady = false
 			continue
@@ -507,20 +540,39 @@ func (l *baseLink) roundLocked() bool {
 			l.ready.push(s)
 			continue
 		default:
-			l.postLocked(q.wr, sent{s: s, seq: q.seq, id: q.wr.ID, signaled: q.wr.Signaled, control: q.wr.Kind == link.SendControl})
+			e := sent{s: s, seq: q.seq, id: q.wr.ID, signaled: q.wr.Signaled, control: q.wr.Kind == link.SendControl}
+			if q.wr.Kind == link.SendData {
+				e.data = q.wr.N
+			}
+			l.postLocked(q.wr, e)
 			s.inflight++
 		}
 		posted = true
 		s.queued.pop()
 		l.queued--
-		if s.queued.len() > 0 {
+		switch {
+		case list == &l.fresh:
+			l.ready.push(s) // in the round now, even if it has nothing more
+			if s.queued.len() == 0 {
+				s.settleLocked()
+			}
+		case s.queued.len() > 0:
 			l.ready.push(s)
-		} else {
+		default:
 			s.inReady = false
 			s.settleLocked()
 		}
 	}
-	return posted
+	return posted, false
+}
+
+// overFlightLocked reports whether q, a data write, must wait for data in
+// flight to complete (Config.LinkInFlight). It does not if no signaled
+// request is outstanding: no completion would come to retire the data.
+func (l *baseLink) overFlightLocked(q *queuedWR) bool {
+	limit := l.m.cfg.LinkInFlight
+	return limit > 0 && q.close == 0 && q.wr.Kind == link.SendData &&
+		l.signaledOut > 0 && l.inFlight+int(q.wr.N) > limit
 }
 
 // postLocked adds one request to the batch, with the base ID that names it
@@ -529,9 +581,19 @@ func (l *baseLink) roundLocked() bool {
 // nothing retires.
 func (l *baseLink) postLocked(wr link.SendWR, e sent) {
 	l.sinceSignal++
-	if e.control || e.signaled || l.sinceSignal >= len(l.fifo)/2 {
+	l.inFlight += int(e.data)
+	l.sinceSignalData += int(e.data)
+	limit := l.m.cfg.LinkInFlight
+	if e.control || e.signaled || l.sinceSignal >= len(l.fifo)/2 ||
+		limit > 0 && (l.sinceSignalData >= limit/4 || l.inFlight > limit/2) {
+		// Data in flight is signaled often enough that its completions
+		// make room before the bound is reached.
 		wr.Signaled = true
-		l.sinceSignal = 0
+		l.sinceSignal, l.sinceSignalData = 0, 0
+	}
+	if wr.Signaled {
+		e.based = true
+		l.signaledOut++
 	}
 	wr.ID = l.firstID + uint64(l.n)
 	l.fifo[(l.head+l.n)%len(l.fifo)] = e
@@ -670,6 +732,7 @@ func (l *baseLink) downLocked(err error) {
 	l.base.Disconnect()
 	l.base.Wake() // a leader may sleep on a link that says nothing more
 	l.ready.reset()
+	l.fresh.reset()
 	l.queued, l.groupq, l.groupWait, l.movesWaiting = 0, nil, nil, nil
 	l.fifo, l.n = nil, 0
 	l.granted = 0

@@ -23,7 +23,10 @@
 //
 //   - A stream posts into a queue of its own in the mux; the mux posts the
 //     streams' requests onto the base link round robin, one request at a
-//     time, so a large writer never starves a small one.
+//     time, so a large writer never starves a small one. A stream that
+//     starts sending goes first (baseLink.fresh), and the data in flight
+//     on the base link is bounded (Config.LinkInFlight), so that turns
+//     are taken here and not in the device's queue.
 //   - The base link's receives are a pool: a stream's peer holds credit
 //     (link.Caps.RecvCredit and RecvGrant), granted from the pool as it
 //     streams (link.PoolGrant), so a stream never sends a message that
@@ -124,6 +127,14 @@ type Config struct {
 	// the group's links (base) fails while the group goes on
 	// (MoveTimeout): the owner may make another on its path (AddLink).
 	OnLinkDown func(base link.Carrier, err error)
+	// LinkInFlight bounds the data a base link has posted that has not
+	// completed, in bytes (a write larger than it goes alone); 0: only
+	// its send queue bounds it. Past it, the streams' writes wait in the
+	// mux, whose turns are fair, rather than in the device's queue, which
+	// is first come first served: with a deep queue, a stream that starts
+	// (or moves, or answers) waits behind everything the others queued
+	// there (255 writes of up to 64 KiB).
+	LinkInFlight int
 }
 
 // MoveKind says how a stream's move went, for OnMove.
@@ -176,8 +187,16 @@ func DefaultConfig() Config {
 		SendDepth: 16, ControlDepth: 4,
 		FirstGrant: 8, MaxGrant: 256,
 		MaxStreams: 4096, Backlog: 128,
+		LinkInFlight: DefaultLinkInFlight,
 	}
 }
+
+// DefaultLinkInFlight is Config.LinkInFlight unless told otherwise: what
+// a 100 Gb/s port sends in 84 us, longer than a completion takes to come
+// back while the link is busy; the lab's rxe sends it in tens of
+// milliseconds, which is then the longest a stream's turn waits in the
+// device (BENCHMARKS.md, the group's failover).
+const DefaultLinkInFlight = 1 << 20
 
 // ErrDown is matched by the errors of a group whose base link ended, and
 // by its streams' Failed completions then.
@@ -696,6 +715,7 @@ func (m *Mux) endLocked(err error) {
 	dones := make([]chan struct{}, 0, len(m.links))
 	for _, l := range m.links {
 		l.ready.reset()
+		l.fresh.reset()
 		l.groupq, l.groupWait = nil, nil
 		l.base.Disconnect() // the peer's end of each link learns at once
 		l.base.Wake()       // a leader may sleep on a link that says nothing more
