@@ -19,29 +19,27 @@ func TestAdaptiveSpinTime(t *testing.T) {
 		t.Fatalf("no wait yet: spins %v", d)
 	}
 	for range 4 {
-		fd.waitedLocked(time.Now().Add(-100 * time.Microsecond))
+		fd.tookLocked(time.Now(), 100*time.Microsecond)
 	}
-	// Each sample is 100 µs and a little more (the time between the
-	// call's two clock readings).
 	if d := fd.spinLocked(); d < 400*time.Microsecond || d > 500*time.Microsecond {
 		t.Fatalf("after waits of 100 µs: spins %v (longest %v), want about four times the wait", d, fd.waitHigh)
 	}
 	// Waits of two kinds: the spin covers the longer.
 	for range 4 {
-		fd.waitedLocked(time.Now().Add(-400 * time.Microsecond))
-		fd.waitedLocked(time.Now().Add(-50 * time.Microsecond))
+		fd.tookLocked(time.Now(), 400*time.Microsecond)
+		fd.tookLocked(time.Now(), 50*time.Microsecond)
 	}
 	if d := fd.spinLocked(); d < 1500*time.Microsecond || d > maxAdaptiveSpin { // four times 400 µs, less the sixteenth a quick wait takes off
 		t.Fatalf("after waits of 50 and 400 µs: spins %v (longest %v), want four times the longer", d, fd.waitHigh)
 	}
 	// The longest sinks once the long ones stop.
 	for range 32 {
-		fd.waitedLocked(time.Now().Add(-100 * time.Microsecond))
+		fd.tookLocked(time.Now(), 100*time.Microsecond)
 	}
 	if d := fd.spinLocked(); d < 400*time.Microsecond || d > 500*time.Microsecond {
 		t.Fatalf("after 32 waits of 100 µs: spins %v (longest %v), want about four times that", d, fd.waitHigh)
 	}
-	long := func() { fd.waitedLocked(time.Now().Add(-5 * quickWait)) }
+	long := func() { fd.tookLocked(time.Now(), 5*quickWait) }
 	long()
 	if d := fd.spinLocked(); d < 400*time.Microsecond || d > 500*time.Microsecond {
 		t.Fatalf("after one long wait among quick ones: spins %v (longest %v), want as before", d, fd.waitHigh)
@@ -76,7 +74,7 @@ func TestAdaptiveSpinTime(t *testing.T) {
 	if d := fd.spinLocked(); d != maxAdaptiveSpin {
 		t.Fatalf("the next probe spins %v, want %v", d, maxAdaptiveSpin)
 	}
-	fd.waitedLocked(time.Now().Add(-300 * time.Microsecond)) // the probe's answer came while it spun
+	fd.tookLocked(time.Now(), 300*time.Microsecond) // the probe's answer came while it spun
 	if d := fd.spinLocked(); d < 1200*time.Microsecond || d > 1400*time.Microsecond {
 		t.Fatalf("after a quick probe of 300 µs: spins %v (longest %v), want about four times that", d, fd.waitHigh)
 	}
@@ -85,14 +83,14 @@ func TestAdaptiveSpinTime(t *testing.T) {
 		t.Fatalf("idle for %v: spins %v", 2*idleAfterWait, d)
 	}
 	// The first wait after an idle spell starts the longest afresh.
-	fd.waitedLocked(time.Now().Add(-100 * time.Microsecond))
+	fd.tookLocked(time.Now(), 100*time.Microsecond)
 	if fd.waitHigh > 200*time.Microsecond || !fd.quickLocked() {
 		t.Fatalf("longest %v, quick %v after an idle spell and a wait of 100 µs", fd.waitHigh, fd.quickLocked())
 	}
 
 	never := FD{busyPoll: -1}
 	for range 4 {
-		never.waitedLocked(time.Now().Add(-100 * time.Microsecond))
+		never.tookLocked(time.Now(), 100*time.Microsecond)
 	}
 	if d := never.spinLocked(); d != 0 || !never.waitDone.IsZero() {
 		t.Fatalf("busyPoll negative: spins %v, waits recorded %v", d, never.waitDone)
@@ -197,7 +195,7 @@ func (c *fakeConn) waitedShort() (waits, sweeps int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for range 4 {
-		c.fd.waitedLocked(time.Now().Add(-400 * time.Microsecond))
+		c.fd.tookLocked(time.Now(), 400*time.Microsecond)
 	}
 	return c.waits, c.sweeps[PollerBatch]
 }

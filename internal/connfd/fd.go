@@ -388,11 +388,16 @@ func (fd *FD) startSpinLocked() (spin time.Duration, slot bool) {
 // waitedLocked records a wait that ended with the call able to go on, for
 // adaptive polling.
 func (fd *FD) waitedLocked(since time.Time) {
+	now := time.Now()
+	fd.tookLocked(now, now.Sub(since))
+}
+
+// tookLocked counts a wait of d that ended at now (waitedLocked; tests
+// give d exactly, which two clock readings under load would not).
+func (fd *FD) tookLocked(now time.Time, d time.Duration) {
 	if fd.busyPoll != 0 {
 		return
 	}
-	now := time.Now()
-	d := now.Sub(since)
 	quick, rate := d < quickWait, 0
 	if quick {
 		rate = quickFull
