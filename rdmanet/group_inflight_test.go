@@ -83,17 +83,7 @@ func loggedGroups(t *testing.T, gc group.Config, streams int, delay time.Duratio
 	pa, pb := linktest.NewPipes(t, pc, pc)
 	pa.SetDelay(delay)
 	log = &postLog{Pipe: pa}
-	a, err := group.New(log, gc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b, err = group.New(pb, gc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		a.Close()
-		b.Close()
-	})
+	a, b = groupsOver(t, gc, gc, log, pb)
 	return a, b, log
 }
 

@@ -30,17 +30,7 @@ func movingGroups(t testing.TB, streams int, oneLink bool) (a, b *group.Mux, pat
 	pc := groupBase(streams)
 	p1a, p1b := linktest.NewPipes(t, pc, pc)
 	p2a, p2b := linktest.NewPipes(t, pc, pc)
-	var err error
-	if a, err = group.New(p1a, ga); err != nil {
-		t.Fatal(err)
-	}
-	if b, err = group.New(p1b, gb); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		a.Close()
-		b.Close()
-	})
+	a, b = groupsOver(t, ga, gb, p1a, p1b)
 	if oneLink {
 		return a, b, [2]*link.Pipe{p1a, p1b}, [2]*link.Pipe{p2a, p2b}
 	}

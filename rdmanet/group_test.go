@@ -42,18 +42,26 @@ func groupMuxes(t testing.TB, gc group.Config, pc link.PipeConfig) (a, b *group.
 func groupPipeMuxes(t testing.TB, ga, gb group.Config, pc link.PipeConfig) (a, b *group.Mux, pa, pb *link.Pipe) {
 	t.Helper()
 	pa, pb = linktest.NewPipes(t, pc, pc)
-	a, err := group.New(pa, ga)
+	a, b = groupsOver(t, ga, gb, pa, pb)
+	return a, b, pa, pb
+}
+
+// groupsOver makes groups with ga and gb over base links ba and bb,
+// closed when the test ends.
+func groupsOver(t testing.TB, ga, gb group.Config, ba, bb link.Carrier) (a, b *group.Mux) {
+	t.Helper()
+	a, err := group.New(ba, ga)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err = group.New(pb, gb); err != nil {
+	if b, err = group.New(bb, gb); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		a.Close()
 		b.Close()
 	})
-	return a, b, pa, pb
+	return a, b
 }
 
 // groupStreamConfig is a group's stream sizes for connections with cfg,
