@@ -103,7 +103,8 @@ func (r report) failoverSection(w *strings.Builder) {
 		"T0 being when the first of path 1's netdevs dropped; "+
 		"once the client's `Session().LastMove` is after T0 and neither side is suspended, %v of throughput on the new path (during); "+
 		"then path 1 heals, T1 being when both its netdevs are clear (path 2 heals after it, in RDMA to TCP), and once the session has "+
-		"failed back, %v of throughput on path 1 (after). "+
+		"failed back to path 1 (from TCP it may stop on path 2 first: the first RDMA path that answers takes it, and a cycle says so), "+
+		"%v of throughput on path 1 (after). "+
 		"The kinds alternate on the one session, which is replaced only when a cycle leaves it ended or off path 1; "+
 		"cycles of each kind asked for: %d (`-failover-cycles`). "+
 		"A cycle is given up after %v without the move it waits for (a hang guard), or at `-timeout`.\n\n",
