@@ -497,6 +497,19 @@ func (l *baseLink) readyLocked(s *Stream) {
 	}
 }
 
+// unreadyLocked takes s, which leaves l, out of l's turns: its place
+// there would keep it from taking turns on the link it goes to
+// (readyLocked), since a stream stays in the round with nothing queued.
+func (l *baseLink) unreadyLocked(s *Stream) {
+	if !s.inReady {
+		return
+	}
+	is := func(x *Stream) bool { return x == s }
+	l.fresh.deleteFunc(is)
+	l.ready.deleteFunc(is)
+	s.inReady = false
+}
+
 // roundLocked posts one request of each stream that has one, in turn
 // (fresh ones first), as long as the base link has room; false if it
 // posted nothing. A stream whose next request is a control message with

@@ -36,6 +36,23 @@ func (f *fifo[T]) pop() {
 	}
 }
 
+// deleteFunc drops what del matches, keeping the order of the rest.
+func (f *fifo[T]) deleteFunc(del func(T) bool) {
+	q := f.buf[f.head:]
+	n := 0
+	for _, v := range q {
+		if !del(v) {
+			q[n] = v
+			n++
+		}
+	}
+	clear(q[n:])
+	f.buf = f.buf[:f.head+n]
+	if f.head == len(f.buf) {
+		f.buf, f.head = f.buf[:0], 0
+	}
+}
+
 // reset empties the queue and keeps the array.
 func (f *fifo[T]) reset() {
 	clear(f.buf)

@@ -63,6 +63,7 @@ func (s *Stream) detachLocked() {
 	l.granted -= s.avail + s.taken
 	l.repostLocked(s.taken)
 	l.streams--
+	l.unreadyLocked(s)
 	s.l = nil
 	s.avail, s.taken = 0, 0
 	s.unshareRingsLocked(l)
