@@ -518,8 +518,7 @@ func (l *baseLink) unreadyLocked(s *Stream) {
 func (l *baseLink) roundLocked() bool {
 	posted, full := l.turnsLocked(&l.fresh)
 	if !full {
-		var p bool
-		p, _ = l.turnsLocked(&l.ready)
+		p, _ := l.turnsLocked(&l.ready)
 		posted = posted || p
 	}
 	return posted
@@ -533,16 +532,17 @@ func (l *baseLink) turnsLocked(list *fifo[*Stream]) (posted, full bool) {
 			return posted, true
 		}
 		s := *list.front()
-		if s.queued.len() > 0 && s.l == l && l.overFlightLocked(s.queued.front()) {
-			// It keeps its place: the first in line when data completes.
-			return posted, true
-		}
-		list.pop()
 		if s.queued.len() == 0 || s.l != l {
+			list.pop()
 			s.inReady = false
 			continue
 		}
 		q := s.queued.front()
+		if l.overFlightLocked(q) {
+			// It keeps its place: the first in line when data completes.
+			return posted, true
+		}
+		list.pop()
 		switch {
 		case q.close != 0:
 			// The stream's failure, told the peer in its order: after
