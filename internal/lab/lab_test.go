@@ -296,3 +296,14 @@ func TestBootTimeout(t *testing.T) {
 	}
 	t.Logf("%v", err)
 }
+
+func TestRPSMask(t *testing.T) {
+	for _, c := range []struct {
+		cpus int
+		want string
+	}{{0, "1"}, {1, "1"}, {2, "3"}, {4, "f"}, {12, "fff"}, {32, "ffffffff"}, {64, "ffffffff"}} {
+		if got := rpsMask(c.cpus); got != c.want {
+			t.Errorf("rpsMask(%d) = %q, want %q", c.cpus, got, c.want)
+		}
+	}
+}

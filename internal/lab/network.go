@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -123,7 +125,7 @@ type batch struct {
 func (s *netSetup) build() error {
 	namespaces := []string{""} // "" is the initial one
 	ipCmds := map[string][]string{"": {"link set lo up"}}
-	var rdmaCmds, acceptLocal []string
+	var rdmaCmds, acceptLocal, inOrder []string
 	for _, pair := range topology() {
 		near, far := pair[0], pair[1]
 		add := "link add " + near.dev + " type veth peer name " + far.dev
@@ -145,6 +147,9 @@ func (s *netSetup) build() error {
 				"link set "+e.dev+" up")
 			if e.rdma != "" {
 				rdmaCmds = append(rdmaCmds, "link add "+e.rdma+" type "+e.provider+" netdev "+e.dev)
+			}
+			if e.provider == labenv.ProviderRXE && e.netns == "" {
+				inOrder = append(inOrder, e.dev)
 			}
 		}
 	}
@@ -180,7 +185,28 @@ func (s *netSetup) build() error {
 			return err
 		}
 	}
+	// A veth hands each packet to the backlog of the CPU that sent it,
+	// and rxe sends a queue pair's packets from the poster's CPU or from
+	// its task's, so they arrived out of order, and rxe answered with
+	// NAKs and 134 ms retransmission waits (hundreds a run with 100 group
+	// streams; docs/lab.md). A NIC keeps a flow on one receive queue
+	// (RSS); RPS does so here, by the packets' hash.
+	mask := rpsMask(runtime.NumCPU())
+	for _, dev := range inOrder {
+		p := filepath.Join("/sys/class/net", dev, "queues/rx-0/rps_cpus")
+		s.log("echo %s > %s", mask, p)
+		if err := os.WriteFile(p, []byte(mask+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// rpsMask is an rps_cpus mask of the first n CPUs (at most 32): RPS then
+// spreads flows over all of them, each flow on one.
+func rpsMask(n int) string {
+	n = min(max(n, 1), 32)
+	return strconv.FormatUint(1<<n-1, 16)
 }
 
 // loadSiw loads the lab's siw.ko. The syscall, rather than insmod: one

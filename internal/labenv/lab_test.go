@@ -27,6 +27,11 @@ func TestLab(t *testing.T) {
 			if nd, err := os.ReadFile(filepath.Join(dir, "ports/1/gid_attrs/ndevs/0")); err != nil || strings.TrimSpace(string(nd)) != dev.netdev {
 				t.Errorf("RDMA device %s: netdev %q (%v), want %s", dev.rxe, bytes.TrimSpace(nd), err, dev.netdev)
 			}
+			// A queue pair's packets must arrive in the order rxe sent
+			// them, whichever CPU sent them (docs/lab.md, "In order").
+			if m, err := os.ReadFile(filepath.Join("/sys/class/net", dev.netdev, "queues/rx-0/rps_cpus")); err != nil || strings.Trim(string(m), "0,\n") == "" {
+				t.Errorf("%s: rps_cpus %q (%v), want CPUs: a veth would reorder rxe's packets", dev.netdev, bytes.TrimSpace(m), err)
+			}
 		}
 	}
 
