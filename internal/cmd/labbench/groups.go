@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -450,7 +451,15 @@ func (b *bench) settleGroups() string {
 	}
 	r, ids := leakcheck.Released(time.Until(end))
 	if n := len(rdmanet.Groups()); n > 0 || r != (verbs.ResourceCounts{}) || ids != 0 {
-		return fmt.Sprintf("not settled %v after it: %d groups, verbs objects %+v, %d cm IDs still open", groupsSettle, n, r, ids)
+		note := fmt.Sprintf("not settled %v after it: %d groups, verbs objects %+v, %d cm IDs still open", groupsSettle, n, r, ids)
+		if !b.unsettledDumped {
+			// What still holds them, for whoever reads the log: the
+			// report gives only the counts.
+			b.unsettledDumped = true
+			fmt.Fprintf(b.log, "labbench: link groups: %s; %d connections listed; the goroutines:\n", note, len(rdmanet.Connections()))
+			pprof.Lookup("goroutine").WriteTo(b.log, 1)
+		}
+		return note
 	}
 	return ""
 }
@@ -508,7 +517,7 @@ func (b *bench) dialFuncs(s dialSubject) (listen func(context.Context) (net.List
 
 // echoOneByte accepts until ln closes; each connection echoes one byte
 // and is closed.
-func echoOneByte(ln net.Listener) {
+func echoOneByte(ln net.Listener, log io.Writer) {
 	for {
 		c, err := ln.Accept()
 		if errors.Is(err, net.ErrClosed) {
@@ -521,7 +530,10 @@ func echoOneByte(ln net.Listener) {
 		go func() {
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(groupsDialTimeout))
-			io.CopyN(c, c, 1)
+			if _, err := io.CopyN(c, c, 1); err != nil {
+				// The client's error says only what it saw (EOF, say).
+				fmt.Fprintf(log, "labbench: link groups: a server end (%v from %v) did not echo: %v\n", c.LocalAddr(), c.RemoteAddr(), err)
+			}
 		}()
 	}
 }
@@ -564,7 +576,7 @@ func (b *bench) dialRateOn(ctx context.Context, s dialSubject, n int, lns *[]net
 			return f
 		}
 		*lns = append(*lns, ln)
-		go echoOneByte(ln)
+		go echoOneByte(ln, b.log)
 	}
 	one := func(addr string) (time.Duration, error) {
 		ctx, cancel := context.WithTimeout(ctx, groupsDialTimeout)

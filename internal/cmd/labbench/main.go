@@ -266,6 +266,9 @@ type bench struct {
 
 	withGroups bool       // the link groups section is to be measured
 	groups     *groupsRun // its result, once measured
+	// unsettledDumped: the log has the goroutines of the first figure
+	// after which rdmanet's objects were not all released (settleGroups).
+	unsettledDumped bool
 }
 
 func newBench(env labenv.Env, o options, log io.Writer) *bench {
