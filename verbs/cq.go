@@ -95,6 +95,28 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 	}
 }
 
+// add lists cq as one of the channel's CQs, for Wait to find by the
+// handle an event names.
+func (ch *CompChannel) add(cq *CQ) {
+	ch.mu.Lock()
+	ch.cqs[cq.raw] = cq
+	ch.mu.Unlock()
+}
+
+// forget takes a destroyed cq out of the channel's list, unless another
+// CQ took its place: once ibv_destroy_cq returned, rdma-core may give the
+// next CQ made the same address. Deleting that one's entry made Wait drop
+// its events unacknowledged, and its ibv_destroy_cq, which waits for every
+// event taken to be acknowledged, never returned (the lab, 2026-12-01: a
+// connection's Close hung there, holding its device's resources).
+func (ch *CompChannel) forget(cq *CQ) {
+	ch.mu.Lock()
+	if ch.cqs[cq.raw] == cq {
+		delete(ch.cqs, cq.raw)
+	}
+	ch.mu.Unlock()
+}
+
 // StaleEvents counts the events Wait dropped for a CQ closed meanwhile.
 func (ch *CompChannel) StaleEvents() uint64 { return ch.staleEvents.Load() }
 
@@ -158,9 +180,7 @@ func (c *Context) NewCQ(size int, ch *CompChannel, vector int) (*CQ, error) {
 	}
 	cq := &CQ{raw: raw, size: actual, channel: ch}
 	if ch != nil {
-		ch.mu.Lock()
-		ch.cqs[raw] = cq
-		ch.mu.Unlock()
+		ch.add(cq)
 	}
 	live.cqs.Add(1)
 	return cq, nil
@@ -223,9 +243,7 @@ func (cq *CQ) Close() error {
 			return err
 		}
 		if cq.channel != nil {
-			cq.channel.mu.Lock()
-			delete(cq.channel.cqs, cq.raw)
-			cq.channel.mu.Unlock()
+			cq.channel.forget(cq)
 		}
 		live.cqs.Add(-1)
 		return nil

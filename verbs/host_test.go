@@ -5,6 +5,9 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"unsafe"
+
+	"github.com/rdmanet/sdk/internal/rdmacore"
 )
 
 // On any host: Devices either lists devices or says why it cannot, never panics,
@@ -50,5 +53,26 @@ func TestNoDeviceAtTheDescriptorLimit(t *testing.T) {
 	atLimit := &CallError{Func: "ibv_get_device_list", Errno: syscall.ENOSYS, Descriptors: &DescriptorLimit{Open: 4095, Limit: 4095}}
 	if err := noDevice(atLimit); errors.Is(err, ErrNoDevice) || !errors.Is(err, syscall.EMFILE) {
 		t.Errorf("ENOSYS at the descriptor limit: %v, want EMFILE and not ErrNoDevice", err)
+	}
+}
+
+// A CQ destroyed and one made after it at the same address (rdma-core's
+// allocator reuses it): the old one's Close must not take the new one out
+// of the channel's list, or Wait drops the new one's events without
+// acknowledging them, and its destroy waits for them for ever.
+func TestChannelForgetsOnlyItsOwnCQ(t *testing.T) {
+	ch := &CompChannel{cqs: make(map[rdmacore.CQ]*CQ)}
+	addr := rdmacore.CQ(unsafe.Pointer(new(byte)))
+	old := &CQ{raw: addr, channel: ch}
+	ch.add(old)
+	reused := &CQ{raw: addr, channel: ch} // made before old's Close ended
+	ch.add(reused)
+	ch.forget(old)
+	if got := ch.cqs[addr]; got != reused {
+		t.Fatalf("after the old CQ's Close, the channel lists %p for the address, want the new CQ %p", got, reused)
+	}
+	ch.forget(reused)
+	if got, ok := ch.cqs[addr]; ok {
+		t.Fatalf("after the new CQ's Close, the channel still lists %p", got)
 	}
 }
