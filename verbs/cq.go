@@ -85,12 +85,15 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 			cq.noteEvent()
 			return cq, nil
 		}
-		// The CQ's Close ran to its end between the event's read and
-		// this lookup: its destroy found nothing of the event to wait
-		// for, and the CQ is gone. The event is nobody's: the next one.
-		// (Seen in the lab once, with a link group's CQs and a session's
-		// moving on one device; returning an error here failed whichever
-		// connection waited, and it was another's.)
+		// Not expected: a CQ's destroy waits until the events taken from
+		// it are acknowledged (noteEvent, after this lookup), and only
+		// then does its Close take it off the list. Until forget kept to
+		// its own entry, the Close of a CQ at the same address took a
+		// live CQ's, whose events came here (seen in the lab, with a link
+		// group's CQs and a session's moving on one device, and as a
+		// Close that hung). The handle may be freed memory: the event is
+		// dropped, and counted. Returning an error here failed whichever
+		// connection waited, and it was another's.
 		ch.staleEvents.Add(1)
 	}
 }
