@@ -40,9 +40,9 @@ type channel struct {
 	rejectRaw  func(rdmacore.CMID, []byte) error
 
 	// readMu is held while librdmacm takes an event, and while the queue
-	// pair of an ID whose connect took no answer is destroyed (ID's
-	// connecting): rdma_get_cm_event moves the queue pair to RTR and RTS
-	// when the peer's answer comes (to the error state on a reject), and
+	// pair of an ID whose connect or accept took no answer is destroyed
+	// (ID's connecting): rdma_get_cm_event moves the queue pair to RTR and
+	// RTS when the peer's answer comes (to the error state on a reject), and
 	// a destroy at that moment fails in the kernel, the object being in
 	// use, without a word from rdma_destroy_qp. The queue pair then
 	// stayed, and held its CQ and protection domain.

@@ -62,9 +62,10 @@ type ID struct {
 
 	g  guard.Guard
 	qp *verbs.QP
-	// connecting: a Connect began and took no answer (its wait ended
-	// first), so librdmacm may still move the queue pair when the answer
-	// comes; its destroy then waits out the channel's read (destroyQP).
+	// connecting: a Connect or Accept began and took no answer (its wait
+	// ended first), so librdmacm may still move the queue pair when the
+	// answer comes (the peer's accept, or its reject: to the error state);
+	// its destroy then waits out the channel's read (destroyQP).
 	connecting atomic.Bool
 
 	waitMu sync.Mutex // one wait at a time
@@ -460,8 +461,15 @@ func (id *ID) GetRequest(ctx context.Context) (*Request, error) {
 func (id *ID) Accept(ctx context.Context, p ConnParam) error {
 	cp := p.core()
 	_, err := id.await(ctx, "accept", EventEstablished, func() error {
+		// A dialer that gives up after this rejects it: librdmacm moves
+		// the queue pair to the error state as it reads that event.
+		id.connecting.Store(true)
 		return rdmacore.Accept(id.raw, &cp)
 	})
+	var ee *EventError
+	if err == nil || errors.As(err, &ee) {
+		id.connecting.Store(false) // the answer came: librdmacm is done with the queue pair
+	}
 	return err
 }
 
