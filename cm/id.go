@@ -336,14 +336,8 @@ func (id *ID) Resolve(ctx context.Context, src netip.Addr, dst netip.AddrPort) e
 // or ErrUnreachable, or with ctx's error; after a failed Connect, Close the ID.
 func (id *ID) Connect(ctx context.Context, p ConnParam) (ConnParam, error) {
 	cp := p.core()
-	ev, err := id.await(ctx, "connect", EventEstablished, func() error {
-		id.connecting.Store(true)
-		return rdmacore.Connect(id.raw, &cp)
-	})
+	ev, err := id.handshake(ctx, "connect", func() error { return rdmacore.Connect(id.raw, &cp) })
 	var ee *EventError
-	if err == nil || errors.As(err, &ee) {
-		id.connecting.Store(false) // the answer came: librdmacm is done with the queue pair
-	}
 	if errors.Is(err, syscall.ECONNREFUSED) && !errors.As(err, &ee) {
 		// iWARP connects over TCP within rdma_connect, so nothing
 		// listening is refused at once rather than by an event (siw).
@@ -460,17 +454,26 @@ func (id *ID) GetRequest(ctx context.Context) (*Request, error) {
 // connection is established.
 func (id *ID) Accept(ctx context.Context, p ConnParam) error {
 	cp := p.core()
-	_, err := id.await(ctx, "accept", EventEstablished, func() error {
-		// A dialer that gives up after this rejects it: librdmacm moves
-		// the queue pair to the error state as it reads that event.
+	_, err := id.handshake(ctx, "accept", func() error { return rdmacore.Accept(id.raw, &cp) })
+	return err
+}
+
+// handshake is await for Connect and Accept (start sends the request or
+// the accept): the ID is connecting from start until the peer's answer
+// (ESTABLISHED, or an event that refuses), for librdmacm moves the queue
+// pair as it reads that answer (a dialer that gave up after an accept
+// rejects it: the error state), and a destroy meanwhile must wait out the
+// read (destroyQP).
+func (id *ID) handshake(ctx context.Context, op string, start func() error) (rdmacore.CMEvent, error) {
+	ev, err := id.await(ctx, op, EventEstablished, func() error {
 		id.connecting.Store(true)
-		return rdmacore.Accept(id.raw, &cp)
+		return start()
 	})
 	var ee *EventError
 	if err == nil || errors.As(err, &ee) {
 		id.connecting.Store(false) // the answer came: librdmacm is done with the queue pair
 	}
-	return err
+	return ev, err
 }
 
 // Reject refuses a request's ID, sending privateData; Close the ID afterwards.
