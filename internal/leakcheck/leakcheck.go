@@ -3,6 +3,9 @@ package leakcheck
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -53,6 +56,9 @@ func CheckWithin(t testing.TB, within time.Duration) {
 			t.Logf("an earlier test had left open %+v and %d cm IDs", base.r, base.ids)
 		}
 		t.Logf("the SDK's goroutines still alive:\n%s", SDKGoroutines())
+		if ks := KernelStacks(); ks != "" {
+			t.Logf("threads blocked in the kernel elsewhere than Go's own waits:\n%s", ks)
+		}
 		leftOpen.Lock()
 		leftOpen.open = got
 		leftOpen.Unlock()
@@ -144,4 +150,36 @@ func runsSDK(stack string) bool {
 		}
 	}
 	return false
+}
+
+// idleWaits are the kernel functions a thread of a Go program sleeps in
+// while it has nothing to do (the scheduler's futexes, the netpoller's
+// epoll, a timer's sleep): a stack that ends in one of them says nothing
+// about a leak.
+var idleWaits = []string{"futex_wait", "ep_poll", "do_nanosleep", "do_sys_poll", "do_select"}
+
+// KernelStacks is the kernel stacks of the process's threads that are
+// blocked elsewhere than in idleWaits, or "" when none is or they cannot
+// be read (only root may read them; the lab runs as root). A Close that
+// never returns from rdma-core is blocked in the kernel, and its stack
+// says on what (a destroy waiting for a reference, a device's task).
+func KernelStacks() string {
+	tasks, _ := filepath.Glob("/proc/self/task/*/stack")
+	var out strings.Builder
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		s := string(b)
+		idle := false
+		for _, w := range idleWaits {
+			idle = idle || strings.Contains(s, w)
+		}
+		if !idle {
+			comm, _ := os.ReadFile(filepath.Join(filepath.Dir(f), "comm"))
+			fmt.Fprintf(&out, "thread %s (%s):\n%s\n", filepath.Base(filepath.Dir(f)), strings.TrimSpace(string(comm)), s)
+		}
+	}
+	return out.String()
 }
