@@ -26,12 +26,12 @@ import (
 // takes it with its next Wait, and meanwhile any other link waiting takes
 // it.
 //
-// While no link waits, the device's one dispatcher goroutine holds the
-// role (dispatch): an event for a link that nobody waits on calls the
-// link's notify function (link.Link's SetNotify), so an idle connection
-// needs no goroutine of its own. The dispatcher gives the role up as soon
-// as a link's Wait wants it: a blocked Read or Write reads its own events,
-// with no hand-off.
+// Once no link has waited for dispatchLinger, the device's one dispatcher
+// goroutine holds the role (dispatch): an event for a link that nobody
+// waits on calls the link's notify function (link.Link's SetNotify), so an
+// idle connection needs no goroutine of its own. The dispatcher gives the
+// role up as soon as a link's Wait wants it: a blocked Read or Write reads
+// its own events, with no hand-off.
 type compShare struct {
 	key  any                // the device context (verbs.Context.Raw)
 	vch  *verbs.CompChannel // what the queues are made on
@@ -47,10 +47,15 @@ type compShare struct {
 	qmu    sync.Mutex
 	queues []*sharedCQ
 
-	// The dispatcher (dispatch), when started: it reads ch while waits
-	// is zero. dispatching: it reads now; idle: waits fell to zero; stop
-	// and stopped: release ends it. err: ch failed, for every Wait after.
+	// The dispatcher (dispatch), when started: it reads ch once waits has
+	// been zero for a linger, with no Wait ended in that time (waitsEnded
+	// counts them). dispatching: it reads now; idle: waits fell to zero;
+	// stop and stopped: release ends it. err: ch failed, for every Wait
+	// after. takes counts the dispatcher's reads of ch (tests).
 	waits       int
+	waitsEnded  uint64
+	linger      time.Duration
+	takes       int
 	dispatching bool
 	idle        chan struct{} // capacity 1
 	stop        chan struct{}
@@ -67,7 +72,7 @@ type compChannel interface {
 
 // newCompShare makes the share of ch, with the role free.
 func newCompShare(key any, ch compChannel) *compShare {
-	s := &compShare{key: key, ch: ch, role: make(chan struct{}, 1), cqs: make(map[*verbs.CQ]*sharedCQ)}
+	s := &compShare{key: key, ch: ch, role: make(chan struct{}, 1), cqs: make(map[*verbs.CQ]*sharedCQ), linger: dispatchLinger}
 	s.role <- struct{}{}
 	return s
 }
@@ -125,6 +130,7 @@ func (s *compShare) wait(l *Link) error {
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
+		s.waitsEnded++
 		if s.waits--; s.waits == 0 {
 			notify(s.idle)
 		}
@@ -234,29 +240,67 @@ func (s *compShare) stopDispatcher() {
 	<-s.stopped
 }
 
-// dispatch takes the role whenever no link waits, and reads the channel
-// until one does (dispatchRead).
+// dispatchLinger is how long the device's links must have gone without a
+// Wait ending before the dispatcher takes the role; while they are busy
+// it looks once a linger, whatever the number of Waits. While the links
+// wait again within it (a connection answering requests one at a time),
+// a Wait finds the role free and nothing is handed back and forth, and
+// the dispatcher sleeps: taking the role at once, and being woken at
+// every Wait's end, cost a wake-up of the dispatcher and its giving the
+// role back at every Wait, two more threads to run a round trip, which
+// on the lab's two emulated CPUs made a third to a half of a 64 B round
+// trip's wake-ups wait for the scheduler's next tick (docs/lab.md).
+// Meanwhile an event for a link that nobody waits on stays on the channel
+// for the next Wait's read, or the dispatcher's: its notify function is
+// called at most two lingers late.
+const dispatchLinger = 5 * time.Millisecond
+
+// dispatch takes the role once no link's Wait has run or ended for a
+// linger, and reads the channel until one wants it (dispatchRead).
 func (s *compShare) dispatch() {
 	defer close(s.stopped)
+	var quiet *time.Timer
+	defer func() {
+		if quiet != nil {
+			quiet.Stop()
+		}
+	}()
+	var seen uint64 // waitsEnded at the last look
 	for {
 		s.mu.Lock()
-		busy := s.waits > 0
+		waits, ended := s.waits, s.waitsEnded
 		s.mu.Unlock()
-		if busy {
+		switch {
+		case ended != seen:
+			// Waits ended since the last look: look again in a linger.
+			seen = ended
+			if quiet == nil {
+				quiet = time.NewTimer(s.linger)
+			} else {
+				quiet.Reset(s.linger)
+			}
+			select {
+			case <-quiet.C:
+			case <-s.stop:
+				return
+			}
+		case waits > 0:
+			// A Wait reads the channel, and none ended for a linger: sleep
+			// until the waits end (idle), not a linger at a time.
 			select {
 			case <-s.idle:
 			case <-s.stop:
 				return
 			}
-			continue
-		}
-		select {
-		case <-s.role:
-		case <-s.stop:
-			return
-		}
-		if !s.dispatchRead() {
-			return
+		default:
+			select {
+			case <-s.role:
+			case <-s.stop:
+				return
+			}
+			if !s.dispatchRead() {
+				return
+			}
 		}
 	}
 }
@@ -282,6 +326,7 @@ func (s *compShare) dispatchRead() bool {
 			return !stopped
 		}
 		s.dispatching = true
+		s.takes++
 		s.mu.Unlock()
 		cq, err := s.ch.Wait(context.Background())
 		switch {

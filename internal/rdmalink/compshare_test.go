@@ -404,6 +404,39 @@ func TestCompShareDispatcher(t *testing.T) {
 	roleFree(t, s)
 }
 
+// While the device's links wait again within the linger (a connection
+// answering requests one at a time), the dispatcher leaves the channel
+// alone: no Wait has to take the role back from it, and nobody but the
+// waiter wakes for its event. TestCompShareDispatcher has it take the
+// role once the links stop waiting.
+func TestCompShareDispatcherLingers(t *testing.T) {
+	s, ch, links, _ := fakeLinks(1)
+	s.linger = time.Hour
+	s.startDispatcher()
+	var before int // the reads of the dispatcher's start, before the first Wait
+	for i := range 50 {
+		done := waitAsync(links[0])
+		eventually(t, "the waiting link does not read the channel", func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.reader == links[0]
+		})
+		if i == 0 {
+			s.mu.Lock()
+			before = s.takes
+			s.mu.Unlock()
+		}
+		complete(ch, links[0])
+		expect(t, done, nil, "the waiter's own event")
+		time.Sleep(time.Millisecond) // the request's work, before the next Wait
+	}
+	s.stopDispatcher()
+	if n := s.takes - before; n != 0 {
+		t.Fatalf("the dispatcher read the channel %d times between Waits", n)
+	}
+	roleFree(t, s)
+}
+
 // A channel that fails under the dispatcher fails every Wait after it, and
 // tells the links nobody waits on.
 func TestCompShareDispatcherChannelFails(t *testing.T) {
