@@ -230,29 +230,31 @@ func PingPong(a, b io.ReadWriter, size, n int) (Latency, error) {
 	if size <= 0 || n <= 0 {
 		return Latency{}, fmt.Errorf("benchkit: %d round trips of %d bytes", n, size)
 	}
-	rounds := warmUp + n
 	echoed := make(chan error, 1)
-	go func() {
-		buf := make([]byte, size)
-		for i := range rounds {
-			if _, err := io.ReadFull(b, buf); err != nil {
-				echoed <- fmt.Errorf("echo: read of round trip %d: %w", i, err)
-				return
-			}
-			if _, err := b.Write(buf); err != nil {
-				echoed <- fmt.Errorf("echo: write of round trip %d: %w", i, err)
-				return
-			}
-		}
-		echoed <- nil
-	}()
+	go func() { echoed <- Echo(b, size, n) }()
+	l, err := Ping(a, size, n)
+	if err != nil {
+		return Latency{}, err
+	}
+	if err := <-echoed; err != nil {
+		return Latency{}, err
+	}
+	return l, nil
+}
+
+// Ping is PingPong's side that writes and measures, for an echo in another
+// process (Echo with the same size and n).
+func Ping(a io.ReadWriter, size, n int) (Latency, error) {
+	if size <= 0 || n <= 0 {
+		return Latency{}, fmt.Errorf("benchkit: %d round trips of %d bytes", n, size)
+	}
 	msg := make([]byte, size)
 	for i := range msg {
 		msg[i] = byte(i)
 	}
 	back := make([]byte, size)
 	samples := make([]time.Duration, 0, n)
-	for i := range rounds {
+	for i := range warmUp + n {
 		start := time.Now()
 		if _, err := a.Write(msg); err != nil {
 			return Latency{}, fmt.Errorf("write of round trip %d: %w", i, err)
@@ -264,10 +266,22 @@ func PingPong(a, b io.ReadWriter, size, n int) (Latency, error) {
 			samples = append(samples, time.Since(start))
 		}
 	}
-	if err := <-echoed; err != nil {
-		return Latency{}, err
-	}
 	return NewLatency(samples), nil
+}
+
+// Echo is PingPong's side that echoes: the warmUp+n round trips of a Ping
+// with the same size and n.
+func Echo(b io.ReadWriter, size, n int) error {
+	buf := make([]byte, size)
+	for i := range warmUp + n {
+		if _, err := io.ReadFull(b, buf); err != nil {
+			return fmt.Errorf("echo: read of round trip %d: %w", i, err)
+		}
+		if _, err := b.Write(buf); err != nil {
+			return fmt.Errorf("echo: write of round trip %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // Latency is a set of round-trip times.

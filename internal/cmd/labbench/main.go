@@ -8,7 +8,9 @@
 // round trips of 64 B and 4 KiB messages for rdmanet (each mode in
 // internal/benchkit.Modes) and Go's TCP in this process, and for rsockets
 // (rstream), kernel TCP (rstream -T s) and perftest (ib_write_bw,
-// ib_send_lat) as subprocesses. In the same rounds it measures rdmanet's
+// ib_send_lat) as subprocesses, and rdmanet's 64 B and 4 KiB round trips
+// with each end in a child process of its own (processes.go). In the same
+// rounds it measures rdmanet's
 // modes that run on iWARP and perftest (with rdma_cm set-up, -R) on the
 // lab's Soft-iWARP pair, for the report's own siw section (siw.go; -only siw
 // runs it alone). It makes every measurement in a few rounds
@@ -94,6 +96,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.blockstore, "blockstore", "", "examples/blockstore's binary (`path`), for the storage section; without it the section says it was not measured")
 	fs.DurationVar(&o.storageDuration, "storage-duration", 3*time.Second, "run each storage figure for `d` (whole seconds)")
 	memlockArgs := fs.String("memlock-child", "", "(internal) be the connections section's child under 8 MiB of RLIMIT_MEMLOCK: `\"A B N TCP\"`")
+	echoArgs := fs.String("echo-child", "", "(internal) be the two-process round trips' server: `\"ADDR SIZE N\"`")
+	pingArgs := fs.String("ping-child", "", "(internal) be the two-process round trips' client: `\"LOCAL ADDR SIZE N\"`")
 	connPairs := fs.String("conn-pairs", "100,1000,2000", "open `n,...` connection pairs at once in the connections section (comma-separated; empty: no section)")
 	connDefaultPairs := fs.String("conn-default-pairs", "100,5000", "open `n,...` pairs with the default Config too: the first after the first -conn-pairs step, the others at the end (5,000 need a VM with 8 GiB)")
 	fs.Usage = func() {
@@ -109,6 +113,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *memlockArgs != "" {
 		return memlockChild(*memlockArgs)
+	}
+	if *echoArgs != "" {
+		return echoChild(*echoArgs)
+	}
+	if *pingArgs != "" {
+		return pingChild(*pingArgs)
 	}
 	var err error
 	if o.connPairs, err = parsePairs("conn-pairs", *connPairs); err != nil {
@@ -340,6 +350,7 @@ func newBench(env labenv.Env, o options, log io.Writer) *bench {
 				return b.sendLat(ctx, true, size, n)
 			}},
 	)
+	b.impls = append(b.impls, b.processesImpl())
 	b.impls = append(b.impls, b.siwImpls()...)
 	return b
 }

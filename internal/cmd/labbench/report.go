@@ -430,7 +430,10 @@ func (r report) latencyTable(w *strings.Builder) {
 		"too (t_typical, 99%% percentile, t_avg): shown doubled; its typical figure is the median. "+
 		"perftest busy-polls its completion queue and rstream retries non-blocking calls (its default), "+
 		"both spinning on a CPU; rdmanet and Go wait in the netpoller. The row of ib_send_lat -e, which waits for completion events as rdmanet does, "+
-		"shows what waiting costs here; it is no target's reference.\n\n",
+		"shows what waiting costs here; it is no target's reference. The other rows run both ends in labbench's one process; "+
+		"the row of rdmanet in two processes runs each end in a child process of its own (the default Config: a link group's stream), "+
+		"as users and blockstore do: on the lab's two emulated CPUs the threads each wake-up runs in either process delay the other, "+
+		"and its round trips are bimodal (docs/lab.md). Its reference is ib_send_lat -e, which runs as two processes too.\n\n",
 		r.set.roundTrips)
 	header, rows := r.roundTripTable(r.rxeImpls())
 	table(w, header, rows)
