@@ -259,12 +259,9 @@ const dispatchLinger = 5 * time.Millisecond
 // linger, and reads the channel until one wants it (dispatchRead).
 func (s *compShare) dispatch() {
 	defer close(s.stopped)
-	var quiet *time.Timer
-	defer func() {
-		if quiet != nil {
-			quiet.Stop()
-		}
-	}()
+	// Reset before each use: since Go 1.23 it drops a firing not received.
+	quiet := time.NewTimer(s.linger)
+	defer quiet.Stop()
 	var seen uint64 // waitsEnded at the last look
 	for {
 		s.mu.Lock()
@@ -274,11 +271,7 @@ func (s *compShare) dispatch() {
 		case ended != seen:
 			// Waits ended since the last look: look again in a linger.
 			seen = ended
-			if quiet == nil {
-				quiet = time.NewTimer(s.linger)
-			} else {
-				quiet.Reset(s.linger)
-			}
+			quiet.Reset(s.linger)
 			select {
 			case <-quiet.C:
 			case <-s.stop:
