@@ -48,16 +48,8 @@ const childTimeout = 10 * time.Minute
 // ADDR over RDMA and echoes N round trips (and the warm-up's) of SIZE
 // bytes on the first connection that carries them all.
 func echoChild(args string) int {
-	f := strings.Fields(args)
-	var size, n int
-	var err error
-	if len(f) == 3 {
-		size, err = strconv.Atoi(f[1])
-		if err == nil {
-			n, err = strconv.Atoi(f[2])
-		}
-	}
-	if len(f) != 3 || err != nil {
+	f, size, n, ok := childRoundTrips(args, 3)
+	if !ok {
 		fmt.Fprintln(os.Stderr, "labbench: -echo-child wants \"ADDR SIZE N\"")
 		return 2
 	}
@@ -92,18 +84,13 @@ func echoChild(args string) int {
 // ADDR over RDMA from LOCAL and prints the N round trips' figures
 // (pingLine).
 func pingChild(args string) int {
-	f := strings.Fields(args)
+	f, size, n, ok := childRoundTrips(args, 4)
 	var local netip.Addr
-	var size, n int
 	var err error
-	if len(f) == 4 {
-		if local, err = netip.ParseAddr(f[0]); err == nil {
-			if size, err = strconv.Atoi(f[2]); err == nil {
-				n, err = strconv.Atoi(f[3])
-			}
-		}
+	if ok {
+		local, err = netip.ParseAddr(f[0])
 	}
-	if len(f) != 4 || err != nil {
+	if !ok || err != nil {
 		fmt.Fprintln(os.Stderr, "labbench: -ping-child wants \"LOCAL ADDR SIZE N\"")
 		return 2
 	}
@@ -129,6 +116,18 @@ func pingChild(args string) int {
 	}
 	fmt.Println(pingLine(l, transport, stream))
 	return 0
+}
+
+// childRoundTrips splits a child's arguments, which must be want fields
+// ending in "SIZE N", and parses those two.
+func childRoundTrips(args string, want int) (f []string, size, n int, ok bool) {
+	f = strings.Fields(args)
+	if len(f) != want {
+		return f, 0, 0, false
+	}
+	size, errS := strconv.Atoi(f[want-2])
+	n, errN := strconv.Atoi(f[want-1])
+	return f, size, n, errS == nil && errN == nil
 }
 
 // pingLine is what -ping-child prints: the figures in nanoseconds, and

@@ -31,3 +31,17 @@ func TestPingChildLine(t *testing.T) {
 		t.Fatal("no figures parsed as some")
 	}
 }
+
+// The children's arguments: the field count and the trailing size and
+// count are checked.
+func TestChildRoundTrips(t *testing.T) {
+	f, size, n, ok := childRoundTrips("198.18.0.1 198.18.0.2:1 64 2000", 4)
+	if !ok || size != 64 || n != 2000 || f[0] != "198.18.0.1" {
+		t.Fatalf("got %q %d %d %v", f, size, n, ok)
+	}
+	for _, bad := range []string{"198.18.0.2:1 64 2000", "a b 64", "a b x 2000", "a b 64 y", ""} {
+		if _, _, _, ok := childRoundTrips(bad, 4); ok {
+			t.Errorf("%q taken for 4 fields ending in SIZE N", bad)
+		}
+	}
+}
