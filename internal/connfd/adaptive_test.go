@@ -147,63 +147,6 @@ func TestAdaptivePollTakesAnswer(t *testing.T) {
 	}
 }
 
-// TestFDRestsBeforeArming: the poller of a connection that polls leaves
-// the link unarmed when it stops, and a timer settles it armDelay later
-// (restLocked): what came meanwhile is taken then, with no kick and no
-// Read. A connection that does not poll, or told to ArmAtOnce, arms at
-// once.
-func TestFDRestsBeforeArming(t *testing.T) {
-	for _, tc := range []struct {
-		busyPoll time.Duration
-		atOnce   bool
-	}{{0, false}, {-1, false}, {0, true}} {
-		busyPoll := tc.busyPoll
-		c := newFakeConn(busyPoll)
-		if tc.atOnce {
-			c.fd.ArmAtOnce()
-		}
-		c.link.deliver(1, 0)
-		c.eventually(t, "taken by a service", func() bool { return c.readable == 1 })
-		kicks := c.link.kicks.Load()
-
-		c.mu.Lock()
-		for range 4 {
-			c.fd.tookLocked(time.Now(), 400*time.Microsecond)
-		}
-		c.link.mu.Lock()
-		c.link.armed = false // as the poller's completion's event left it
-		c.link.mu.Unlock()
-		arms, stopped := c.arms, time.Now()
-		c.fd.handOffLocked() // the poller stops
-		armedNow := c.arms > arms
-		c.mu.Unlock()
-
-		if busyPoll < 0 || tc.atOnce {
-			if !armedNow {
-				t.Fatalf("busyPoll %v, ArmAtOnce %v: the link was left unarmed when the poller stopped", busyPoll, tc.atOnce)
-			}
-			continue
-		}
-		if armedNow {
-			t.Fatal("a connection that polls armed its link when its poller stopped")
-		}
-		c.link.deliver(1, 0)
-		c.eventually(t, "taken once the connection rested", func() bool { return c.readable == 2 })
-		if d := time.Since(stopped); d < armDelay {
-			t.Fatalf("taken %v after the poller stopped, before armDelay (%v)", d, armDelay)
-		}
-		if k := c.link.kicks.Load(); k != kicks {
-			t.Fatalf("%d kicks for a completion that came while the connection rested", k-kicks)
-		}
-		c.mu.Lock()
-		armed := c.arms > arms
-		c.mu.Unlock()
-		if !armed {
-			t.Fatal("the link was not armed after the connection rested")
-		}
-	}
-}
-
 // TestSpinSlots: no more waiters poll at once, process-wide, than
 // GOMAXPROCS; a slot given back is taken again.
 func TestSpinSlots(t *testing.T) {
