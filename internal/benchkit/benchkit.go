@@ -227,8 +227,8 @@ const warmUp = 20
 // If a round trip fails, PingPong returns the error; the echoing goroutine
 // may still be blocked on b until the caller closes the connection.
 func PingPong(a, b io.ReadWriter, size, n int) (Latency, error) {
-	if size <= 0 || n <= 0 {
-		return Latency{}, fmt.Errorf("benchkit: %d round trips of %d bytes", n, size)
+	if err := checkRoundTrips(size, n); err != nil {
+		return Latency{}, err
 	}
 	echoed := make(chan error, 1)
 	go func() { echoed <- Echo(b, size, n) }()
@@ -245,8 +245,8 @@ func PingPong(a, b io.ReadWriter, size, n int) (Latency, error) {
 // Ping is PingPong's side that writes and measures, for an echo in another
 // process (Echo with the same size and n).
 func Ping(a io.ReadWriter, size, n int) (Latency, error) {
-	if size <= 0 || n <= 0 {
-		return Latency{}, fmt.Errorf("benchkit: %d round trips of %d bytes", n, size)
+	if err := checkRoundTrips(size, n); err != nil {
+		return Latency{}, err
 	}
 	msg := make([]byte, size)
 	for i := range msg {
@@ -272,6 +272,9 @@ func Ping(a io.ReadWriter, size, n int) (Latency, error) {
 // Echo is PingPong's side that echoes: the warmUp+n round trips of a Ping
 // with the same size and n.
 func Echo(b io.ReadWriter, size, n int) error {
+	if err := checkRoundTrips(size, n); err != nil {
+		return err
+	}
 	buf := make([]byte, size)
 	for i := range warmUp + n {
 		if _, err := io.ReadFull(b, buf); err != nil {
@@ -280,6 +283,15 @@ func Echo(b io.ReadWriter, size, n int) error {
 		if _, err := b.Write(buf); err != nil {
 			return fmt.Errorf("echo: write of round trip %d: %w", i, err)
 		}
+	}
+	return nil
+}
+
+// checkRoundTrips refuses what Ping and Echo cannot do: a size or a count
+// below 1 (an echo child's arguments come from its command line).
+func checkRoundTrips(size, n int) error {
+	if size <= 0 || n <= 0 {
+		return fmt.Errorf("benchkit: %d round trips of %d bytes", n, size)
 	}
 	return nil
 }

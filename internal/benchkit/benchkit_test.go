@@ -107,6 +107,22 @@ func TestPingPong(t *testing.T) {
 	}
 }
 
+// Each side of a ping-pong refuses a size or count below 1 before it
+// touches the connection (an echo child's come from its command line).
+func TestRoundTripsRefused(t *testing.T) {
+	for _, sn := range [][2]int{{0, 10}, {-64, 10}, {64, 0}, {64, -1}} {
+		if err := Echo(nil, sn[0], sn[1]); err == nil {
+			t.Errorf("Echo of %d round trips of %d bytes: no error", sn[1], sn[0])
+		}
+		if _, err := Ping(nil, sn[0], sn[1]); err == nil {
+			t.Errorf("Ping of %d round trips of %d bytes: no error", sn[1], sn[0])
+		}
+		if _, err := PingPong(nil, nil, sn[0], sn[1]); err == nil {
+			t.Errorf("PingPong of %d round trips of %d bytes: no error", sn[1], sn[0])
+		}
+	}
+}
+
 func TestPairDialFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -10,11 +10,10 @@
 // (rstream), kernel TCP (rstream -T s) and perftest (ib_write_bw,
 // ib_send_lat) as subprocesses, and rdmanet's 64 B and 4 KiB round trips
 // with each end in a child process of its own (processes.go). In the same
-// rounds it measures rdmanet's
-// modes that run on iWARP and perftest (with rdma_cm set-up, -R) on the
-// lab's Soft-iWARP pair, for the report's own siw section (siw.go; -only siw
-// runs it alone). It makes every measurement in a few rounds
-// (-rounds) and prints the best of each, rdmanet's ratios to perftest and
+// rounds it measures rdmanet's modes that run on iWARP and perftest (with
+// rdma_cm set-up, -R) on the lab's Soft-iWARP pair, for the report's own
+// siw section (siw.go; -only siw runs it alone). It makes every
+// measurement in a few rounds (-rounds) and prints the best of each, rdmanet's ratios to perftest and
 // rsockets, and whether issue 3's targets are met. Then it measures how a
 // resumable session fails over from one RDMA path to the other and to TCP,
 // and back (failover.go); what an open connection costs the process

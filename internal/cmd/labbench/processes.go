@@ -142,8 +142,9 @@ func parsePingChild(r toolRun) (figure, error) {
 	for _, line := range strings.Split(r.clientOut, "\n") {
 		var n int
 		var p50, p99, mean int64
-		var transport, stream string
-		if _, err := fmt.Sscanf(line, "round trips: %d p50 %d p99 %d mean %d ns over %s (a group's stream: %s", &n, &p50, &p99, &mean, &transport, &stream); err != nil {
+		var transport string
+		var stream bool
+		if _, err := fmt.Sscanf(line, "round trips: %d p50 %d p99 %d mean %d ns over %s (a group's stream: %t)", &n, &p50, &p99, &mean, &transport, &stream); err != nil {
 			continue
 		}
 		if transport != string(fallback.RDMA) {
@@ -151,7 +152,7 @@ func parsePingChild(r toolRun) (figure, error) {
 		}
 		us := func(ns int64) float64 { return float64(ns) / 1e3 }
 		f := figure{p50: us(p50), p99: us(p99), mean: us(mean), hasPct: true}
-		if stream != "true)" {
+		if !stream {
 			f.note = "not a group's stream"
 		}
 		return f, nil
