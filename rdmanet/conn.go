@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/internal/connfd"
+	"github.com/rdmanet/sdk/internal/group"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/session"
@@ -111,6 +112,9 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 	c.eng = eng
 	c.released = make(chan struct{})
 	c.fd.Init(&c.mu, c.driver(), c.cfg.BusyPoll)
+	if _, stream := c.link.(*group.Stream); stream {
+		c.fd.ArmAtOnce()
+	}
 
 	c.mu.Lock()
 	eng.Start()
@@ -233,6 +237,9 @@ func (c *Conn) writeLoopLocked(take func(written int) (int, error)) (int, error)
 		n, err := take(written)
 		written += n
 		c.bytesSent += uint64(n)
+		if n > 0 {
+			c.fd.WroteLocked()
+		}
 		c.flushLocked()
 		if err == nil {
 			err = c.eng.Err() // posting what was taken may have failed

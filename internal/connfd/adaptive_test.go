@@ -1,6 +1,7 @@
 package connfd
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -144,6 +145,94 @@ func TestAdaptivePollTakesAnswer(t *testing.T) {
 	c = newFakeConn(-1)
 	if !read(c) {
 		t.Fatal("with busyPoll negative, a Read took its answer without sleeping")
+	}
+}
+
+// TestFDRestsBeforeArming: the poller of a connection that polls and
+// takes turns (its Read waited after a write, as for an answer) leaves the
+// link unarmed when it stops, and a timer settles it armDelay later
+// (restLocked): what came meanwhile is taken then, with no kick and no
+// Read. A connection that does not poll, is told to ArmAtOnce, or whose
+// wait was not a Read's after a write (a stream's reader or writer) arms
+// at once.
+func TestFDRestsBeforeArming(t *testing.T) {
+	const (
+		write  = iota // a write, then a Write's wait
+		read          // a Read's wait with no write before it
+		answer        // a write, then a Read's wait
+	)
+	for _, tc := range []struct {
+		busyPoll time.Duration
+		atOnce   bool
+		waits    []int // the last is checked; the ones before lead up to it
+		rests    bool
+	}{
+		{0, false, []int{answer}, true},
+		{0, false, []int{read, answer}, true},
+		{-1, false, []int{answer}, false},
+		{0, true, []int{answer}, false},
+		{0, false, []int{read}, false},
+		{0, false, []int{answer, read}, false},
+		{0, false, []int{write}, false},
+		{0, false, []int{answer, write}, false},
+	} {
+		name := fmt.Sprintf("busyPoll %v, ArmAtOnce %v, waits %v", tc.busyPoll, tc.atOnce, tc.waits)
+		c := newFakeConn(tc.busyPoll)
+		if tc.atOnce {
+			c.fd.ArmAtOnce()
+		}
+		c.link.deliver(1, 0)
+		c.eventually(t, "taken by a service", func() bool { return c.readable == 1 })
+		kicks := c.link.kicks.Load()
+
+		c.mu.Lock()
+		for range 4 {
+			c.fd.tookLocked(time.Now(), 400*time.Microsecond)
+		}
+		var arms int
+		stopped := time.Now()
+		for _, w := range tc.waits {
+			c.link.mu.Lock()
+			c.link.armed = false // as the poller's completion's event left it
+			c.link.mu.Unlock()
+			arms, stopped = c.arms, time.Now()
+			if w != read {
+				c.fd.WroteLocked()
+			}
+			// Ready before the wait: the poller stops at once, as when a
+			// spin took the answer.
+			c.fd.ReadyLocked(w != write, w == write)
+			if err := c.fd.WaitLocked(w == write); err != nil {
+				c.mu.Unlock()
+				t.Fatalf("%s: wait: %v", name, err)
+			}
+		}
+		armedNow := c.arms > arms
+		c.mu.Unlock()
+
+		if !tc.rests {
+			if !armedNow {
+				t.Fatalf("%s: the link was left unarmed when the poller stopped", name)
+			}
+			continue
+		}
+		if armedNow {
+			t.Fatalf("%s: the link was armed when the poller stopped", name)
+		}
+		c.link.deliver(1, 0)
+		c.eventually(t, "taken once the connection rested", func() bool { return c.readable == 2 })
+		if d := time.Since(stopped); d < armDelay {
+			t.Fatalf("%s: taken %v after the poller stopped, before armDelay (%v)", name, d, armDelay)
+		}
+		if k := c.link.kicks.Load(); k != kicks {
+			t.Fatalf("%s: %d kicks for a completion that came while the connection rested", name, k-kicks)
+		}
+		c.mu.Lock()
+		armed := c.arms > arms
+		c.mu.Unlock()
+		if !armed {
+			t.Fatalf("%s: the link was not armed after the connection rested", name)
+		}
 	}
 }
 

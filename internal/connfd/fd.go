@@ -29,8 +29,10 @@ import (
 //
 // When no Read or Write waits, nobody polls, and no goroutine of the
 // connection's runs (as in Go's net, an idle connection has none): the
-// last poller arms the link and sweeps once more (SettleLocked), and the
-// link calls Kick when a completion comes or it ends with no Wait running.
+// last poller arms the link and sweeps once more (SettleLocked; on a
+// connection that polls, armDelay later unless a poller came back), and
+// the link calls Kick when a completion comes or it ends with no Wait
+// running.
 // Kick starts a short service that takes what came, so that receives are
 // reposted, credit is returned and failures are noticed while the
 // application does something else, arms again and returns. It never blocks
@@ -59,6 +61,20 @@ type FD struct {
 	busy      bool          // the poller's last sleep on the link was short (busy-poll)
 	svc       atomic.Int32  // a service is scheduled (Kick)
 	serviceFn func()        // service, bound once: a go statement on a method value allocates each time
+	// restTimer settles the link once restUntil passed with no poller
+	// running (restLocked); restTimed: it is set. A rest that starts
+	// while it is set only moves restUntil, so that a busy connection
+	// sets the timer once an armDelay, not once a Read.
+	restTimer  *time.Timer
+	restUntil  time.Time
+	restTimed  bool
+	armsAtOnce bool
+	// wrote: the connection wrote since a Read last waited (Wrote);
+	// takesTurns: the last wait was a Read's that followed a write, as
+	// a request's answer is. Only such a connection rests: a stream's
+	// reader that rested would leave the credit it frees to its next
+	// Read, and its writer would wait for it.
+	wrote, takesTurns bool
 	// Adaptive polling (busyPoll 0): the share of recent waits for the
 	// peer that were quick (quickRate, of quickFull: an exponential
 	// average), how long the longest recent quick ones took (waitHigh: a
@@ -107,6 +123,19 @@ const (
 	probeEvery      = 16
 	quickFull       = 256
 )
+
+// armDelay: the poller of a connection that polls (adaptive polling's
+// quick waits) leaves the link unarmed when it stops, for up to this
+// long, as NAPI defers a busy queue's interrupts (napi_defer_hard_irqs):
+// the next Read or Write polls anyway, and an armed completion queue
+// costs an event for a completion that is polled. On rxe each event is a
+// tasklet, run by ksoftirqd when the CPUs are busy, and a busy CPU runs
+// ksoftirqd late: in the lab a 64 B ping-pong between two processes
+// that armed at every Read took a median 1.39 x as long (docs/lab.md,
+// "Events a busy connection does not need"). A timer settles the
+// link if no poller came back in time, so a completion that comes while
+// the connection rests is taken at most armDelay late.
+const armDelay = maxAdaptiveSpin
 
 // Driver is what an FD waits on: a link and the engine that handles its
 // completions. The methods named …Locked are called with the connection's
@@ -168,6 +197,8 @@ const (
 func (fd *FD) Init(mu *sync.Mutex, d Driver, busyPoll time.Duration) {
 	fd.mu, fd.drv, fd.busyPoll = mu, d, busyPoll
 	fd.serviceFn = fd.service
+	fd.restTimer = time.AfterFunc(time.Hour, fd.rested)
+	fd.restTimer.Stop()
 	fd.readable = make(chan struct{}, 1)
 	fd.writable = make(chan struct{}, 1)
 	fd.free = make(chan struct{}, 1)
@@ -175,6 +206,18 @@ func (fd *FD) Init(mu *sync.Mutex, d Driver, busyPoll time.Duration) {
 	fd.readDeadline.Init(fd.deadlinePassed)
 	fd.writeDeadline.Init(fd.deadlinePassed)
 }
+
+// ArmAtOnce makes the FD arm its link whenever its poller stops, as a
+// connection that does not poll does: for a link whose Arm arms nothing
+// of its own (a link group's stream, whose base link its group keeps
+// armed), which a rest would only add a timer to. Call it after Init,
+// before the FD is used.
+func (fd *FD) ArmAtOnce() { fd.armsAtOnce = true }
+
+// WroteLocked tells the FD that the connection posted bytes: a Read that
+// waits after it waits for an answer, and its poller may rest
+// (restLocked).
+func (fd *FD) WroteLocked() { fd.wrote = true }
 
 // SetReadDeadline sets the deadline for pending and future Reads.
 func (fd *FD) SetReadDeadline(t time.Time) { fd.readDeadline.Set(t) }
@@ -233,6 +276,7 @@ func (fd *FD) Close(wake func()) bool {
 		wake()
 	})
 	fd.svc.Store(svcClosed)
+	fd.restTimer.Stop()
 	return ok
 }
 
@@ -276,16 +320,49 @@ func (fd *FD) SettleLocked() {
 }
 
 // handOffLocked gives a free poller's role to a waiter that wants it, or
-// else leaves the link armed for Kick.
+// else leaves the link armed for Kick: at once, or armDelay later for a
+// connection that polls (restLocked).
 func (fd *FD) handOffLocked() {
-	if fd.polling.Load() {
-		return
-	}
-	if fd.wanting > 0 {
+	switch {
+	case fd.polling.Load():
+	case fd.wanting > 0:
 		notify(fd.free)
-	} else {
+	case !fd.restLocked():
 		fd.SettleLocked()
 	}
+}
+
+// restLocked puts off the settle of a connection that polls and takes
+// turns (a Read's wait after a write), and reports whether it did: rested
+// settles it armDelay from now unless a poller runs then (each stopping
+// poller puts it off again).
+func (fd *FD) restLocked() bool {
+	if !fd.takesTurns || fd.armsAtOnce || fd.busyPoll != 0 || fd.waitDone.IsZero() || !fd.quickLocked() || fd.Mutex.Closed() || fd.drv.QuietLocked() {
+		return false
+	}
+	fd.restUntil = time.Now().Add(armDelay)
+	if !fd.restTimed {
+		fd.restTimed = true
+		fd.restTimer.Reset(armDelay)
+	}
+	return true
+}
+
+// rested settles the link of a connection that rested armDelay (restLocked):
+// a poller that runs now settles it when it stops.
+func (fd *FD) rested() {
+	if !fd.Incref() {
+		return
+	}
+	defer fd.Decref()
+	fd.mu.Lock()
+	defer fd.mu.Unlock()
+	if d := time.Until(fd.restUntil); d > 0 {
+		fd.restTimer.Reset(d) // a later rest began
+		return
+	}
+	fd.restTimed = false
+	fd.SettleLocked()
 }
 
 // deadlinePassed wakes a Read or Write that polls, when its deadline passes.
@@ -432,6 +509,10 @@ func (fd *FD) tookLocked(now time.Time, d time.Duration) {
 // can, and otherwise waits for the poller to say it may go on or to hand it
 // the role.
 func (fd *FD) WaitLocked(write bool) error {
+	fd.takesTurns = !write && fd.wrote
+	if !write {
+		fd.wrote = false
+	}
 	ready, dl := fd.readable, &fd.readDeadline
 	if write {
 		ready, dl = fd.writable, &fd.writeDeadline

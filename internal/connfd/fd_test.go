@@ -86,6 +86,7 @@ type fakeConn struct {
 	failed   bool
 	quiet    bool
 	sweeps   [3]int // by batch
+	arms     int
 	waits    int
 	ticks    int
 	drained  func() bool
@@ -111,6 +112,7 @@ func (c *fakeConn) SweepLocked(b Batch) bool {
 }
 
 func (c *fakeConn) ArmLocked() bool {
+	c.arms++
 	c.link.mu.Lock()
 	c.link.armed = true
 	c.link.mu.Unlock()
