@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rdmanet/sdk/internal/connfd"
-	"github.com/rdmanet/sdk/internal/group"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/rdmalink"
 	"github.com/rdmanet/sdk/internal/session"
@@ -112,9 +111,6 @@ func (c *Conn) begin(features wire.Features, peer wire.Hello) error {
 	c.eng = eng
 	c.released = make(chan struct{})
 	c.fd.Init(&c.mu, c.driver(), c.cfg.BusyPoll)
-	if _, stream := c.link.(*group.Stream); stream {
-		c.fd.ArmAtOnce()
-	}
 
 	c.mu.Lock()
 	eng.Start()

@@ -248,6 +248,72 @@ func TestGroupThousandStreams(t *testing.T) {
 	}
 }
 
+// TestGroupStreamRestsTakingTurns: a group's stream whose Reads wait for
+// answers polls its base link and leaves it unarmed between round trips
+// (connfd's rest, and the group's base link resting while its streams
+// poll), so that the base links raise few completion events (on rxe, a
+// tasklet each): arming after every Read or every kick raises one or
+// more a round trip. A round trip slow enough for a poller to give up
+// may raise some; the bound allows for them. Once the round trips end,
+// the rests end within their timers: both base links are armed again.
+func TestGroupStreamRestsTakingTurns(t *testing.T) {
+	cfg, _ := Config{}.withDefaults()
+	gc := groupStreamConfig(cfg)
+	a, b, pa, pb := groupPipeMuxes(t, gc, gc, groupBase(1))
+	client, server := groupConnPair(t, Config{}, a, b)
+	defer client.Close()
+	defer server.Close()
+	const size, warm, rounds = 64, 50, 400
+	echoed := make(chan error, 1)
+	go func() {
+		buf := make([]byte, size)
+		for range warm + rounds {
+			if _, err := io.ReadFull(server, buf); err != nil {
+				echoed <- err
+				return
+			}
+			if _, err := server.Write(buf); err != nil {
+				echoed <- err
+				return
+			}
+		}
+		echoed <- nil
+	}()
+	msg, back := make([]byte, size), make([]byte, size)
+	roundTrip := func() {
+		if _, err := client.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(client, back); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range warm { // adaptive polling learns that the answers are quick
+		roundTrip()
+	}
+	events := func() uint64 { return pa.Stats().Events + pb.Stats().Events }
+	before, slow := events(), 0
+	for range rounds {
+		start := time.Now()
+		roundTrip()
+		if time.Since(start) > time.Millisecond {
+			slow++
+		}
+	}
+	t.Logf("events %d slow %d", events()-before, slow)
+	if n := events() - before; n > rounds/2+2*uint64(slow) {
+		t.Errorf("%d completion events over the base links in %d round trips (%d over 1 ms): the links were armed while the streams polled", n, rounds, slow)
+	}
+	if err := <-echoed; err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(linktest.HangGuard); !pa.Stats().Armed || !pb.Stats().Armed; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("base links armed %v and %v %v after the round trips ended", pa.Stats().Armed, pb.Stats().Armed, linktest.HangGuard)
+		}
+	}
+}
+
 // TestGroupConnInfo: a stream's Info names it, and its ends differ.
 func TestGroupConnInfo(t *testing.T) {
 	goroutineCheck(t)

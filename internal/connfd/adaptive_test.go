@@ -152,9 +152,8 @@ func TestAdaptivePollTakesAnswer(t *testing.T) {
 // takes turns (its Read waited after a write, as for an answer) leaves the
 // link unarmed when it stops, and a timer settles it armDelay later
 // (restLocked): what came meanwhile is taken then, with no kick and no
-// Read. A connection that does not poll, is told to ArmAtOnce, or whose
-// wait was not a Read's after a write (a stream's reader or writer) arms
-// at once.
+// Read. A connection that does not poll, or whose wait was not a Read's
+// after a write (a stream's reader or writer), arms at once.
 func TestFDRestsBeforeArming(t *testing.T) {
 	const (
 		write  = iota // a write, then a Write's wait
@@ -163,24 +162,19 @@ func TestFDRestsBeforeArming(t *testing.T) {
 	)
 	for _, tc := range []struct {
 		busyPoll time.Duration
-		atOnce   bool
 		waits    []int // the last is checked; the ones before lead up to it
 		rests    bool
 	}{
-		{0, false, []int{answer}, true},
-		{0, false, []int{read, answer}, true},
-		{-1, false, []int{answer}, false},
-		{0, true, []int{answer}, false},
-		{0, false, []int{read}, false},
-		{0, false, []int{answer, read}, false},
-		{0, false, []int{write}, false},
-		{0, false, []int{answer, write}, false},
+		{0, []int{answer}, true},
+		{0, []int{read, answer}, true},
+		{-1, []int{answer}, false},
+		{0, []int{read}, false},
+		{0, []int{answer, read}, false},
+		{0, []int{write}, false},
+		{0, []int{answer, write}, false},
 	} {
-		name := fmt.Sprintf("busyPoll %v, ArmAtOnce %v, waits %v", tc.busyPoll, tc.atOnce, tc.waits)
+		name := fmt.Sprintf("busyPoll %v, waits %v", tc.busyPoll, tc.waits)
 		c := newFakeConn(tc.busyPoll)
-		if tc.atOnce {
-			c.fd.ArmAtOnce()
-		}
 		c.link.deliver(1, 0)
 		c.eventually(t, "taken by a service", func() bool { return c.readable == 1 })
 		kicks := c.link.kicks.Load()

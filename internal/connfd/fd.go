@@ -65,10 +65,9 @@ type FD struct {
 	// running (restLocked); restTimed: it is set. A rest that starts
 	// while it is set only moves restUntil, so that a busy connection
 	// sets the timer once an armDelay, not once a Read.
-	restTimer  *time.Timer
-	restUntil  time.Time
-	restTimed  bool
-	armsAtOnce bool
+	restTimer *time.Timer
+	restUntil time.Time
+	restTimed bool
 	// wrote: the connection wrote since a Read last waited (Wrote);
 	// takesTurns: the last wait was a Read's that followed a write, as
 	// a request's answer is. Only such a connection rests: a stream's
@@ -207,13 +206,6 @@ func (fd *FD) Init(mu *sync.Mutex, d Driver, busyPoll time.Duration) {
 	fd.writeDeadline.Init(fd.deadlinePassed)
 }
 
-// ArmAtOnce makes the FD arm its link whenever its poller stops, as a
-// connection that does not poll does: for a link whose Arm arms nothing
-// of its own (a link group's stream, whose base link its group keeps
-// armed), which a rest would only add a timer to. Call it after Init,
-// before the FD is used.
-func (fd *FD) ArmAtOnce() { fd.armsAtOnce = true }
-
 // WroteLocked tells the FD that the connection posted bytes: a Read that
 // waits after it waits for an answer, and its poller may rest
 // (restLocked).
@@ -337,7 +329,7 @@ func (fd *FD) handOffLocked() {
 // settles it armDelay from now unless a poller runs then (each stopping
 // poller puts it off again).
 func (fd *FD) restLocked() bool {
-	if !fd.takesTurns || fd.armsAtOnce || fd.busyPoll != 0 || fd.waitDone.IsZero() || !fd.quickLocked() || fd.Mutex.Closed() || fd.drv.QuietLocked() {
+	if !fd.takesTurns || fd.busyPoll != 0 || fd.waitDone.IsZero() || !fd.quickLocked() || fd.Mutex.Closed() || fd.drv.QuietLocked() {
 		return false
 	}
 	fd.restUntil = time.Now().Add(armDelay)

@@ -88,7 +88,23 @@ type baseLink struct {
 	serving   atomic.Bool   // a service goroutine runs
 	quit      chan struct{} // closed by finishLocked: the service returns
 	finished  bool
+	// Resting (restLocked): the base link is left unarmed after a kick
+	// while its streams poll it and none is armed. armedStreams: its
+	// streams whose Arm no completion answered yet; polled: a stream's
+	// Poll drained it since the last kick or rest timer; resting: it is
+	// not armed; restTimer settles it once a rest timer's span passes
+	// with no Poll (rested), restTimed: it is set.
+	armedStreams int
+	polled       bool
+	resting      bool
+	restTimed    bool
+	restTimer    *time.Timer
 }
+
+// restDelay is how long a base link may rest unarmed with no stream
+// polling it (rested), as connfd's armDelay for a connection's own link:
+// a completion no stream polls is taken at most this late.
+const restDelay = 2 * time.Millisecond
 
 // sent is one base request outstanding.
 type sent struct {
@@ -159,17 +175,70 @@ func (l *baseLink) service() {
 	}
 }
 
-// serve is one kick's work: it takes what the base link has and arms it.
+// serve is one kick's work: it takes what the base link has and arms it,
+// or leaves it to rest (restLocked).
 func (l *baseLink) serve(ws []wakeup) []wakeup {
 	m := l.m
 	m.mu.Lock()
 	if l.usableLocked() {
 		m.deferTo = l
-		l.settleLocked()
+		if !l.restLocked() {
+			l.settleLocked()
+		}
 		ws = l.takeSignalsLocked(ws)
 	}
 	m.mu.Unlock()
 	return give(ws)
+}
+
+// restLocked takes what the base link has and leaves it unarmed, if its
+// streams poll it (a Poll drained it since the last kick) and none waits
+// for an event (armedStreams), and reports whether it did. The streams
+// take what comes as they poll, as a busy connection does on a link of its
+// own (connfd's rest): an event would only wake the service for what a
+// Poll takes anyway. A stream's Arm settles it again, and so does the rest
+// timer once restDelay passes with no Poll.
+func (l *baseLink) restLocked() bool {
+	if !l.polled || l.armedStreams > 0 || l.leading {
+		return false
+	}
+	l.polled = false
+	l.drainLocked(true)
+	if !l.usableLocked() || l.armedStreams > 0 {
+		return false // the drain ended it, or a stream's call armed one
+	}
+	l.resting = true
+	if !l.restTimed {
+		l.restTimed = true
+		if l.restTimer == nil {
+			l.restTimer = time.AfterFunc(restDelay, l.rested)
+		} else {
+			l.restTimer.Reset(restDelay)
+		}
+	}
+	return true
+}
+
+// rested is the rest timer: it settles a resting base link that no Poll
+// drained for restDelay, or waits another restDelay.
+func (l *baseLink) rested() {
+	m := l.m
+	m.mu.Lock()
+	if l.resting && l.polled && l.usableLocked() {
+		l.polled = false
+		l.restTimer.Reset(restDelay)
+		m.mu.Unlock()
+		return
+	}
+	l.restTimed = false
+	var ws []wakeup
+	if l.resting && l.usableLocked() {
+		m.deferTo = l
+		l.settleLocked()
+		ws = l.takeSignalsLocked(ws)
+	}
+	m.mu.Unlock()
+	give(ws)
 }
 
 // usableLocked reports whether the base link and its group still work.
@@ -185,6 +254,7 @@ func (l *baseLink) settleLocked() {
 		l.downLocked(err)
 		return
 	}
+	l.resting = false
 	l.drainLocked(true)
 }
 
@@ -197,6 +267,9 @@ func (l *baseLink) finishLocked() {
 		return
 	}
 	l.finished = true
+	if l.restTimer != nil {
+		l.restTimer.Stop()
+	}
 	l.base.SetNotify(nil)
 	close(l.quit)
 	close(l.done)

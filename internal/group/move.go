@@ -64,7 +64,7 @@ func (s *Stream) detachLocked() {
 	l.repostLocked(s.taken)
 	l.streams--
 	l.unreadyLocked(s)
-	s.l = nil
+	s.leaveLinkLocked()
 	s.avail, s.taken = 0, 0
 	s.unshareRingsLocked(l)
 	l.receivesFreedLocked()
@@ -77,7 +77,7 @@ func (s *Stream) suspendLocked(cause error) {
 	s.dropQueuedLocked()
 	s.inReady = false
 	l.streams--
-	s.l = nil
+	s.leaveLinkLocked()
 	s.unshareRingsLocked(l)
 	s.inflight = 0
 	s.avail, s.taken = 0, 0
@@ -215,6 +215,9 @@ func (s *Stream) attachLocked(l *baseLink) uint32 {
 		return wire.ReasonMemory
 	}
 	s.l = l
+	if s.armed {
+		l.armedStreams++
+	}
 	l.streams++
 	s.avail = s.m.cfg.FirstGrant
 	l.granted += s.avail

@@ -139,6 +139,7 @@ func TestMoveOnCut(t *testing.T) {
 		_, oldKey[i] = y.RecvRingKey()
 		ping(t, xs[i], y, []byte("before"), 1)
 	}
+	armAll(t, xs, ys) // the moves count them off one link and onto the other
 	path1[0].Cut(errors.New("test: port down"))
 	for _, i := range []int{0, 2} {
 		for who, s := range map[string]*group.Stream{"dialer": xs[i], "listener": ys[i]} {
@@ -168,6 +169,21 @@ func TestMoveOnCut(t *testing.T) {
 		}
 		if ls := m.Links(); len(ls) != 1 || ls[0].Streams != 4 {
 			t.Errorf("%s: links %+v", who, ls)
+		}
+		if err := m.ArmedStreamsError(); err != nil {
+			t.Errorf("%s: %v", who, err)
+		}
+	}
+}
+
+// armAll arms every stream, as an idle connection's FD does.
+func armAll(t *testing.T, streams ...[]*group.Stream) {
+	t.Helper()
+	for _, ss := range streams {
+		for _, s := range ss {
+			if err := s.Arm(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
@@ -342,6 +358,7 @@ func TestRebalanceOnAdd(t *testing.T) {
 	a, b, _, _ := muxPair(t, moveConfig(true), moveConfig(false), baseConfig())
 	xs, ys, closeAll := openPairs(t, a, b, 6)
 	defer closeAll()
+	armAll(t, xs, ys)
 	qa, qb := linktest.NewPipes(t, baseConfig(), baseConfig())
 	if err := b.AddLink(qb); err != nil {
 		t.Fatal(err)
@@ -374,6 +391,9 @@ func TestRebalanceOnAdd(t *testing.T) {
 		}
 		if st := m.Stats(); st.Moved != 3 || st.LinksDown != 0 {
 			t.Errorf("%s: %+v, want 3 moved and no link down", who, st)
+		}
+		if err := m.ArmedStreamsError(); err != nil {
+			t.Errorf("%s: %v", who, err)
 		}
 	}
 	if moved != 3 {

@@ -541,7 +541,8 @@ func (s *Stream) pushLocked(c link.Completion, seq uint64) {
 	}
 	s.cq = append(s.cq, entry{c: c, seq: seq})
 	if s.armed {
-		s.armed, s.event = false, true
+		s.setArmedLocked(false)
+		s.event = true
 		s.signalLocked()
 	}
 }
@@ -685,8 +686,10 @@ func (s *Stream) Poll(cs []link.Completion) (int, error) {
 		// service to hand it over: a Read that polls before it sleeps
 		// (adaptive polling, connfd) finds its answer with no wake-up.
 		// The poll that follows an Arm need not: the base link is armed
-		// whenever nobody drains it, so what comes raises an event, and a
-		// Wait that follows leads and drains it first.
+		// whenever nobody drains it, or one of its streams' Arm would
+		// arm it, so what comes raises an event, and a Wait that follows
+		// leads and drains it first.
+		s.l.polled = true
 		s.l.drainLocked(false)
 	}
 	s.justArmed = false
@@ -721,8 +724,38 @@ func (s *Stream) Arm() error {
 	if s.closed {
 		return s.closedError("Arm")
 	}
-	s.armed, s.event, s.justArmed = true, false, true
+	s.setArmedLocked(true)
+	s.event, s.justArmed = false, true
+	if l := s.l; l != nil && l.resting {
+		// Its streams polled it: what came since raised no event.
+		l.settleLocked()
+	}
 	return nil
+}
+
+// leaveLinkLocked takes the stream off s.l's count of armed streams and
+// off the link.
+func (s *Stream) leaveLinkLocked() {
+	if s.armed && s.l != nil {
+		s.l.armedStreams--
+	}
+	s.l = nil
+}
+
+// setArmedLocked sets armed, and counts the stream among its link's
+// armedStreams while it is (restLocked).
+func (s *Stream) setArmedLocked(armed bool) {
+	if s.armed == armed {
+		return
+	}
+	s.armed = armed
+	if l := s.l; l != nil {
+		if armed {
+			l.armedStreams++
+		} else {
+			l.armedStreams--
+		}
+	}
 }
 
 // Wait sleeps until the stream's Arm is answered, it is woken, or it

@@ -683,6 +683,7 @@ func (e *Pipe) failRequest(r *request, cause error) {
 func (e *Pipe) push(c Completion, seq uint64) {
 	e.enqueue(entry{c: c, seq: seq})
 	if e.armed {
+		e.stats.Events++
 		e.armed, e.event = false, true
 		e.signal()
 	}

@@ -25,6 +25,12 @@ type PipeStats struct {
 	// RingsMade, RingsReleased and RingsRefused count NewRecvRing's rings,
 	// the receive rings given back, and the rings refused past RingLimit.
 	RingsMade, RingsReleased, RingsRefused uint64
+	// Events counts the completions that came while the end was armed:
+	// each ends a Wait or calls the notify function, as a completion
+	// event does on a device (on rxe, a tasklet each). Armed says whether
+	// the end is armed now.
+	Events uint64
+	Armed  bool
 }
 
 // Stats returns the end's counters.
@@ -33,6 +39,7 @@ func (e *Pipe) Stats() PipeStats {
 	defer e.pair.mu.Unlock()
 	s := e.stats
 	s.RecvPosted = e.recvPosted
+	s.Armed = e.armed
 	return s
 }
 

@@ -87,6 +87,21 @@ func TestPipeStats(t *testing.T) {
 	if got := b.Stats().RecvPosted; got != 4 {
 		t.Errorf("b has %d receives posted after reposting, want 4", got)
 	}
+	// Events: completions that came while armed.
+	if got := b.Stats(); got.Events != 0 || got.Armed {
+		t.Errorf("b never armed: %d events, armed %v", got.Events, got.Armed)
+	}
+	if err := b.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Stats().Armed {
+		t.Error("b is not armed after Arm")
+	}
+	post(t, a, data(b, 0, 10, 0, true, 5))
+	waitFor(t, b, 1)
+	if got := b.Stats(); got.Events != 1 || got.Armed {
+		t.Errorf("b armed, then a message: %d events, armed %v; want 1, false", got.Events, got.Armed)
+	}
 }
 
 // Bytes are read from the send ring when the request lands, not when it is
