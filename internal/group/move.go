@@ -214,10 +214,7 @@ func (s *Stream) attachLocked(l *baseLink) uint32 {
 	if err := s.shareRingsLocked(l); err != nil {
 		return wire.ReasonMemory
 	}
-	s.l = l
-	if s.armed {
-		l.armedStreams++
-	}
+	s.joinLinkLocked(l)
 	l.streams++
 	s.avail = s.m.cfg.FirstGrant
 	l.granted += s.avail

@@ -733,6 +733,16 @@ func (s *Stream) Arm() error {
 	return nil
 }
 
+// joinLinkLocked puts the stream on l, counted among its armed streams if
+// it is armed (a stream may Arm while suspended); leaveLinkLocked takes it
+// off.
+func (s *Stream) joinLinkLocked(l *baseLink) {
+	s.l = l
+	if s.armed {
+		l.armedStreams++
+	}
+}
+
 // leaveLinkLocked takes the stream off s.l's count of armed streams and
 // off the link.
 func (s *Stream) leaveLinkLocked() {
