@@ -35,8 +35,12 @@ import (
 // refused for want of resources, never held in goroutines of ours.
 
 // acceptTimeout bounds the handshake of one accepted connection, so a peer
-// that requests and never completes holds its slot only this long.
-const acceptTimeout = 10 * time.Second
+// that requests and never completes holds its slot only this long. A
+// variable for a test that needs a stalled handshake to outlast any dial
+// on a loaded host; read when a handshake starts.
+var acceptTimeout = defaultAcceptTimeout
+
+const defaultAcceptTimeout = 10 * time.Second
 
 // Pauses after an error taking requests or listening, as net/http's Serve
 // makes after a temporary Accept error: from minBackoff, doubling up to

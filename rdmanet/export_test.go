@@ -12,8 +12,12 @@ import (
 	"github.com/rdmanet/sdk/internal/wire"
 )
 
-// AcceptTimeout bounds an accepted connection's handshake.
-const AcceptTimeout = acceptTimeout
+// SetAcceptTimeout sets the bound on an accepted connection's handshake
+// until the test ends; set it before the listener takes a request.
+func SetAcceptTimeout(t testing.TB, d time.Duration) {
+	acceptTimeout = d
+	t.Cleanup(func() { acceptTimeout = defaultAcceptTimeout })
+}
 
 // EndLateWatches ends the watches of connection requests that dials gave
 // up on, and waits until they released their cm IDs, so that a test can

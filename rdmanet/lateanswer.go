@@ -34,7 +34,7 @@ var (
 // answered over RDMA within the failure memory's TTL: such a peer is busy,
 // not without RDMA, and falling back would give the connection TCP for its
 // whole life. It matches the bound a listener puts on one handshake.
-const busyAnswerWait = acceptTimeout
+const busyAnswerWait = defaultAcceptTimeout
 
 // answerContext is ctx, also cancelled when dst leaves a connection request
 // unanswered: after answerWait (Dialer.RDMATimeout), with the cause

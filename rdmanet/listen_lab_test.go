@@ -258,6 +258,15 @@ func TestLabListenStalledHandshake(t *testing.T) {
 	env := labenv.RequireRDMA(t)
 	checkLeaks(t)
 	rdmanet.ForgetFailures()
+	// The stalled handshake's bound, and below it the dial's wait for its
+	// answer: a listener that waited for the stalled handshake first would
+	// answer the dial only after its bound, too late. Both far above what
+	// a dial takes on a loaded host: the product's 10 s and a wait of 9 s
+	// left too little room (make test at a1a6005 and 24a42e7 under two
+	// busy loops, two lab VMs at once: dials of 9 and 23.8 s). Registered
+	// before the listener's Close, so that it is restored after.
+	const bound, answerWait = time.Minute, 40 * time.Second
+	rdmanet.SetAcceptTimeout(t, bound)
 	ln := listenBoth(t, env)
 	port := ln.Addr().(*net.TCPAddr).AddrPort().Port()
 	stalled := time.Now() // before the listener takes it: its bound runs from later
@@ -270,12 +279,8 @@ func TestLabListenStalledHandshake(t *testing.T) {
 		accepted <- c
 	}()
 	d := dialerA(env)
-	// Below the server's bound on a handshake (10 s), by less than the
-	// dial starts after the stalled request was taken: a listener that
-	// waited for the stalled one first would make this dial fall back. As
-	// far below as that allows: under load (make test at 2f762a4, with
-	// two busy loops) a dial took over 5 s to be answered.
-	d.RDMATimeout = 9 * time.Second
+	d.RDMATimeout = answerWait
+	d.Timeout = 3 * bound // a hang guard: above the group's attempt and then a connection's own
 	dialed := time.Now()
 	c, err := d.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -286,19 +291,25 @@ func TestLabListenStalledHandshake(t *testing.T) {
 		t.Fatalf("the dial behind a stalled handshake got %s after %v (%v after the stalled request), because %v; listener %+v",
 			tr, time.Since(dialed).Round(time.Millisecond), time.Since(stalled).Round(time.Millisecond), why, ln.Stats())
 	}
+	// A listener that waited for the stalled handshake would answer the
+	// dial's second request (a connection of its own, made when the
+	// group's link got no answer) once the bound passed.
+	if since := time.Since(stalled); since >= bound {
+		t.Fatalf("the dial behind a stalled handshake got RDMA only %v after the stalled request, past its %v bound", since.Round(time.Millisecond), bound)
+	}
 	t.Logf("the dial behind a stalled handshake got RDMA in %v", time.Since(dialed).Round(time.Millisecond))
 	s := <-accepted
 	if s == nil {
 		t.Fatal("Accept failed")
 	}
 	defer s.Close()
-	// Still pending, unless its bound passed meanwhile (on a loaded host
-	// the dial and Accept above took that long once: make test at
-	// 7c45bd2): ended by its bound then, as it should be.
+	// Still pending, unless its bound passed meanwhile (when it was 10 s,
+	// on a loaded host the dial and Accept above took that long once:
+	// make test at 7c45bd2): ended by its bound then, as it should be.
 	st := ln.Stats()
-	ended := st.Handshaking == 0 && st.HandshakeFailures == 1 && time.Since(stalled) >= rdmanet.AcceptTimeout
+	ended := st.Handshaking == 0 && st.HandshakeFailures == 1 && time.Since(stalled) >= bound
 	if st.Handshakes != 1 || (st.Handshaking != 1 && !ended) {
-		t.Errorf("listener %+v %v after the stalled request: want the stalled handshake still pending (or ended by its %v bound) beside the finished one", st, time.Since(stalled).Round(time.Millisecond), rdmanet.AcceptTimeout)
+		t.Errorf("listener %+v %v after the stalled request: want the stalled handshake still pending (or ended by its %v bound) beside the finished one", st, time.Since(stalled).Round(time.Millisecond), bound)
 	}
 	if ended {
 		t.Logf("the stalled handshake ended by its bound before the check (%v)", time.Since(stalled).Round(time.Millisecond))
