@@ -344,6 +344,7 @@ func TestLabSendRecv(t *testing.T) {
 		wrs = append(wrs, verbs.SendWR{ID: uint64(i), Local: client.mr.Slice(8192+off, len(m)), Opcode: verbs.OpSend, Flags: flags})
 		off += len(m)
 	}
+	before := verbs.Calls()
 	if err := client.qp.PostSend(wrs); err != nil {
 		t.Fatal(err)
 	}
@@ -364,6 +365,13 @@ func TestLabSendRecv(t *testing.T) {
 		if !bytes.Equal(slot, msgs[i]) {
 			t.Fatalf("receive %d carried %q, want %q", i, slot, msgs[i])
 		}
+	}
+	// The calls into rdma-core, as await makes them: the three sends in
+	// one ibv_post_send, a poll that found each side's completions, and for
+	// each empty poll an event waited for and the queue armed again.
+	c := verbs.Calls().Sub(before)
+	if c.PostSend != 1 || c.Poll-c.EmptyPoll < 2 || c.GetEvent != c.EmptyPoll || c.ReqNotify != c.GetEvent {
+		t.Errorf("calls into rdma-core %+v: want 1 post for the 3 sends, a poll that found completions at each end, an event and an arm for each empty poll", c)
 	}
 }
 

@@ -55,6 +55,9 @@ func (ch *CompChannel) getEvent() (bool, error) {
 	if err == syscall.EAGAIN {
 		return false, nil
 	}
+	if err == nil {
+		calls.getEvent.Add(1)
+	}
 	ch.got = cq
 	return err == nil, err
 }
@@ -212,6 +215,7 @@ func (cq *CQ) RequestNotify(solicitedOnly bool) error {
 		return ErrClosed
 	}
 	defer cq.g.Done()
+	calls.reqNotify.Add(1)
 	return rdmacore.ReqNotifyCQ(cq.raw, solicitedOnly)
 }
 
@@ -225,7 +229,12 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 	if len(wcs) == 0 {
 		return 0, nil
 	}
-	return rdmacore.PollCQ(cq.raw, unsafe.Slice((*rdmacore.WC)(unsafe.Pointer(&wcs[0])), len(wcs)))
+	n, err := rdmacore.PollCQ(cq.raw, unsafe.Slice((*rdmacore.WC)(unsafe.Pointer(&wcs[0])), len(wcs)))
+	calls.poll.Add(1)
+	if n == 0 {
+		calls.emptyPoll.Add(1)
+	}
+	return n, err
 }
 
 // Close acknowledges outstanding events and destroys the queue. QPs using it

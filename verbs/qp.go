@@ -111,6 +111,7 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	}
 	defer qp.g.Done()
 	qp.sendMu.Lock()
+	calls.postSend.Add(1)
 	n, err := rdmacore.PostSend(qp.raw, unsafe.Slice((*rdmacore.SendReq)(unsafe.Pointer(&wrs[0])), len(wrs)))
 	qp.sendMu.Unlock()
 	if err != nil {
@@ -129,6 +130,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 	}
 	defer qp.g.Done()
 	qp.recvMu.Lock()
+	calls.postRecv.Add(1)
 	n, err := rdmacore.PostRecv(qp.raw, unsafe.Slice((*rdmacore.RecvReq)(unsafe.Pointer(&wrs[0])), len(wrs)))
 	qp.recvMu.Unlock()
 	if err != nil {

@@ -64,6 +64,7 @@ func (s *SRQ) PostRecv(wrs []RecvWR) error {
 	}
 	defer s.g.Done()
 	s.mu.Lock()
+	calls.postRecv.Add(1)
 	n, err := rdmacore.PostSRQRecv(s.raw, unsafe.Slice((*rdmacore.RecvReq)(unsafe.Pointer(&wrs[0])), len(wrs)))
 	s.mu.Unlock()
 	if err != nil {

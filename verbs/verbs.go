@@ -55,6 +55,51 @@ var live struct {
 	contexts, pds, mrs, cqs, channels, qps, srqs, buffers atomic.Int64
 }
 
+// calls counts the calls into rdma-core that the data path makes, so that
+// a benchmark can say what a round trip costs in them (Calls): on a
+// software device (rxe) ibv_post_send, ibv_req_notify_cq and reading a
+// completion event are system calls, the costliest steps of a wake-up.
+var calls struct {
+	postSend, postRecv, poll, emptyPoll, reqNotify, getEvent atomic.Uint64
+}
+
+// CallCounts counts this process's calls into rdma-core on the data path
+// since it started.
+type CallCounts struct {
+	// PostSend and PostRecv count ibv_post_send calls and ibv_post_recv
+	// (or ibv_post_srq_recv) calls, each of which may post many requests.
+	PostSend, PostRecv uint64
+	// Poll counts ibv_poll_cq calls, EmptyPoll those that found nothing.
+	Poll, EmptyPoll uint64
+	// ReqNotify counts ibv_req_notify_cq calls (arming a queue), GetEvent
+	// the completion events read from channels (ibv_get_cq_event).
+	ReqNotify, GetEvent uint64
+}
+
+// Calls returns the calls into rdma-core made so far.
+func Calls() CallCounts {
+	return CallCounts{
+		PostSend:  calls.postSend.Load(),
+		PostRecv:  calls.postRecv.Load(),
+		Poll:      calls.poll.Load(),
+		EmptyPoll: calls.emptyPoll.Load(),
+		ReqNotify: calls.reqNotify.Load(),
+		GetEvent:  calls.getEvent.Load(),
+	}
+}
+
+// Sub is the calls made between before and c.
+func (c CallCounts) Sub(before CallCounts) CallCounts {
+	return CallCounts{
+		PostSend:  c.PostSend - before.PostSend,
+		PostRecv:  c.PostRecv - before.PostRecv,
+		Poll:      c.Poll - before.Poll,
+		EmptyPoll: c.EmptyPoll - before.EmptyPoll,
+		ReqNotify: c.ReqNotify - before.ReqNotify,
+		GetEvent:  c.GetEvent - before.GetEvent,
+	}
+}
+
 // ResourceCounts is the number of live objects of each kind.
 type ResourceCounts struct {
 	Contexts, PDs, MRs, CQs, CompChannels, QPs, SRQs, Buffers int64
