@@ -72,7 +72,10 @@ type Config struct {
 	// the lab's emulated CPU 1 ms fits); a connection whose last sleep
 	// lasted more than 10 x BusyPoll is taken to be idle and sleeps at
 	// once. Such a connection keeps a queue pair of its own (no link
-	// group): it polls its own completion queue. Negative: always sleep.
+	// group): it polls its own completion queue. Either way a connection
+	// that polls and takes turns (a Read after its write) leaves its
+	// queue unarmed for 2 ms after a Read, since its next Read polls:
+	// its completions raise no events. Negative: always sleep.
 	// See BENCHMARKS.md.
 	BusyPoll time.Duration
 	// ResumeTimeout, when positive, makes the connection a resumable

@@ -164,16 +164,20 @@ func TestFDRestsBeforeArming(t *testing.T) {
 		busyPoll time.Duration
 		waits    []int // the last is checked; the ones before lead up to it
 		rests    bool
+		idle     bool // with a busy-poll time: its last sleep was long
 	}{
-		{0, []int{answer}, true},
-		{0, []int{read, answer}, true},
-		{-1, []int{answer}, false},
-		{0, []int{read}, false},
-		{0, []int{answer, read}, false},
-		{0, []int{write}, false},
-		{0, []int{answer, write}, false},
+		{0, []int{answer}, true, false},
+		{0, []int{read, answer}, true, false},
+		{-1, []int{answer}, false, false},
+		{time.Millisecond, []int{answer}, true, false},
+		{time.Millisecond, []int{answer}, false, true},
+		{time.Millisecond, []int{read}, false, false},
+		{0, []int{read}, false, false},
+		{0, []int{answer, read}, false, false},
+		{0, []int{write}, false, false},
+		{0, []int{answer, write}, false, false},
 	} {
-		name := fmt.Sprintf("busyPoll %v, waits %v", tc.busyPoll, tc.waits)
+		name := fmt.Sprintf("busyPoll %v (idle %v), waits %v", tc.busyPoll, tc.idle, tc.waits)
 		c := newFakeConn(tc.busyPoll)
 		c.link.deliver(1, 0)
 		c.eventually(t, "taken by a service", func() bool { return c.readable == 1 })
@@ -183,6 +187,8 @@ func TestFDRestsBeforeArming(t *testing.T) {
 		for range 4 {
 			c.fd.tookLocked(time.Now(), 400*time.Microsecond)
 		}
+		// A busy-poll time polls once a sleep was short (sleepLocked).
+		c.fd.busy = tc.busyPoll > 0 && !tc.idle
 		var arms int
 		stopped := time.Now()
 		for _, w := range tc.waits {

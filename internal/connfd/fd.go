@@ -124,8 +124,8 @@ const (
 )
 
 // armDelay: the poller of a connection that polls (adaptive polling's
-// quick waits) leaves the link unarmed when it stops, for up to this
-// long, as NAPI defers a busy queue's interrupts (napi_defer_hard_irqs):
+// quick waits, or a busy-poll time while busy) leaves the link unarmed
+// when it stops, for up to this long, as NAPI defers a busy queue's interrupts (napi_defer_hard_irqs):
 // the next Read or Write polls anyway, and an armed completion queue
 // costs an event for a completion that is polled. On rxe each event is a
 // tasklet, run by ksoftirqd when the CPUs are busy, and a busy CPU runs
@@ -329,7 +329,7 @@ func (fd *FD) handOffLocked() {
 // settles it armDelay from now unless a poller runs then (each stopping
 // poller puts it off again).
 func (fd *FD) restLocked() bool {
-	if !fd.takesTurns || fd.busyPoll != 0 || fd.waitDone.IsZero() || !fd.quickLocked() || fd.Mutex.Closed() || fd.drv.QuietLocked() {
+	if !fd.takesTurns || !fd.pollsLocked() || fd.Mutex.Closed() || fd.drv.QuietLocked() {
 		return false
 	}
 	fd.restUntil = time.Now().Add(armDelay)
@@ -429,6 +429,19 @@ func (fd *FD) spinLocked() time.Duration {
 		return 0
 	}
 	return min(4*fd.waitHigh, maxAdaptiveSpin)
+}
+
+// pollsLocked reports whether the connection's next wait polls: with a
+// busy-poll time, while it is busy (its last sleep was short); with
+// adaptive polling, while most recent waits were quick.
+func (fd *FD) pollsLocked() bool {
+	switch {
+	case fd.busyPoll > 0:
+		return fd.busy
+	case fd.busyPoll < 0:
+		return false
+	}
+	return !fd.waitDone.IsZero() && fd.quickLocked()
 }
 
 // quickLocked reports whether most recent waits were quick: the
