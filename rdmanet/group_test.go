@@ -314,6 +314,72 @@ func TestGroupStreamRestsTakingTurns(t *testing.T) {
 	}
 }
 
+// TestGroupStreamPostsAsOwn: a 64 B ping-pong on a group's stream, over a
+// base link with the pool of receives a group's link has, makes as many
+// ibv_post_send calls a round trip (link.PipeCalls, the calls a device
+// would take) as on a connection of its own: the stream's credit rides
+// the link as the connection's does. A grant that made a Credit due every
+// few messages (a short pool, or a lower threshold) costs a third more.
+func TestGroupStreamPostsAsOwn(t *testing.T) {
+	const rounds = 400
+	perRound := func(client, server *Conn, calls func() uint64) float64 {
+		t.Helper()
+		echoed := make(chan error, 1)
+		go func() {
+			buf := make([]byte, 64)
+			for range 2 * rounds {
+				if _, err := io.ReadFull(server, buf); err != nil {
+					echoed <- err
+					return
+				}
+				if _, err := server.Write(buf); err != nil {
+					echoed <- err
+					return
+				}
+			}
+			echoed <- nil
+		}()
+		buf := make([]byte, 64)
+		roundTrip := func() {
+			if _, err := client.Write(buf); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(client, buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range rounds { // past the first grants and the rings' growth
+			roundTrip()
+		}
+		before := calls()
+		for range rounds {
+			roundTrip()
+		}
+		if err := <-echoed; err != nil {
+			t.Fatal(err)
+		}
+		return float64(calls()-before) / rounds
+	}
+	c, s, a, b := memPair(t, Config{}, hostModes[0].features)
+	own := perRound(c, s, func() uint64 { return a.Stats().Calls.PostSend + b.Stats().Calls.PostSend })
+	closeAndWait(t, c)
+	closeAndWait(t, s)
+
+	cfg, _ := Config{}.withDefaults()
+	gc := groupStreamConfig(cfg)
+	pc := groupBase(1)
+	pc.RecvDepth = groupRecvDepth
+	x, y, pa, pb := groupPipeMuxes(t, gc, gc, pc)
+	c, s = groupConnPair(t, Config{}, x, y)
+	defer closeAndWait(t, c)
+	defer closeAndWait(t, s)
+	stream := perRound(c, s, func() uint64 { return pa.Stats().Calls.PostSend + pb.Stats().Calls.PostSend })
+	t.Logf("posts a round trip: own %.2f, group's stream %.2f", own, stream)
+	if stream > own+0.1 {
+		t.Errorf("a group's stream posts %.2f times a round trip, a connection of its own %.2f", stream, own)
+	}
+}
+
 // TestGroupConnInfo: a stream's Info names it, and its ends differ.
 func TestGroupConnInfo(t *testing.T) {
 	goroutineCheck(t)

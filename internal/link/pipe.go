@@ -303,6 +303,7 @@ func (e *Pipe) Addrs() (local, remote netip.AddrPort) { return e.local, e.remote
 func (e *Pipe) PostSend(wrs []SendWR) error {
 	e.pair.mu.Lock()
 	defer e.pair.mu.Unlock()
+	e.stats.Calls.PostSend++
 	if e.closed {
 		return closedError("PostSend")
 	}
@@ -410,6 +411,10 @@ func (e *Pipe) PostRecv(n int) error {
 func (e *Pipe) Poll(cs []Completion) (int, error) {
 	e.pair.mu.Lock()
 	defer e.pair.mu.Unlock()
+	e.stats.Calls.Poll++
+	if len(e.cq) == 0 {
+		e.stats.Calls.EmptyPoll++
+	}
 	if e.closed {
 		return 0, closedError("Poll")
 	}
@@ -444,6 +449,7 @@ func (e *Pipe) retire(seq uint64) {
 func (e *Pipe) Arm() error {
 	e.pair.mu.Lock()
 	defer e.pair.mu.Unlock()
+	e.stats.Calls.Arm++
 	if e.closed {
 		return closedError("Arm")
 	}
@@ -458,6 +464,7 @@ func (e *Pipe) Arm() error {
 func (e *Pipe) Wait() error {
 	e.pair.mu.Lock()
 	defer e.pair.mu.Unlock()
+	e.stats.Calls.Wait++
 	e.waits++
 	defer func() { e.waits-- }()
 	for {

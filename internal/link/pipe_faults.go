@@ -31,7 +31,16 @@ type PipeStats struct {
 	// the end is armed now.
 	Events uint64
 	Armed  bool
+	// Calls counts the end's calls of PostSend, Poll, Arm and Wait, each a
+	// call into the device's library (cgo) on rdmalink.
+	Calls PipeCalls
 }
+
+// PipeCalls counts calls of the verbs a round trip makes on a device.
+type PipeCalls struct{ PostSend, Poll, EmptyPoll, Arm, Wait uint64 }
+
+// Total is every call counted.
+func (c PipeCalls) Total() uint64 { return c.PostSend + c.Poll + c.Arm + c.Wait }
 
 // Stats returns the end's counters.
 func (e *Pipe) Stats() PipeStats {

@@ -102,6 +102,14 @@ func TestPipeStats(t *testing.T) {
 	if got := b.Stats(); got.Events != 1 || got.Armed {
 		t.Errorf("b armed, then a message: %d events, armed %v; want 1, false", got.Events, got.Armed)
 	}
+	// Calls: a's two PostSends (the four requests in one), b's one Arm,
+	// and the polls that took the completions.
+	if got := a.Stats().Calls; got.PostSend != 2 || got.Arm != 0 || got.Wait != 0 || got.Poll == 0 {
+		t.Errorf("a's calls %+v: want 2 PostSend calls, polls, no Arm or Wait", got)
+	}
+	if got := b.Stats().Calls; got.PostSend != 0 || got.Arm != 1 || got.Poll-got.EmptyPoll < 2 || got.Total() != got.Poll+1 {
+		t.Errorf("b's calls %+v: want 1 Arm, polls that took completions, no other call", got)
+	}
 }
 
 // Bytes are read from the send ring when the request lands, not when it is
