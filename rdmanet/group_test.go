@@ -264,30 +264,9 @@ func TestGroupStreamRestsTakingTurns(t *testing.T) {
 	defer client.Close()
 	defer server.Close()
 	const size, warm, rounds = 64, 50, 400
-	echoed := make(chan error, 1)
-	go func() {
-		buf := make([]byte, size)
-		for range warm + rounds {
-			if _, err := io.ReadFull(server, buf); err != nil {
-				echoed <- err
-				return
-			}
-			if _, err := server.Write(buf); err != nil {
-				echoed <- err
-				return
-			}
-		}
-		echoed <- nil
-	}()
+	echoed := echoRounds(server, size, warm+rounds)
 	msg, back := make([]byte, size), make([]byte, size)
-	roundTrip := func() {
-		if _, err := client.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(client, back); err != nil {
-			t.Fatal(err)
-		}
-	}
+	roundTrip := func() { pingOnce(t, client, msg, back) }
 	for range warm { // adaptive polling learns that the answers are quick
 		roundTrip()
 	}
@@ -324,30 +303,9 @@ func TestGroupStreamPostsAsOwn(t *testing.T) {
 	const rounds = 400
 	perRound := func(client, server *Conn, calls func() uint64) float64 {
 		t.Helper()
-		echoed := make(chan error, 1)
-		go func() {
-			buf := make([]byte, 64)
-			for range 2 * rounds {
-				if _, err := io.ReadFull(server, buf); err != nil {
-					echoed <- err
-					return
-				}
-				if _, err := server.Write(buf); err != nil {
-					echoed <- err
-					return
-				}
-			}
-			echoed <- nil
-		}()
+		echoed := echoRounds(server, 64, 2*rounds)
 		buf := make([]byte, 64)
-		roundTrip := func() {
-			if _, err := client.Write(buf); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.ReadFull(client, buf); err != nil {
-				t.Fatal(err)
-			}
-		}
+		roundTrip := func() { pingOnce(t, client, buf, buf) }
 		for range rounds { // past the first grants and the rings' growth
 			roundTrip()
 		}
@@ -377,6 +335,38 @@ func TestGroupStreamPostsAsOwn(t *testing.T) {
 	t.Logf("posts a round trip: own %.2f, group's stream %.2f", own, stream)
 	if stream > own+0.1 {
 		t.Errorf("a group's stream posts %.2f times a round trip, a connection of its own %.2f", stream, own)
+	}
+}
+
+// echoRounds echoes n messages of size bytes on server, in a goroutine,
+// and says how that ended.
+func echoRounds(server net.Conn, size, n int) <-chan error {
+	echoed := make(chan error, 1)
+	go func() {
+		buf := make([]byte, size)
+		for range n {
+			if _, err := io.ReadFull(server, buf); err != nil {
+				echoed <- err
+				return
+			}
+			if _, err := server.Write(buf); err != nil {
+				echoed <- err
+				return
+			}
+		}
+		echoed <- nil
+	}()
+	return echoed
+}
+
+// pingOnce writes msg on client and reads its echo into back.
+func pingOnce(t *testing.T, client net.Conn, msg, back []byte) {
+	t.Helper()
+	if _, err := client.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(client, back); err != nil {
+		t.Fatal(err)
 	}
 }
 
