@@ -263,6 +263,9 @@ type bench struct {
 	ports  int              // the next port offset for the tools' servers
 	hungGo int              // in-process measurements that hung (their goroutines remain)
 	done   int              // rounds made
+	// targetRounds: the rounds issue 26's target rows made (issue26Target),
+	// when more than done.
+	targetRounds int
 
 	withFailover bool         // the failover section is to be measured
 	failover     *failoverRun // its result, once measured
@@ -335,7 +338,7 @@ func newBench(env labenv.Env, o options, log io.Writer) *bench {
 			pingpong: func(ctx context.Context, size, n int) figure {
 				return b.rstreamPingPong(ctx, true, size, n)
 			}},
-		impl{id: "perftest", label: "perftest", role: rolePerftest,
+		impl{id: perftestID, label: "perftest", role: rolePerftest,
 			streamLabel: "perftest (ib_write_bw)", pingpongLabel: "perftest (ib_send_lat)",
 			stream: b.writeBW,
 			pingpong: func(ctx context.Context, size, n int) figure {
@@ -451,28 +454,64 @@ func (b *bench) runAll() {
 				fmt.Fprintln(b.log, prefix, "skipped (budget used up)")
 				continue
 			}
-			f := b.measure(st.im, st.kind, st.size)
-			b.res[k] = append(b.res[k], f)
-			switch {
-			case !f.ok():
-				fmt.Fprintln(b.log, prefix, "FAILED:", f.missing)
-				if f.raw != "" {
-					fmt.Fprint(b.log, indent(f.raw, "    "))
-				}
-			case st.kind == stream:
-				fmt.Fprintf(b.log, "%s %.2f MB/s (%.1fs)\n", prefix, f.mbps, f.elapsed.Seconds())
-			case f.hasPct:
-				fmt.Fprintf(b.log, "%s p50 %.1f us, p99 %.1f us, mean %.1f us (%.1fs)\n", prefix, f.p50, f.p99, f.mean, f.elapsed.Seconds())
-			default:
-				fmt.Fprintf(b.log, "%s mean %.1f us (%.1fs)\n", prefix, f.mean, f.elapsed.Seconds())
-			}
-			for _, s := range []string{f.doubt, f.note} {
-				if s != "" {
-					fmt.Fprintln(b.log, "    "+s)
-				}
-			}
+			b.measureStep(prefix, st.im, st.kind, st.size)
 		}
 		longest = max(longest, time.Since(start))
+	}
+	// Issue 26's targets are ratios of a few figures to perftest's in the
+	// same run: when the budget cut the rounds short, those figures and
+	// their references get the rounds asked for all the same, interleaved
+	// as the others' (a few seconds a round), so that no target rests on
+	// one sample while rxe's rounds move by 2 x.
+	for round := b.done + 1; round <= b.opt.rounds; round++ {
+		for _, st := range steps {
+			if !issue26Target(key{st.im.id, st.kind, st.size}) {
+				continue
+			}
+			prefix := fmt.Sprintf("labbench: issue 26's rows, round %d/%d: %s %s, %s:", round, b.opt.rounds,
+				st.kind, benchkit.SizeName(st.size), st.im.labelFor(st.kind))
+			b.measureStep(prefix, st.im, st.kind, st.size)
+		}
+		b.targetRounds = round
+	}
+}
+
+// issue26Target reports whether k is a figure of issue 26's targets or
+// their reference: the zero-copy 64 KiB stream and ib_write_bw's, the
+// busy-polling 64 B round trip and ib_send_lat's.
+func issue26Target(k key) bool {
+	switch {
+	case k.kind == stream && k.size == 64<<10:
+		return k.impl == zeroCopyID || k.impl == perftestID
+	case k.kind == pingpong && k.size == 64:
+		return k.impl == busyPollID || k.impl == perftestID
+	}
+	return false
+}
+
+// measureStep makes one measurement, adds it to its figure's rounds and
+// logs it after prefix.
+func (b *bench) measureStep(prefix string, im impl, kd kind, size int) {
+	k := key{im.id, kd, size}
+	f := b.measure(im, kd, size)
+	b.res[k] = append(b.res[k], f)
+	switch {
+	case !f.ok():
+		fmt.Fprintln(b.log, prefix, "FAILED:", f.missing)
+		if f.raw != "" {
+			fmt.Fprint(b.log, indent(f.raw, "    "))
+		}
+	case kd == stream:
+		fmt.Fprintf(b.log, "%s %.2f MB/s (%.1fs)\n", prefix, f.mbps, f.elapsed.Seconds())
+	case f.hasPct:
+		fmt.Fprintf(b.log, "%s p50 %.1f us, p99 %.1f us, mean %.1f us (%.1fs)\n", prefix, f.p50, f.p99, f.mean, f.elapsed.Seconds())
+	default:
+		fmt.Fprintf(b.log, "%s mean %.1f us (%.1fs)\n", prefix, f.mean, f.elapsed.Seconds())
+	}
+	for _, s := range []string{f.doubt, f.note} {
+		if s != "" {
+			fmt.Fprintln(b.log, "    "+s)
+		}
 	}
 }
 
@@ -537,6 +576,13 @@ func ownQueuePair(m benchkit.Mode) benchkit.Mode {
 // ownQueuePairModes are benchkit.Modes, each with ownQueuePair.
 // zeroCopyID is the zero-copy stream's implementation (issue 26).
 const zeroCopyID = "rdmanet/zero-copy"
+
+// perftestID and busyPollID name perftest's row and the busy-polling
+// mode's (benchkit.Modes), whose figures issue 26's targets compare.
+const (
+	perftestID = "perftest"
+	busyPollID = "rdmanet/busy-poll 1 ms"
+)
 
 // writeFromID is the stream written from registered memory (issue 26).
 const writeFromID = "rdmanet/write-from"
@@ -866,8 +912,10 @@ type setting struct {
 	scale      float64
 	roundTrips int
 	rounds     int // made
-	asked      int // asked for with -rounds
-	host       string
+	// targetRounds: the rounds issue 26's target rows made, when more.
+	targetRounds int
+	asked        int // asked for with -rounds
+	host         string
 }
 
 func (b *bench) setting() setting {
@@ -875,7 +923,7 @@ func (b *bench) setting() setting {
 		when: b.start.UTC(), took: time.Since(b.start), env: b.env,
 		kernel: "Linux " + readTrim("/proc/sys/kernel/osrelease"), cpus: runtime.NumCPU(),
 		goVersion: runtime.Version(), revision: "(unknown)", hungGo: b.hungGo,
-		scale: b.opt.scale, roundTrips: int(b.scaled(roundTrips)), rounds: b.done, asked: b.opt.rounds, host: b.opt.host,
+		scale: b.opt.scale, roundTrips: int(b.scaled(roundTrips)), rounds: b.done, targetRounds: b.targetRounds, asked: b.opt.rounds, host: b.opt.host,
 	}
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, l := range strings.Split(string(data), "\n") {

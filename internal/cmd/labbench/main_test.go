@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,40 @@ func TestRunOutsideLab(t *testing.T) {
 	errs.Reset()
 	if got := run([]string{"-rounds", "0"}, &out, &errs); got != 2 || !strings.Contains(errs.String(), "usage:") {
 		t.Errorf("-rounds 0: status %d, stderr %q", got, errs.String())
+	}
+}
+
+// When the budget cuts the rounds short, issue 26's target rows and their
+// references make the rounds asked for all the same, and no other figure
+// does; the ids they are known by are newBench's.
+func TestRunAllTargetRounds(t *testing.T) {
+	slow := func(ctx context.Context, size int, total int64) figure {
+		time.Sleep(50 * time.Millisecond)
+		return figure{mbps: 1}
+	}
+	ping := func(ctx context.Context, size, n int) figure { return figure{p50: 1, hasPct: true} }
+	b := newBench(noEnv, options{scale: 1, rounds: 3, timeout: time.Second, budget: 300 * time.Millisecond}, io.Discard)
+	for _, id := range []string{zeroCopyID, perftestID, busyPollID} {
+		if !slices.ContainsFunc(b.impls, func(im impl) bool { return im.id == id }) {
+			t.Errorf("no implementation %q among newBench's", id)
+		}
+	}
+	b.impls = []impl{{id: "fake", stream: slow, pingpong: ping}, {id: zeroCopyID, stream: slow},
+		{id: perftestID, stream: slow, pingpong: ping}, {id: busyPollID, stream: slow, pingpong: ping}}
+	b.withGroups = false
+	b.runAll()
+	if b.done != 1 || b.targetRounds != 3 {
+		t.Fatalf("%d rounds and %d of the target rows, want 1 and 3", b.done, b.targetRounds)
+	}
+	for k, fs := range b.res {
+		if want := map[bool]int{false: 1, true: 3}[issue26Target(k)]; len(fs) != want {
+			t.Errorf("%v: %d rounds, want %d", k, len(fs), want)
+		}
+	}
+	for _, k := range []key{{zeroCopyID, stream, 64 << 10}, {perftestID, stream, 64 << 10}, {busyPollID, pingpong, 64}, {perftestID, pingpong, 64}} {
+		if !issue26Target(k) || len(b.res[k]) != 3 {
+			t.Errorf("%v: target %v, %d rounds; want a target with 3", k, issue26Target(k), len(b.res[k]))
+		}
 	}
 }
 
