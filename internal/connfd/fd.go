@@ -125,8 +125,9 @@ const (
 
 // armDelay: the poller of a connection that polls (adaptive polling's
 // quick waits, or a busy-poll time while busy) leaves the link unarmed
-// when it stops, for up to this long, as NAPI defers a busy queue's interrupts (napi_defer_hard_irqs):
-// the next Read or Write polls anyway, and an armed completion queue
+// when it stops, for up to this long, as NAPI defers a busy queue's
+// interrupts (napi_defer_hard_irqs): the next Read or Write polls
+// anyway, and an armed completion queue
 // costs an event for a completion that is polled. On rxe each event is a
 // tasklet, run by ksoftirqd when the CPUs are busy, and a busy CPU runs
 // ksoftirqd late: in the lab a 64 B ping-pong between two processes
