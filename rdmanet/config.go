@@ -55,17 +55,17 @@ type Config struct {
 	// connection's own, and it yields the CPU between polls.
 	//
 	// Default 0, adaptive: a Read or Write that has to wait, on a
-	// connection whose recent waits for its peer were mostly under 1 ms,
-	// polls for up to four times the longest of them (2 ms at most)
-	// before it sleeps in the netpoller, as the kernel's hybrid block
-	// polling does: a request and its answer cost no wake-up when the
-	// answer is quick. A connection whose waits were mostly longer (three
-	// in a row), or that waited for nothing in the last 10 ms, sleeps at
-	// once: an idle connection never polls. Every 16th wait of a
-	// connection that sleeps polls all the same, as a probe, since both
-	// ends sleeping can be what makes the waits long; a quick answer
-	// makes it poll again. At most GOMAXPROCS connections of a process
-	// poll at once; the others sleep.
+	// connection whose recent waits for its peer were mostly quick (under
+	// 1 ms, or answered while it polled), polls for up to four times the
+	// longest of them (5 ms at most) before it sleeps in the netpoller,
+	// as the kernel's hybrid block polling does: a request and its answer
+	// cost no wake-up when the answer is quick. A connection whose waits
+	// were mostly longer (three in a row), or that waited for nothing in
+	// the last 10 ms, sleeps at once: an idle connection never polls.
+	// Every 16th wait of a connection that sleeps polls all the same, as
+	// a probe, since both ends sleeping can be what makes the waits long;
+	// an answer that comes while it polls makes it poll again. At most
+	// GOMAXPROCS connections of a process poll at once; the others sleep.
 	//
 	// Positive: a busy connection polls for up to this long before it
 	// sleeps, trading CPU for latency (rsockets spins about 10 us; under
@@ -74,7 +74,7 @@ type Config struct {
 	// once. Such a connection keeps a queue pair of its own (no link
 	// group): it polls its own completion queue. Either way a connection
 	// that polls and takes turns (a Read after its write) leaves its
-	// queue unarmed for 2 ms after a Read, since its next Read polls:
+	// queue unarmed for 5 ms after a Read, since its next Read polls:
 	// its completions raise no events. Negative: always sleep.
 	// See BENCHMARKS.md.
 	BusyPoll time.Duration

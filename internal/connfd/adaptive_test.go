@@ -20,27 +20,27 @@ func TestAdaptiveSpinTime(t *testing.T) {
 		t.Fatalf("no wait yet: spins %v", d)
 	}
 	for range 4 {
-		fd.tookLocked(time.Now(), 100*time.Microsecond)
+		fd.tookLocked(time.Now(), 100*time.Microsecond, false)
 	}
 	if d := fd.spinLocked(); d < 400*time.Microsecond || d > 500*time.Microsecond {
 		t.Fatalf("after waits of 100 µs: spins %v (longest %v), want about four times the wait", d, fd.waitHigh)
 	}
 	// Waits of two kinds: the spin covers the longer.
 	for range 4 {
-		fd.tookLocked(time.Now(), 400*time.Microsecond)
-		fd.tookLocked(time.Now(), 50*time.Microsecond)
+		fd.tookLocked(time.Now(), 400*time.Microsecond, false)
+		fd.tookLocked(time.Now(), 50*time.Microsecond, false)
 	}
 	if d := fd.spinLocked(); d < 1500*time.Microsecond || d > maxAdaptiveSpin { // four times 400 µs, less the sixteenth a quick wait takes off
 		t.Fatalf("after waits of 50 and 400 µs: spins %v (longest %v), want four times the longer", d, fd.waitHigh)
 	}
 	// The longest sinks once the long ones stop.
 	for range 32 {
-		fd.tookLocked(time.Now(), 100*time.Microsecond)
+		fd.tookLocked(time.Now(), 100*time.Microsecond, false)
 	}
 	if d := fd.spinLocked(); d < 400*time.Microsecond || d > 500*time.Microsecond {
 		t.Fatalf("after 32 waits of 100 µs: spins %v (longest %v), want about four times that", d, fd.waitHigh)
 	}
-	long := func() { fd.tookLocked(time.Now(), 5*quickWait) }
+	long := func() { fd.tookLocked(time.Now(), 5*quickWait, false) }
 	long()
 	if d := fd.spinLocked(); d < 400*time.Microsecond || d > 500*time.Microsecond {
 		t.Fatalf("after one long wait among quick ones: spins %v (longest %v), want as before", d, fd.waitHigh)
@@ -75,7 +75,7 @@ func TestAdaptiveSpinTime(t *testing.T) {
 	if d := fd.spinLocked(); d != maxAdaptiveSpin {
 		t.Fatalf("the next probe spins %v, want %v", d, maxAdaptiveSpin)
 	}
-	fd.tookLocked(time.Now(), 300*time.Microsecond) // the probe's answer came while it spun
+	fd.tookLocked(time.Now(), 300*time.Microsecond, false) // the probe's answer came while it spun
 	if d := fd.spinLocked(); d < 1200*time.Microsecond || d > 1400*time.Microsecond {
 		t.Fatalf("after a quick probe of 300 µs: spins %v (longest %v), want about four times that", d, fd.waitHigh)
 	}
@@ -84,14 +84,14 @@ func TestAdaptiveSpinTime(t *testing.T) {
 		t.Fatalf("idle for %v: spins %v", 2*idleAfterWait, d)
 	}
 	// The first wait after an idle spell starts the longest afresh.
-	fd.tookLocked(time.Now(), 100*time.Microsecond)
+	fd.tookLocked(time.Now(), 100*time.Microsecond, false)
 	if fd.waitHigh > 200*time.Microsecond || !fd.quickLocked() {
 		t.Fatalf("longest %v, quick %v after an idle spell and a wait of 100 µs", fd.waitHigh, fd.quickLocked())
 	}
 
 	never := FD{busyPoll: -1}
 	for range 4 {
-		never.tookLocked(time.Now(), 100*time.Microsecond)
+		never.tookLocked(time.Now(), 100*time.Microsecond, false)
 	}
 	if d := never.spinLocked(); d != 0 || !never.waitDone.IsZero() {
 		t.Fatalf("busyPoll negative: spins %v, waits recorded %v", d, never.waitDone)
@@ -103,6 +103,77 @@ func TestAdaptiveSpinTime(t *testing.T) {
 	fixed.busy = true
 	if d := fixed.spinLocked(); d != 50*time.Microsecond {
 		t.Fatalf("busyPoll fixed, busy: spins %v", d)
+	}
+}
+
+// TestAdaptivePolledWaitsAreQuick: a wait whose answer came while the
+// poller polled counts as quick however long it took (under
+// maxAdaptiveSpin), where a wait as long that slept counts as long; so a
+// probe that catches a late answer by polling makes the connection poll
+// again, as it must when the peer still sleeps.
+func TestAdaptivePolledWaitsAreQuick(t *testing.T) {
+	var fd FD
+	for range 4 {
+		fd.tookLocked(time.Now(), 100*time.Microsecond, false)
+	}
+	late := 3 * quickWait
+	for range 8 {
+		fd.tookLocked(time.Now(), late, true)
+	}
+	if d := fd.spinLocked(); d != maxAdaptiveSpin {
+		t.Fatalf("after 8 waits of %v that polled: spins %v, want %v", late, d, maxAdaptiveSpin)
+	}
+	for range 3 {
+		fd.tookLocked(time.Now(), late, false)
+	}
+	if d := fd.spinLocked(); d != 0 {
+		t.Fatalf("after 3 waits of %v that slept: spins %v", late, d)
+	}
+	for range probeEvery - 1 {
+		fd.tookLocked(time.Now(), late, false)
+	}
+	if d := fd.spinLocked(); d != maxAdaptiveSpin {
+		t.Fatalf("the probe spins %v, want %v", d, maxAdaptiveSpin)
+	}
+	fd.tookLocked(time.Now(), late, true) // the probe caught a late answer
+	if d := fd.spinLocked(); d != maxAdaptiveSpin {
+		t.Fatalf("after a probe that caught an answer of %v: spins %v, want %v", late, d, maxAdaptiveSpin)
+	}
+	for range 3 {
+		fd.tookLocked(time.Now(), maxAdaptiveSpin, true)
+	}
+	if d := fd.spinLocked(); d != 0 {
+		t.Fatalf("after 3 waits of maxAdaptiveSpin: spins %v", d)
+	}
+}
+
+// TestAdaptivePollCountsPolledWait: a Read whose answer comes while it
+// polls, later than quickWait, counts as quick: the connection's share of
+// quick waits does not fall (the poller tells waitedLocked it polled).
+func TestAdaptivePollCountsPolledWait(t *testing.T) {
+	c := newFakeConn(0)
+	for try := 0; ; try++ {
+		waits, _ := c.waitedShort()
+		c.mu.Lock()
+		before := c.fd.quickRate
+		c.mu.Unlock()
+		ch := result(c.read)
+		time.Sleep(quickWait + quickWait/4) // the Read polls for about 1.6 ms
+		c.link.deliver(1, 0)
+		wantResult(t, ch, nil)
+		c.mu.Lock()
+		slept, rate := c.waits > waits, c.fd.quickRate
+		c.mu.Unlock()
+		if !slept {
+			if rate < before {
+				t.Fatalf("a wait that polled its answer after %v took the share of quick waits from %d to %d of %d", quickWait, before, rate, quickFull)
+			}
+			return
+		}
+		// A loaded machine may deschedule the test past the polling time.
+		if try == 4 {
+			t.Fatal("the Read slept in the link's Wait in 5 tries")
+		}
 	}
 }
 
@@ -185,7 +256,7 @@ func TestFDRestsBeforeArming(t *testing.T) {
 
 		c.mu.Lock()
 		for range 4 {
-			c.fd.tookLocked(time.Now(), 400*time.Microsecond)
+			c.fd.tookLocked(time.Now(), 400*time.Microsecond, false)
 		}
 		// A busy-poll time polls once a sleep was short (sleepLocked).
 		c.fd.busy = tc.busyPoll > 0 && !tc.idle
@@ -284,7 +355,7 @@ func (c *fakeConn) waitedShort() (waits, sweeps int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for range 4 {
-		c.fd.tookLocked(time.Now(), 400*time.Microsecond)
+		c.fd.tookLocked(time.Now(), 400*time.Microsecond, false)
 	}
 	return c.waits, c.sweeps[PollerBatch]
 }

@@ -88,11 +88,12 @@ type FD struct {
 
 // Adaptive polling, the default (busyPoll 0), as the kernel's hybrid block
 // polling: a Read or Write that has to wait, on a connection whose recent
-// waits for its peer were mostly quick (shorter than quickWait), polls for
-// up to four times the longest of them before it sleeps, and never longer
-// than maxAdaptiveSpin. A connection whose waits were mostly long, or with
-// no wait in idleAfterWait, sleeps at once: an idle connection never
-// spins.
+// waits for its peer were mostly quick, polls for up to four times the
+// longest of them before it sleeps, and never longer than
+// maxAdaptiveSpin. A wait is quick if it took less than quickWait, or if
+// its answer came while the poller polled (before maxAdaptiveSpin). A
+// connection whose waits were mostly long, or with no wait in
+// idleAfterWait, sleeps at once: an idle connection never spins.
 //
 //   - The share of quick waits decides, not their average: the odd late
 //     answer (a peer or a device descheduled, a busy CPU) must not stop a
@@ -102,7 +103,8 @@ type FD struct {
 //     next request at a server), and a spin cut short by the quicker
 //     kinds' average ends in the sleep that makes the slower kind's wait
 //     long. The spin may outlast quickWait, to cover a quick kind's
-//     stalls.
+//     stalls: a thread woken on a busy CPU can wait a scheduler tick (4
+//     ms at HZ 250) before it runs, and the answer it sends is that late.
 //   - Long waits can be the sleeps' own doing: an answer that takes a
 //     wake-up at each end is slow because both ends sleep, and both keep
 //     sleeping because it is slow. So every probeEvery-th wait of a
@@ -110,14 +112,26 @@ type FD struct {
 //     same, as a probe: if its answer is quick, the connection polls from
 //     then on. A probe that finds nothing costs one spin in probeEvery
 //     waits.
+//   - An answer that came while the poller polled is quick whatever it
+//     took: a wait that slept took its own wake-up too, which can cost
+//     more than quickWait on a busy host, and a probe's answer comes from
+//     a peer that still sleeps. Both ends of a connection probe once
+//     every probeEvery waits, in step, so that a probe that had to find
+//     its answer under quickWait needed the peer's probe at the same
+//     time: two processes that both slept once could sleep for good.
 //
 // In the lab (emulated CPUs), the NBD example's 4 KiB reads one at a time
 // took 1.2-1.7 ms on average with a spin of twice the average of all
 // waits, capped at 1 ms (most waits ended asleep, at both ends), and
-// 0.5-0.9 ms with this.
+// 0.5-0.9 ms with the first three. A 64 B ping-pong between two processes
+// waited on completion events 0.4-0.9 times a round trip at each end in
+// most runs, for a mean of 1.6-2.8 ms, with answers that came while
+// polling counted quick only under 1 ms and a spin of 2 ms at most; with
+// the last rule and 5 ms, 0.02-0.17 times, for 0.4-1.2 ms (docs/lab.md,
+// "A round trip between two processes").
 const (
 	quickWait       = time.Millisecond
-	maxAdaptiveSpin = 2 * quickWait
+	maxAdaptiveSpin = 5 * quickWait
 	idleAfterWait   = 10 * quickWait
 	probeEvery      = 16
 	quickFull       = 256
@@ -469,19 +483,20 @@ func (fd *FD) startSpinLocked() (spin time.Duration, slot bool) {
 }
 
 // waitedLocked records a wait that ended with the call able to go on, for
-// adaptive polling.
-func (fd *FD) waitedLocked(since time.Time) {
+// adaptive polling; polled: its answer came while the poller polled,
+// before it slept.
+func (fd *FD) waitedLocked(since time.Time, polled bool) {
 	now := time.Now()
-	fd.tookLocked(now, now.Sub(since))
+	fd.tookLocked(now, now.Sub(since), polled)
 }
 
 // tookLocked counts a wait of d that ended at now (waitedLocked; tests
 // give d exactly, which two clock readings under load would not).
-func (fd *FD) tookLocked(now time.Time, d time.Duration) {
+func (fd *FD) tookLocked(now time.Time, d time.Duration, polled bool) {
 	if fd.busyPoll != 0 {
 		return
 	}
-	quick, rate := d < quickWait, 0
+	quick, rate := d < quickWait || polled && d < maxAdaptiveSpin, 0
 	if quick {
 		rate = quickFull
 	}
@@ -613,11 +628,12 @@ func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
 		}
 	}()
 	var err error
+	slept := false // the poller armed the link and slept in its Wait
 	for {
 		done := true
 		select {
 		case <-ready:
-			fd.waitedLocked(start)
+			fd.waitedLocked(start, !slept)
 		case <-dl.Expired():
 			err = os.ErrDeadlineExceeded
 		case <-fd.closed:
@@ -642,6 +658,7 @@ func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
 				releaseSpinSlot()
 				slot = false
 			}
+			slept = true
 			fd.sleepLocked()
 		}
 	}
