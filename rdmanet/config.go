@@ -56,10 +56,11 @@ type Config struct {
 	//
 	// Default 0, adaptive: a Read or Write that has to wait, on a
 	// connection whose recent waits for its peer were mostly quick (under
-	// 1 ms, or answered while it polled), polls for up to four times the
-	// longest of them (5 ms at most) before it sleeps in the netpoller,
-	// as the kernel's hybrid block polling does: a request and its answer
-	// cost no wake-up when the answer is quick. A connection whose waits
+	// 1 ms, or, for the answer to what it wrote, answered while it
+	// polled), polls for up to four times the longest of them (2 ms at
+	// most; 5 ms for an answer) before it sleeps in the netpoller, as the
+	// kernel's hybrid block polling does: a request and its answer cost
+	// no wake-up when the answer is quick. A connection whose waits
 	// were mostly longer (three in a row), or that waited for nothing in
 	// the last 10 ms, sleeps at once: an idle connection never polls.
 	// Every 16th wait of a connection that sleeps polls all the same, as

@@ -106,13 +106,15 @@ func TestAdaptiveSpinTime(t *testing.T) {
 	}
 }
 
-// TestAdaptivePolledWaitsAreQuick: a wait whose answer came while the
-// poller polled counts as quick however long it took (under
-// maxAdaptiveSpin), where a wait as long that slept counts as long; so a
-// probe that catches a late answer by polling makes the connection poll
-// again, as it must when the peer still sleeps.
+// TestAdaptivePolledWaitsAreQuick: an answer's wait (on a connection that
+// takes turns) that came while the poller polled counts as quick however
+// long it took (under maxAnswerSpin), where a wait as long that slept
+// counts as long; so a probe that catches a late answer by polling makes
+// the connection poll again, as it must when the peer still sleeps. An
+// answer's spin may last maxAnswerSpin; another wait's, maxAdaptiveSpin.
 func TestAdaptivePolledWaitsAreQuick(t *testing.T) {
 	var fd FD
+	fd.takesTurns = true
 	for range 4 {
 		fd.tookLocked(time.Now(), 100*time.Microsecond, false)
 	}
@@ -120,9 +122,14 @@ func TestAdaptivePolledWaitsAreQuick(t *testing.T) {
 	for range 8 {
 		fd.tookLocked(time.Now(), late, true)
 	}
-	if d := fd.spinLocked(); d != maxAdaptiveSpin {
-		t.Fatalf("after 8 waits of %v that polled: spins %v, want %v", late, d, maxAdaptiveSpin)
+	if d := fd.spinLocked(); d != maxAnswerSpin {
+		t.Fatalf("after 8 answers of %v that came while polling: spins %v, want %v", late, d, maxAnswerSpin)
 	}
+	fd.takesTurns = false
+	if d := fd.spinLocked(); d != maxAdaptiveSpin {
+		t.Fatalf("a wait that is not an answer's spins %v, want %v", d, maxAdaptiveSpin)
+	}
+	fd.takesTurns = true
 	for range 3 {
 		fd.tookLocked(time.Now(), late, false)
 	}
@@ -132,47 +139,57 @@ func TestAdaptivePolledWaitsAreQuick(t *testing.T) {
 	for range probeEvery - 1 {
 		fd.tookLocked(time.Now(), late, false)
 	}
-	if d := fd.spinLocked(); d != maxAdaptiveSpin {
-		t.Fatalf("the probe spins %v, want %v", d, maxAdaptiveSpin)
+	if d := fd.spinLocked(); d != maxAnswerSpin {
+		t.Fatalf("the probe spins %v, want %v", d, maxAnswerSpin)
 	}
 	fd.tookLocked(time.Now(), late, true) // the probe caught a late answer
-	if d := fd.spinLocked(); d != maxAdaptiveSpin {
-		t.Fatalf("after a probe that caught an answer of %v: spins %v, want %v", late, d, maxAdaptiveSpin)
+	if d := fd.spinLocked(); d != maxAnswerSpin {
+		t.Fatalf("after a probe that caught an answer of %v: spins %v, want %v", late, d, maxAnswerSpin)
 	}
 	for range 3 {
-		fd.tookLocked(time.Now(), maxAdaptiveSpin, true)
+		fd.tookLocked(time.Now(), maxAnswerSpin, true)
 	}
 	if d := fd.spinLocked(); d != 0 {
-		t.Fatalf("after 3 waits of maxAdaptiveSpin: spins %v", d)
+		t.Fatalf("after 3 waits of maxAnswerSpin: spins %v", d)
 	}
 }
 
-// TestAdaptivePollCountsPolledWait: a Read whose answer comes while it
-// polls, later than quickWait, counts as quick: the connection's share of
-// quick waits does not fall (the poller tells waitedLocked it polled).
+// TestAdaptivePollCountsPolledWait: a Read after a write (an answer's wait)
+// whose answer comes while it polls, later than quickWait, counts as
+// quick: the connection's share of quick waits does not fall (the poller
+// tells waitedLocked). A Read with no write before it (a stream's reader)
+// counts the time alone: the share falls.
 func TestAdaptivePollCountsPolledWait(t *testing.T) {
-	c := newFakeConn(0)
-	for try := 0; ; try++ {
-		waits, _ := c.waitedShort()
-		c.mu.Lock()
-		before := c.fd.quickRate
-		c.mu.Unlock()
-		ch := result(c.read)
-		time.Sleep(quickWait + quickWait/4) // the Read polls for about 1.6 ms
-		c.link.deliver(1, 0)
-		wantResult(t, ch, nil)
-		c.mu.Lock()
-		slept, rate := c.waits > waits, c.fd.quickRate
-		c.mu.Unlock()
-		if !slept {
-			if rate < before {
-				t.Fatalf("a wait that polled its answer after %v took the share of quick waits from %d to %d of %d", quickWait, before, rate, quickFull)
+	for _, answer := range []bool{true, false} {
+		c := newFakeConn(0)
+		for try := 0; ; try++ {
+			waits, _ := c.waitedShort()
+			c.mu.Lock()
+			before := c.fd.quickRate
+			if answer {
+				c.fd.WroteLocked()
 			}
-			return
-		}
-		// A loaded machine may deschedule the test past the polling time.
-		if try == 4 {
-			t.Fatal("the Read slept in the link's Wait in 5 tries")
+			c.mu.Unlock()
+			ch := result(c.read)
+			time.Sleep(quickWait + quickWait/4) // the Read polls for about 1.6 ms
+			c.link.deliver(1, 0)
+			wantResult(t, ch, nil)
+			c.mu.Lock()
+			slept, rate := c.waits > waits, c.fd.quickRate
+			c.mu.Unlock()
+			if !slept {
+				if answer && rate < before {
+					t.Fatalf("an answer that came while polling, after %v, took the share of quick waits from %d to %d of %d", quickWait, before, rate, quickFull)
+				}
+				if !answer && rate >= before {
+					t.Fatalf("a stream's Read that waited %v kept the share of quick waits at %d of %d (from %d)", quickWait, rate, quickFull, before)
+				}
+				break
+			}
+			// A loaded machine may deschedule the test past the polling time.
+			if try == 4 {
+				t.Fatal("the Read slept in the link's Wait in 5 tries")
+			}
 		}
 	}
 }

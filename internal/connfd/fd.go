@@ -89,9 +89,10 @@ type FD struct {
 // Adaptive polling, the default (busyPoll 0), as the kernel's hybrid block
 // polling: a Read or Write that has to wait, on a connection whose recent
 // waits for its peer were mostly quick, polls for up to four times the
-// longest of them before it sleeps, and never longer than
-// maxAdaptiveSpin. A wait is quick if it took less than quickWait, or if
-// its answer came while the poller polled (before maxAdaptiveSpin). A
+// longest of them before it sleeps, and never longer than maxAdaptiveSpin
+// (maxAnswerSpin for an answer's wait: a Read's after a write, on a
+// connection that takes turns). A wait is quick if it took less than
+// quickWait, or if it was an answer's and came while the poller polled. A
 // connection whose waits were mostly long, or with no wait in
 // idleAfterWait, sleeps at once: an idle connection never spins.
 //
@@ -103,8 +104,7 @@ type FD struct {
 //     next request at a server), and a spin cut short by the quicker
 //     kinds' average ends in the sleep that makes the slower kind's wait
 //     long. The spin may outlast quickWait, to cover a quick kind's
-//     stalls: a thread woken on a busy CPU can wait a scheduler tick (4
-//     ms at HZ 250) before it runs, and the answer it sends is that late.
+//     stalls.
 //   - Long waits can be the sleeps' own doing: an answer that takes a
 //     wake-up at each end is slow because both ends sleep, and both keep
 //     sleeping because it is slow. So every probeEvery-th wait of a
@@ -113,12 +113,19 @@ type FD struct {
 //     then on. A probe that finds nothing costs one spin in probeEvery
 //     waits.
 //   - An answer that came while the poller polled is quick whatever it
-//     took: a wait that slept took its own wake-up too, which can cost
-//     more than quickWait on a busy host, and a probe's answer comes from
-//     a peer that still sleeps. Both ends of a connection probe once
-//     every probeEvery waits, in step, so that a probe that had to find
-//     its answer under quickWait needed the peer's probe at the same
-//     time: two processes that both slept once could sleep for good.
+//     took (under maxAnswerSpin): a wait that slept took its own wake-up
+//     too, which can cost more than quickWait on a busy host, and a
+//     probe's answer comes from a peer that still sleeps. Both ends of a
+//     connection probe once every probeEvery waits, in step, so that a
+//     probe that had to find its answer under quickWait needed the
+//     peer's probe at the same time: two processes that both slept once
+//     could sleep for good. And an answer's spin may outlast a scheduler
+//     tick's stall (4 ms at HZ 250: a thread woken on a busy CPU can
+//     wait that long before it runs, and the answer it sends is that
+//     late). A stream's waits (a writer's for room, a reader's for data)
+//     keep the shorter cap and count only the time: they wait on a
+//     transfer that the CPU they would spin on is moving (rxe copies in
+//     its senders' and receivers' system calls).
 //
 // In the lab (emulated CPUs), the NBD example's 4 KiB reads one at a time
 // took 1.2-1.7 ms on average with a spin of twice the average of all
@@ -127,11 +134,13 @@ type FD struct {
 // waited on completion events 0.4-0.9 times a round trip at each end in
 // most runs, for a mean of 1.6-2.8 ms, with answers that came while
 // polling counted quick only under 1 ms and a spin of 2 ms at most; with
-// the last rule and 5 ms, 0.02-0.17 times, for 0.4-1.2 ms (docs/lab.md,
-// "A round trip between two processes").
+// the last rule, 0.02-0.17 times, for 0.4-1.2 ms (docs/lab.md, "A round
+// trip between two processes"). The same rule for every wait cost
+// streams in one process about a tenth of their throughput.
 const (
 	quickWait       = time.Millisecond
-	maxAdaptiveSpin = 5 * quickWait
+	maxAdaptiveSpin = 2 * quickWait
+	maxAnswerSpin   = 5 * quickWait
 	idleAfterWait   = 10 * quickWait
 	probeEvery      = 16
 	quickFull       = 256
@@ -149,7 +158,7 @@ const (
 // "Events a busy connection does not need"). A timer settles the
 // link if no poller came back in time, so a completion that comes while
 // the connection rests is taken at most armDelay late.
-const armDelay = maxAdaptiveSpin
+const armDelay = maxAnswerSpin
 
 // Driver is what an FD waits on: a link and the engine that handles its
 // completions. The methods named …Locked are called with the connection's
@@ -439,11 +448,20 @@ func (fd *FD) spinLocked() time.Duration {
 		return 0
 	case !fd.quickLocked():
 		if fd.probeDueLocked() {
-			return maxAdaptiveSpin
+			return fd.spinCapLocked()
 		}
 		return 0
 	}
-	return min(4*fd.waitHigh, maxAdaptiveSpin)
+	return min(4*fd.waitHigh, fd.spinCapLocked())
+}
+
+// spinCapLocked is the longest adaptive spin of the wait that begins: an
+// answer's (the connection takes turns) or another's.
+func (fd *FD) spinCapLocked() time.Duration {
+	if fd.takesTurns {
+		return maxAnswerSpin
+	}
+	return maxAdaptiveSpin
 }
 
 // pollsLocked reports whether the connection's next wait polls: with a
@@ -483,20 +501,20 @@ func (fd *FD) startSpinLocked() (spin time.Duration, slot bool) {
 }
 
 // waitedLocked records a wait that ended with the call able to go on, for
-// adaptive polling; polled: its answer came while the poller polled,
-// before it slept.
-func (fd *FD) waitedLocked(since time.Time, polled bool) {
+// adaptive polling; polledAnswer: it was an answer's (the connection takes
+// turns) and came while the poller polled, before it slept.
+func (fd *FD) waitedLocked(since time.Time, polledAnswer bool) {
 	now := time.Now()
-	fd.tookLocked(now, now.Sub(since), polled)
+	fd.tookLocked(now, now.Sub(since), polledAnswer)
 }
 
 // tookLocked counts a wait of d that ended at now (waitedLocked; tests
 // give d exactly, which two clock readings under load would not).
-func (fd *FD) tookLocked(now time.Time, d time.Duration, polled bool) {
+func (fd *FD) tookLocked(now time.Time, d time.Duration, polledAnswer bool) {
 	if fd.busyPoll != 0 {
 		return
 	}
-	quick, rate := d < quickWait || polled && d < maxAdaptiveSpin, 0
+	quick, rate := d < quickWait || polledAnswer && d < maxAnswerSpin, 0
 	if quick {
 		rate = quickFull
 	}
@@ -513,7 +531,7 @@ func (fd *FD) tookLocked(now time.Time, d time.Duration, polled bool) {
 	case fresh || probe && quick:
 		// A first wait, the first after an idle spell, or a probe's
 		// quick answer: the share and the longest start from it.
-		fd.quickRate, fd.waitHigh, fd.longWaits = rate, min(d, maxAdaptiveSpin), 0
+		fd.quickRate, fd.waitHigh, fd.longWaits = rate, min(d, maxAnswerSpin), 0
 	default:
 		fd.quickRate += (rate - fd.quickRate) / 4
 		if quick {
@@ -628,12 +646,13 @@ func (fd *FD) pollForLocked(ready chan struct{}, dl *Deadline) error {
 		}
 	}()
 	var err error
-	slept := false // the poller armed the link and slept in its Wait
+	slept := false          // the poller armed the link and slept in its Wait
+	answer := fd.takesTurns // an answer's wait (a Write that waits meanwhile changes takesTurns)
 	for {
 		done := true
 		select {
 		case <-ready:
-			fd.waitedLocked(start, !slept)
+			fd.waitedLocked(start, answer && !slept)
 		case <-dl.Expired():
 			err = os.ErrDeadlineExceeded
 		case <-fd.closed:
