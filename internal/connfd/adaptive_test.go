@@ -115,41 +115,55 @@ func TestAdaptiveSpinTime(t *testing.T) {
 func TestAdaptivePolledWaitsAreQuick(t *testing.T) {
 	var fd FD
 	fd.takesTurns = true
+	// Waits back to back, and the spin asked for at once, on a clock of
+	// their own: a loaded machine that descheduled the test past
+	// idleAfterWait would make them an idle connection's.
+	took := func(d time.Duration, polledAnswer bool) {
+		now := time.Now()
+		if !fd.waitDone.IsZero() {
+			now = fd.waitDone.Add(d)
+		}
+		fd.tookLocked(now, d, polledAnswer)
+	}
+	spin := func() time.Duration {
+		fd.waitDone = time.Now()
+		return fd.spinLocked()
+	}
 	for range 4 {
-		fd.tookLocked(time.Now(), 100*time.Microsecond, false)
+		took(100*time.Microsecond, false)
 	}
 	late := 3 * quickWait
 	for range 8 {
-		fd.tookLocked(time.Now(), late, true)
+		took(late, true)
 	}
-	if d := fd.spinLocked(); d != maxAnswerSpin {
+	if d := spin(); d != maxAnswerSpin {
 		t.Fatalf("after 8 answers of %v that came while polling: spins %v, want %v", late, d, maxAnswerSpin)
 	}
 	fd.takesTurns = false
-	if d := fd.spinLocked(); d != maxAdaptiveSpin {
+	if d := spin(); d != maxAdaptiveSpin {
 		t.Fatalf("a wait that is not an answer's spins %v, want %v", d, maxAdaptiveSpin)
 	}
 	fd.takesTurns = true
 	for range 3 {
-		fd.tookLocked(time.Now(), late, false)
+		took(late, false)
 	}
-	if d := fd.spinLocked(); d != 0 {
+	if d := spin(); d != 0 {
 		t.Fatalf("after 3 waits of %v that slept: spins %v", late, d)
 	}
 	for range probeEvery - 1 {
-		fd.tookLocked(time.Now(), late, false)
+		took(late, false)
 	}
-	if d := fd.spinLocked(); d != maxAnswerSpin {
+	if d := spin(); d != maxAnswerSpin {
 		t.Fatalf("the probe spins %v, want %v", d, maxAnswerSpin)
 	}
-	fd.tookLocked(time.Now(), late, true) // the probe caught a late answer
-	if d := fd.spinLocked(); d != maxAnswerSpin {
+	took(late, true) // the probe caught a late answer
+	if d := spin(); d != maxAnswerSpin {
 		t.Fatalf("after a probe that caught an answer of %v: spins %v, want %v", late, d, maxAnswerSpin)
 	}
 	for range 3 {
-		fd.tookLocked(time.Now(), maxAnswerSpin, true)
+		took(maxAnswerSpin, true)
 	}
-	if d := fd.spinLocked(); d != 0 {
+	if d := spin(); d != 0 {
 		t.Fatalf("after 3 waits of maxAnswerSpin: spins %v", d)
 	}
 }
@@ -161,23 +175,46 @@ func TestAdaptivePolledWaitsAreQuick(t *testing.T) {
 // counts the time alone: the share falls.
 func TestAdaptivePollCountsPolledWait(t *testing.T) {
 	for _, answer := range []bool{true, false} {
+		spin := 4 * 900 * time.Microsecond // an answer's
+		if !answer {
+			spin = maxAdaptiveSpin
+		}
 		c := newFakeConn(0)
 		for try := 0; ; try++ {
-			waits, _ := c.waitedShort()
 			c.mu.Lock()
-			before := c.fd.quickRate
+			// Quick waits of 900 us: the Read polls for 2 ms (a stream's
+			// cap), or 3.6 ms (an answer's).
+			for range 4 {
+				c.fd.tookLocked(time.Now(), 900*time.Microsecond, false)
+			}
+			waits, before := c.waits, c.fd.quickRate
+			// A token left from an earlier sweep would end the Read's first
+			// wait at once and count its second as the one after it.
+			select {
+			case <-c.fd.readable:
+			default:
+			}
 			if answer {
 				c.fd.WroteLocked()
 			}
 			c.mu.Unlock()
+			began := time.Now()
 			ch := result(c.read)
-			time.Sleep(quickWait + quickWait/4) // the Read polls for about 1.6 ms
+			for end := time.Now().Add(hangGuard); !c.fd.polling.Load(); runtime.Gosched() {
+				if time.Now().After(end) {
+					t.Fatalf("the Read did not poll in %v", hangGuard)
+				}
+			}
+			time.Sleep(quickWait + quickWait/4)
 			c.link.deliver(1, 0)
 			wantResult(t, ch, nil)
 			c.mu.Lock()
 			slept, rate := c.waits > waits, c.fd.quickRate
 			c.mu.Unlock()
-			if !slept {
+			// A loaded machine may deschedule the test, or the Read, past
+			// the spin (the Read sleeps, or finds the answer when it
+			// arms): try again.
+			if !slept && time.Since(began) < spin {
 				if answer && rate < before {
 					t.Fatalf("an answer that came while polling, after %v, took the share of quick waits from %d to %d of %d", quickWait, before, rate, quickFull)
 				}
@@ -186,9 +223,8 @@ func TestAdaptivePollCountsPolledWait(t *testing.T) {
 				}
 				break
 			}
-			// A loaded machine may deschedule the test past the polling time.
-			if try == 4 {
-				t.Fatal("the Read slept in the link's Wait in 5 tries")
+			if try == 19 {
+				t.Fatalf("the Read's wait outlasted its spin (%v) in 20 tries", spin)
 			}
 		}
 	}
