@@ -546,11 +546,19 @@ func (fd *FD) tookLocked(now time.Time, d time.Duration, polledAnswer bool) {
 // returns os.ErrDeadlineExceeded or net.ErrClosed for the last two. The
 // lock is held on entry and on return. The waiter becomes the poller if it
 // can, and otherwise waits for the poller to say it may go on or to hand it
-// the role.
+// the role. A Read calls it having found nothing to take under the lock:
+// the readiness said before that is stale.
 func (fd *FD) WaitLocked(write bool) error {
 	fd.takesTurns = !write && fd.wrote
 	if !write {
 		fd.wrote = false
+		// A token a Read left (it took data and left some, which made the
+		// connection readable again) would end this wait at once, and the
+		// Read's next wait would no longer be an answer's (wrote is taken).
+		select {
+		case <-fd.readable:
+		default:
+		}
 	}
 	ready, dl := fd.readable, &fd.readDeadline
 	if write {
