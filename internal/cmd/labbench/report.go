@@ -306,7 +306,7 @@ func (r report) targets(w *strings.Builder) {
 			ptR, ptOK, ptWhy := ratio(f, fpt, havePT, get)
 			rsR, rsOK, rsWhy := ratio(f, frs, haveRS, get)
 			var ts []target
-			if size == 64<<10 && im.id == zeroCopyID {
+			if issue26Target(key{im.id, stream, size}) {
 				ts = append(ts, target{text: "≥ 0.95 × ib_write_bw (issue 26)", ratio: ptR, ok: ptOK, met: ptR >= 0.95, why: ptWhy})
 			} else if size == 64<<10 {
 				ts = append(ts, target{text: "≥ 0.9 × ib_write_bw", ratio: ptR, ok: ptOK, met: ptR >= 0.9, why: ptWhy})
