@@ -126,6 +126,11 @@ func groupLinkConfig(c Config) rdmalink.Config {
 // may last before the group's connections fail (docs/engine.md).
 const groupMoveTimeout = 15 * time.Second
 
+// groupOpenPoll is how long a dial into a group polls for the peer's
+// answer to its StreamOpen under adaptive polling (group.Config.OpenPoll):
+// as long as a stream's wait polls (connfd's maxAdaptiveSpin).
+const groupOpenPoll = 2 * time.Millisecond
+
 // groupConfig sizes a group's streams for connections with cfg: their
 // rings start as a connection's do (firstRings) and grow as theirs, also
 // in a group that moves its streams (moves), whose streams are resumable.
@@ -140,6 +145,9 @@ func groupConfig(cfg Config, backlog int, moves bool) group.Config {
 		gc.Spread = group.SpreadFirstLink
 	}
 	gc.OnMove = func(k group.MoveKind) { metrics.groupMoves[k].Add(1) }
+	if cfg.BusyPoll == 0 {
+		gc.OpenPoll = groupOpenPoll
+	}
 	if moves {
 		gc.MoveTimeout = groupMoveTimeout
 		// A dialer whose links all ended with a disconnect (its process

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http/httptest"
@@ -256,40 +257,62 @@ func TestGroupThousandStreams(t *testing.T) {
 // more a round trip. A round trip slow enough for a poller to give up
 // may raise some; the bound allows for them. Once the round trips end,
 // the rests end within their timers: both base links are armed again.
+// With an Accept waiting at both ends, as a listener's group always has
+// one: an Accept that led the link on, rather than letting it rest once
+// its streams polled, armed it again at each of their completions.
 func TestGroupStreamRestsTakingTurns(t *testing.T) {
-	cfg, _ := Config{}.withDefaults()
-	gc := groupStreamConfig(cfg)
-	a, b, pa, pb := groupPipeMuxes(t, gc, gc, groupBase(1))
-	client, server := groupConnPair(t, Config{}, a, b)
-	defer client.Close()
-	defer server.Close()
-	const size, warm, rounds = 64, 50, 400
-	echoed := echoRounds(server, size, warm+rounds)
-	msg, back := make([]byte, size), make([]byte, size)
-	roundTrip := func() { pingOnce(t, client, msg, back) }
-	for range warm { // adaptive polling learns that the answers are quick
-		roundTrip()
-	}
-	events := func() uint64 { return pa.Stats().Events + pb.Stats().Events }
-	before, slow := events(), 0
-	for range rounds {
-		start := time.Now()
-		roundTrip()
-		if time.Since(start) > time.Millisecond {
-			slow++
-		}
-	}
-	t.Logf("events %d slow %d", events()-before, slow)
-	if n := events() - before; n > rounds/2+2*uint64(slow) {
-		t.Errorf("%d completion events over the base links in %d round trips (%d over 1 ms): the links were armed while the streams polled", n, rounds, slow)
-	}
-	if err := <-echoed; err != nil {
-		t.Fatal(err)
-	}
-	for end := time.Now().Add(linktest.HangGuard); !pa.Stats().Armed || !pb.Stats().Armed; time.Sleep(time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("base links armed %v and %v %v after the round trips ended", pa.Stats().Armed, pb.Stats().Armed, linktest.HangGuard)
-		}
+	for _, accepting := range []bool{false, true} {
+		t.Run(fmt.Sprintf("accepting=%v", accepting), func(t *testing.T) {
+			cfg, _ := Config{}.withDefaults()
+			gc := groupStreamConfig(cfg)
+			a, b, pa, pb := groupPipeMuxes(t, gc, gc, groupBase(1))
+			client, server := groupConnPair(t, Config{}, a, b)
+			defer client.Close()
+			defer server.Close()
+			if accepting {
+				ctx, cancel := context.WithCancel(context.Background())
+				var wg sync.WaitGroup
+				defer wg.Wait()
+				defer cancel()
+				for _, m := range []*group.Mux{a, b} {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if s, err := m.Accept(ctx); err == nil {
+							t.Errorf("a stream nobody opened: %#x", s.Tag())
+						}
+					}()
+				}
+			}
+			const size, warm, rounds = 64, 50, 400
+			echoed := echoRounds(server, size, warm+rounds)
+			msg, back := make([]byte, size), make([]byte, size)
+			roundTrip := func() { pingOnce(t, client, msg, back) }
+			for range warm { // adaptive polling learns that the answers are quick
+				roundTrip()
+			}
+			events := func() uint64 { return pa.Stats().Events + pb.Stats().Events }
+			before, slow := events(), 0
+			for range rounds {
+				start := time.Now()
+				roundTrip()
+				if time.Since(start) > time.Millisecond {
+					slow++
+				}
+			}
+			t.Logf("events %d slow %d", events()-before, slow)
+			if n := events() - before; n > rounds/2+2*uint64(slow) {
+				t.Errorf("%d completion events over the base links in %d round trips (%d over 1 ms): the links were armed while the streams polled", n, rounds, slow)
+			}
+			if err := <-echoed; err != nil {
+				t.Fatal(err)
+			}
+			for end := time.Now().Add(linktest.HangGuard); !pa.Stats().Armed || !pb.Stats().Armed; time.Sleep(time.Millisecond) {
+				if time.Now().After(end) {
+					t.Fatalf("base links armed %v and %v %v after the round trips ended", pa.Stats().Armed, pb.Stats().Armed, linktest.HangGuard)
+				}
+			}
+		})
 	}
 }
 

@@ -420,6 +420,15 @@ func (fd *FD) sleepLocked() {
 // choice and takes none.
 var spinning atomic.Int32
 
+// TakeSpinSlot takes one of the process's spin slots for a waiter outside
+// an FD (a link group's Open polling for its answer), as an FD's poller
+// does; ReleaseSpinSlot gives it back. False: as many poll as there are
+// CPUs, and the waiter sleeps at once.
+func TakeSpinSlot() bool { return takeSpinSlot() }
+
+// ReleaseSpinSlot gives back a slot TakeSpinSlot took.
+func ReleaseSpinSlot() { releaseSpinSlot() }
+
 func takeSpinSlot() bool {
 	limit := int32(runtime.GOMAXPROCS(0))
 	for {

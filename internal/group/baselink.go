@@ -3,6 +3,7 @@ package group
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -297,13 +298,14 @@ func (l *baseLink) leadLocked(done func() bool, yield bool, scratch *[]wakeup) {
 	ws := (*scratch)[:0]
 	m.deferTo = l
 	l.settleLocked()
+	rested := false
 	for {
 		if ws = l.takeSignalsLocked(ws); len(ws) > 0 {
 			m.mu.Unlock()
 			ws = give(ws)
 			m.mu.Lock()
 		}
-		if done() || !l.usableLocked() || yield && len(l.followers) > 0 {
+		if done() || !l.usableLocked() || yield && (len(l.followers) > 0 || rested) {
 			break
 		}
 		l.asleep = true
@@ -315,12 +317,44 @@ func (l *baseLink) leadLocked(done func() bool, yield bool, scratch *[]wakeup) {
 			l.downLocked(err)
 		}
 		m.deferTo = l
-		l.settleLocked()
+		if yield {
+			// An Open or an Accept woken by its streams' completions
+			// while they poll l: l rests, as a service would let it
+			// (the streams take what comes as they poll), and the waiter
+			// waits on its channel, told by whichever drain takes its
+			// answer. Leading on would arm l again: an event, and this
+			// goroutine's wake-up, for every completion the streams poll.
+			l.leading = false
+			rested = l.restLocked()
+			l.leading = true
+		}
+		if !rested {
+			l.settleLocked()
+		}
 	}
 	l.leading, l.yields = false, false
 	*scratch = ws
 	l.finishLocked()
 	l.handLeadLocked()
+}
+
+// pollLocked polls l until done reports true, l ends or spin passes,
+// yielding the CPU between polls and letting go of the mux's lock meanwhile.
+// It neither arms l nor leaves it unwatched: l stays armed, or resting
+// with its timer, as it was; each poll counts as a stream's (polled), so
+// that a kick while it polls lets l rest rather than arming it again.
+func (l *baseLink) pollLocked(done func() bool, spin time.Duration) {
+	m := l.m
+	for end := time.Now().Add(spin); !done() && l.usableLocked(); {
+		l.polled = true
+		l.drainLocked(false)
+		if done() || !time.Now().Before(end) {
+			return
+		}
+		m.mu.Unlock()
+		runtime.Gosched()
+		m.mu.Lock()
+	}
 }
 
 // handLeadLocked wakes a stream that waits on l to lead, when l has no

@@ -2,6 +2,7 @@ package group_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -101,3 +102,66 @@ func TestConformance(t *testing.T) {
 }
 
 var _ = time.Second
+
+// TestOpenPollsForItsAnswer: opens one after another with OpenPoll take
+// their answers while they poll the dialer's base link, which rests
+// between them (the opens polled it, so the service let it rest): no
+// completion event an open. An Open that sleeps in the link's Wait at
+// once (OpenPoll 0) arms it, and its answer raises an event, as the
+// control case shows. An open slow enough for the poll to give up may
+// raise some; the bound allows for them.
+func TestOpenPollsForItsAnswer(t *testing.T) {
+	for _, poll := range []time.Duration{0, 2 * time.Millisecond} {
+		t.Run(fmt.Sprintf("OpenPoll=%v", poll), func(t *testing.T) {
+			ca := group.DefaultConfig()
+			ca.OpenPoll = poll
+			a, b, pa, _ := muxPair(t, ca, group.DefaultConfig(), baseConfig())
+			ctx, cancel := context.WithTimeout(context.Background(), linktest.HangGuard)
+			defer cancel()
+			accepted := make(chan *group.Stream)
+			go func() {
+				for {
+					s, err := b.Accept(ctx)
+					if err != nil {
+						close(accepted)
+						return
+					}
+					accepted <- s
+				}
+			}()
+			open := func() time.Duration {
+				start := time.Now()
+				x, err := a.Open(ctx, 7)
+				if err != nil {
+					t.Fatal(err)
+				}
+				took := time.Since(start)
+				y, ok := <-accepted
+				if !ok {
+					t.Fatal("Accept ended")
+				}
+				x.Close()
+				y.Close()
+				return took
+			}
+			const warm, opens = 10, 200
+			for range warm {
+				open()
+			}
+			before, slow := pa.Stats().Events, 0
+			for range opens {
+				if open() > max(poll, time.Millisecond) {
+					slow++ // its poll may have given up
+				}
+			}
+			n := pa.Stats().Events - before
+			t.Logf("%d events at the dialer in %d opens (%d slow)", n, opens, slow)
+			switch {
+			case poll > 0 && n > opens/4+2*uint64(slow):
+				t.Errorf("%d completion events over the dialer's link in %d opens (%d over %v): its opens slept for their answers", n, opens, slow, poll)
+			case poll == 0 && n < opens/2:
+				t.Errorf("%d completion events over the dialer's link in %d opens that slept for their answers: the test cannot tell", n, opens)
+			}
+		})
+	}
+}

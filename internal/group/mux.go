@@ -53,6 +53,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmanet/sdk/internal/connfd"
 	"github.com/rdmanet/sdk/internal/link"
 	"github.com/rdmanet/sdk/internal/stream"
 	"github.com/rdmanet/sdk/internal/wire"
@@ -135,6 +136,13 @@ type Config struct {
 	// (or moves, or answers) waits behind everything the others queued
 	// there (255 writes of up to 64 KiB).
 	LinkInFlight int
+	// OpenPoll is how long an Open polls its link for the peer's answer
+	// before it sleeps in the link's Wait, as a connection's Read polls
+	// for its answer (adaptive polling, connfd): an answer caught while
+	// polling raises no completion event at the opener and wakes no
+	// goroutine. 0: it sleeps at once. It takes one of the process's
+	// spin slots, and sleeps at once if none is free.
+	OpenPoll time.Duration
 }
 
 // MoveKind says how a stream's move went, for OnMove.
@@ -796,12 +804,17 @@ func (m *Mux) Open(ctx context.Context, port uint16) (*Stream, error) {
 	g := s.ringMessage(wire.OpStreamOpen, 0)
 	g.Port, g.FromPort = port, m.ports
 	l.sendGroupLocked(g)
-	if l.leadableLocked() {
+	answered := func() bool { return s.state != opening || s.l != l || ctx.Err() != nil }
+	if m.cfg.OpenPoll > 0 && connfd.TakeSpinSlot() {
+		l.pollLocked(answered, m.cfg.OpenPoll)
+		connfd.ReleaseSpinSlot()
+	}
+	if !answered() && l.leadableLocked() {
 		// Wait for the answer as the link's leader: it wakes this
 		// goroutine, not a service's and then this one.
 		stop := context.AfterFunc(ctx, l.base.Wake)
 		s.leads = l
-		l.leadLocked(func() bool { return s.state != opening || s.l != l || ctx.Err() != nil }, true, &s.scratch)
+		l.leadLocked(answered, true, &s.scratch)
 		s.leads = nil
 		stop()
 	}
@@ -875,7 +888,7 @@ func (m *Mux) acceptLinkLocked() *baseLink {
 		return nil
 	}
 	for _, l := range m.links {
-		if l.leadableLocked() {
+		if l.leadableLocked() && !l.resting {
 			return l
 		}
 	}
